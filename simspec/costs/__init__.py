@@ -1,0 +1,52 @@
+"""Cost models: how long each piece of an engine step takes on a device.
+
+Imports: numpy and simspec.types (never simpy or torch). ``build`` turns the
+user's ``--cost-model`` string into a model:
+
+- ``roofline`` (default until a profile exists): datasheet prior, uncalibrated.
+- ``constant:STEP_MS``: every step costs STEP_MS.
+- ``affine:BASE_MS,PER_TOKEN_MS``: BASE_MS per step + PER_TOKEN_MS per target token.
+"""
+
+from __future__ import annotations
+
+from simspec.costs.base import CostModel, StepPrice
+from simspec.costs.closed_form import affine, constant
+from simspec.costs.roofline import roofline
+from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, gpu_spec, model_spec
+from simspec.types import InputError
+
+__all__ = ["CostModel", "StepPrice", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
+           "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]
+
+COST_MODEL_FORMS = "roofline, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
+
+
+def _numbers(text: str, count: int, form: str) -> list[float]:
+    parts = text.split(",")
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) != count:
+        raise InputError(f"cost_model must look like {form} (got {text!r})")
+    return values
+
+
+def build(spec: str, model: ModelSpec, gpu: GpuSpec) -> CostModel:
+    """The cost model named by ``spec`` for ``model`` on ``gpu``."""
+    kind, _, args = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind == "roofline" and not args:
+        return roofline(model, gpu)
+    if kind == "constant":
+        (step_ms,) = _numbers(args, 1, "constant:STEP_MS")
+        if not step_ms > 0:
+            raise InputError(f"cost_model constant STEP_MS must be > 0 (got {step_ms})")
+        return constant(step_ms)
+    if kind == "affine":
+        base_ms, per_token_ms = _numbers(args, 2, "affine:BASE_MS,PER_TOKEN_MS")
+        if base_ms < 0 or per_token_ms < 0 or base_ms + per_token_ms <= 0:
+            raise InputError(f"cost_model affine needs BASE_MS >= 0, PER_TOKEN_MS >= 0, not both 0 (got {args})")
+        return affine(base_ms, per_token_ms)
+    raise InputError(f"cost_model must be one of {COST_MODEL_FORMS} (got {spec!r})")

@@ -1,0 +1,125 @@
+"""The cost model: seconds for each piece of an engine step, as tables.
+
+Imports: numpy and simspec.types. Every cost model is one shape: per-token
+tables for what depends on a token count alone (the target's decoder
+layers, the LM head, the vision encoder, a drafter step) and two
+coefficients for attention, whose cost depends on the context it reads:
+
+    forward(T, kv, P, L) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
+
+with T query tokens, kv context tokens read, P query x key pairs, L logit
+rows, and ``blend`` the smooth maximum of memory and compute time. Roofline
+priors, closed forms and (later) fitted profiles all render to this form,
+so the simulator and planners price any of them by table lookups, also
+inside compiled loops (``StepPrice``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from simspec.types import StepShape
+
+TABLE_TOKENS = 1 << 15  # token counts tabulated; beyond, the last slope extrapolates
+BLEND_P = 4  # p of the p-norm that blends memory-bound and compute-bound time
+
+
+def blend(memory_s, compute_s):
+    """Smooth, monotone max of memory-bound and compute-bound time."""
+    return (memory_s**BLEND_P + compute_s**BLEND_P) ** (1.0 / BLEND_P)
+
+
+def lookup(table: np.ndarray, tokens):
+    """table[tokens] for an int or int array, extrapolating past the end."""
+    last = len(table) - 1
+    if isinstance(tokens, (int, np.integer)):
+        if tokens <= last:
+            return float(table[tokens])
+        return float(table[last] + (tokens - last) * (table[last] - table[last - 1]))
+    tokens = np.asarray(tokens, dtype=np.int64)
+    inside = np.minimum(tokens, last)
+    return table[inside] + (tokens - inside) * (table[last] - table[last - 1])
+
+
+def frozen_table(values) -> np.ndarray:
+    table = np.ascontiguousarray(np.broadcast_to(np.asarray(values, dtype=float), (TABLE_TOKENS,)))
+    table.flags.writeable = False
+    return table
+
+
+ZERO_TABLE = frozen_table(0.0)
+TOKENS = np.arange(TABLE_TOKENS, dtype=float)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostModel:
+    """Seconds for the pieces of an engine step (module docstring)."""
+
+    label: str  # shown with every result, e.g. "roofline prior: H100 / LLaVA-1.5-7B"
+    calibrated: bool  # True only for models fitted to measurements of this device
+    overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
+    layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] all decoder layers by T
+    head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
+    kv_s_per_token: float = 0.0  # attention reading one context token's K/V in every layer
+    attn_s_per_pair: float = 0.0  # attention compute of one query x key pair in every layer
+    vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
+    draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
+    draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
+    select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
+    select_s_per_key: float = 0.0  # ... and per visual key scored
+
+    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens):
+        """One target forward over ``tokens`` query tokens."""
+        attention = blend(kv_read_tokens * self.kv_s_per_token, attn_pairs * self.attn_s_per_pair)
+        return lookup(self.layers_s, tokens) + lookup(self.head_s, logit_tokens) + attention
+
+    def vision_s(self, vision_tokens):
+        """Vision encoder producing ``vision_tokens`` visual tokens."""
+        return lookup(self.vision_s_table, vision_tokens)
+
+    def draft_level_s(self, tokens, kept_visual_tokens):
+        """One drafter step over ``tokens`` draft positions of the batch."""
+        return lookup(self.draft_s_table, tokens) + kept_visual_tokens * self.draft_s_per_kept
+
+    def select_s(self, requests, visual_tokens):
+        """Visual-token selection for ``requests`` requests over ``visual_tokens`` keys."""
+        return self.select_launch_s * (requests > 0) + visual_tokens * self.select_s_per_key
+
+    def step_s(self, shape: StepShape) -> float:
+        """Seconds for one engine step."""
+        total = self.overhead_s + self.forward_s(shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
+                                                 shape.logit_tokens)
+        if shape.vision_tokens:
+            total += self.vision_s(shape.vision_tokens)
+        for tokens in shape.draft_level_tokens:
+            total += self.draft_level_s(tokens, shape.draft_kept_visual_tokens)
+        if shape.select_requests:
+            total += self.select_s(shape.select_requests, shape.select_visual_tokens)
+        return float(total)
+
+    def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
+        """Extra seconds for one more verified token (of a request with
+        ``context_tokens`` of context) in a step of this shape: near zero in
+        the memory-bound region, the compute slope beyond the knee."""
+        t, kv, pairs, logits = shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens
+        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1) - self.forward_s(t, kv, pairs, logits))
+
+
+class StepPrice(NamedTuple):
+    """A step's price as a function of the draft tokens added to it, in a
+    form compiled planners read: cost(n, P, d) = fixed_s + layers[tokens0 + n]
+    + head[logits0 + n] + blend(kv * kv_s, (pairs0 + P) * pair_s) + draft_s[d]."""
+
+    fixed_s: float
+    tokens0: int
+    logits0: int
+    kv_tokens: int
+    pairs0: int
+    kv_s_per_token: float
+    attn_s_per_pair: float
+    layers_s: np.ndarray
+    head_s: np.ndarray
+    draft_s: np.ndarray  # [MAX_DEPTH + 1] drafting d levels, selection included (0 for d = 0)

@@ -1,0 +1,149 @@
+"""Spec sheets: model shapes and GPU datasheet numbers.
+
+Imports: stdlib and simspec.types. The numbers are public architecture
+configs (Hugging Face ``config.json`` of each model) and vendor datasheets;
+per-layer costs are scaled to whole models from these shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simspec.types import InputError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """Shape of a VLM: decoder LM, vision encoder, and its EAGLE-style drafter."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    mlp_hidden: int  # gated MLP (gate + up + down)
+    vocab: int
+    max_context_tokens: int
+    visual_tokens_per_image: int  # 0 = text-only model
+    vision_layers: int = 0
+    vision_hidden: int = 0
+    vision_mlp_hidden: int = 0
+    vision_patches_per_image: int = 0  # tokens through the vision encoder per image
+    dtype_bytes: int = 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def multimodal(self) -> bool:
+        return self.visual_tokens_per_image > 0
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer (attention projections + gated MLP)."""
+        kv = self.kv_heads * self.head_dim
+        return self.hidden * (2 * self.hidden + 2 * kv) + 3 * self.hidden * self.mlp_hidden
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def vision_params(self) -> int:
+        h, m = self.vision_hidden, self.vision_mlp_hidden
+        return self.vision_layers * (4 * h * h + 2 * h * m)
+
+    @property
+    def drafter_params(self) -> int:
+        """EAGLE drafter: fc over [feature, embedding] + one decoder layer; it
+        shares the target's LM head (counted in the drafter step's cost)."""
+        return 2 * self.hidden * self.hidden + self.layer_params
+
+    @property
+    def weight_bytes(self) -> int:
+        total = (
+            self.layers * self.layer_params
+            + 2 * self.lm_head_params  # embeddings + LM head
+            + self.vision_params
+            + self.drafter_params
+        )
+        return total * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """Datasheet numbers of one accelerator (dense, no sparsity)."""
+
+    name: str
+    slug: str
+    memory_bytes: float
+    hbm_bytes_per_s: float
+    bf16_flops: float
+
+
+_GB = 1e9
+_CLIP_L_336 = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
+_QWEN2_VIT = dict(vision_layers=32, vision_hidden=1280, vision_mlp_hidden=5120)
+_VICUNA_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=32, mlp_hidden=11008, vocab=32000)
+_VICUNA_13B = dict(layers=40, hidden=5120, heads=40, kv_heads=40, mlp_hidden=13824, vocab=32000)
+_QWEN2_7B = dict(layers=28, hidden=3584, heads=28, kv_heads=4, mlp_hidden=18944, vocab=152064)
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(name="LLaVA-1.5-7B", **_VICUNA_7B, max_context_tokens=4096,
+                  visual_tokens_per_image=576, vision_patches_per_image=577, **_CLIP_L_336),
+        ModelSpec(name="LLaVA-1.5-13B", **_VICUNA_13B, max_context_tokens=4096,
+                  visual_tokens_per_image=576, vision_patches_per_image=577, **_CLIP_L_336),
+        # AnyRes: up to 4 tiles + one global view, 576 tokens each.
+        ModelSpec(name="LLaVA-1.6-7B", **_VICUNA_7B, max_context_tokens=4096,
+                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336),
+        ModelSpec(name="LLaVA-1.6-13B", **_VICUNA_13B, max_context_tokens=4096,
+                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336),
+        # Dynamic resolution; 1024 visual tokens (a 896x896 image after 2x2 merge).
+        ModelSpec(name="Qwen2-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+        ModelSpec(name="Qwen2.5-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+        ModelSpec(name="Qwen2.5-VL-3B", layers=36, hidden=2048, heads=16, kv_heads=2,
+                  mlp_hidden=11008, vocab=151936, max_context_tokens=32768,
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+        # Text-only language models (LLaVA-1.5-7B's LM; Vidur's profiled shape).
+        ModelSpec(name="Vicuna-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
+        ModelSpec(name="Llama-2-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
+    )
+}
+
+GPUS: dict[str, GpuSpec] = {
+    spec.slug: spec
+    for spec in (
+        GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", slug="h100-sxm", memory_bytes=80 * _GB,
+                hbm_bytes_per_s=3.35e12, bf16_flops=989e12),
+        GpuSpec(name="NVIDIA H200 141GB HBM3e", slug="h200", memory_bytes=141 * _GB,
+                hbm_bytes_per_s=4.8e12, bf16_flops=989e12),
+        GpuSpec(name="NVIDIA A100 80GB (SXM)", slug="a100-80gb", memory_bytes=80 * _GB,
+                hbm_bytes_per_s=2.039e12, bf16_flops=312e12),
+        GpuSpec(name="NVIDIA L40S 48GB", slug="l40s", memory_bytes=48 * _GB,
+                hbm_bytes_per_s=0.864e12, bf16_flops=362e12),
+    )
+}
+
+
+def _lookup(table: dict, key: str, field: str):
+    folded = {k.lower(): v for k, v in table.items()}
+    if key.lower() not in folded:
+        raise InputError(f"{field} must be one of {', '.join(table)} (got {key!r})")
+    return folded[key.lower()]
+
+
+def model_spec(name: str) -> ModelSpec:
+    return _lookup(MODELS, name, "model")
+
+
+def gpu_spec(slug: str) -> GpuSpec:
+    return _lookup(GPUS, slug, "device")

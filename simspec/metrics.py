@@ -1,0 +1,218 @@
+"""Serving metrics of a run, named and defined as ``vllm bench serve`` does.
+
+Imports: the standard library, numpy and simspec.types.
+
+Latencies (per request unless said otherwise, reported in ms):
+
+- ``ttft`` = first_token_s - arrival_s
+- ``e2el`` = finish_s - arrival_s
+- ``tpot`` = (e2el - ttft) / (output_tokens - 1), only for requests with more
+  than one output token (vLLM leaves the others out of the statistics)
+- ``itl``  = gaps between consecutive emitted chunks of one request, pooled
+  over all requests; the first chunk is the first token, so a request with c
+  chunks gives c - 1 gaps.
+
+Each as mean, median, std (population, ddof=0), p90, p95, p99 (numpy's
+default linear percentiles). An empty population gives NaN, never an error.
+Only completed requests count: those with a finite ``first_token_s`` and
+``finish_s`` (an interrupted run may log requests that never finished).
+
+Speculative decoding, from the per-round arrays of the log:
+
+- ``spec_decode_acceptance_length`` = 1 + accepted / rounds_total: tokens
+  emitted per verification round, AR rounds included (1.0 with no drafts).
+- ``spec_decode_draft_acceptance_rate`` = accepted / drafted tokens over
+  drafted rounds, a fraction in [0, 1] (vLLM's ``acceptance_rate`` is the
+  same ratio in percent).
+- ``spec_decode_per_position_acceptance_rates`` (only in
+  :func:`summarize_full`): at depth j, drafted rounds that accepted at least j
+  tokens over drafted rounds that planned depth >= j.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simspec.types import RunLog, require
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "std", "p90", "p95", "p99")
+
+_NAN = float("nan")
+
+
+def summarize(
+    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+) -> dict[str, float]:
+    """Every scalar metric of ``log``, keyed by its vLLM-style name.
+
+    ``request_goodput`` (requests meeting every given SLO, per second) is
+    present only when an SLO is given. As in vLLM an SLO is met when the
+    latency is <= the SLO, and a request with one output token has tpot 0 for
+    goodput. ``completed`` and ``preemptions`` are ints; the rest are floats.
+    """
+    for name, slo in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
+        require(
+            slo is None or (math.isfinite(slo) and slo > 0),
+            f"{name} must be a positive number of milliseconds, got {slo}",
+        )
+    req = _request_columns(log)
+    done = np.isfinite(req["first_token_s"]) & np.isfinite(req["finish_s"])
+    duration_s = float(log.end_s - log.start_s)
+
+    arrival_s = req["arrival_s"][done]
+    ttft_s = req["first_token_s"][done] - arrival_s
+    e2el_s = req["finish_s"][done] - arrival_s
+    output_tokens = req["output_tokens"][done]
+    multi = output_tokens > 1
+    tpot_s = np.zeros(ttft_s.size)  # 0 for single-token requests, as vLLM's goodput
+    tpot_s[multi] = (e2el_s[multi] - ttft_s[multi]) / (output_tokens[multi] - 1)
+    done_ids = req["id"][done] if not done.all() else None
+
+    out: dict[str, float] = {
+        "completed": int(done.sum()),
+        "duration_s": duration_s,
+        "request_throughput": _per_s(done.sum(), duration_s),
+    }
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = np.ones(ttft_s.size, dtype=bool)
+        if slo_ttft_ms is not None:
+            good &= ttft_s * 1e3 <= slo_ttft_ms
+        if slo_tpot_ms is not None:
+            good &= tpot_s * 1e3 <= slo_tpot_ms
+        out["request_goodput"] = _per_s(good.sum(), duration_s)
+    out["output_throughput"] = _per_s(output_tokens.sum(), duration_s)
+    out["total_token_throughput"] = _per_s(
+        output_tokens.sum() + req["prompt_tokens"][done].sum(), duration_s
+    )
+
+    populations_s = {
+        "ttft": ttft_s,
+        "tpot": tpot_s[multi],
+        "itl": _itl_s(log, done_ids),
+        "e2el": e2el_s,
+    }
+    for name in LATENCIES:
+        out.update(_stats_ms(name, populations_s[name]))
+
+    out.update(_acceptance(log))
+    queue_s = req["admitted_s"] - req["arrival_s"]
+    queue_s = queue_s[np.isfinite(queue_s)]
+    out["mean_queue_delay_ms"] = float(queue_s.mean() * 1e3) if queue_s.size else _NAN
+    out["gpu_busy_fraction"] = _per_s(np.sum(log.step_duration_s, dtype=float), duration_s)
+    plans = np.asarray(log.step_plans, dtype=np.int64).reshape(-1, 3)
+    rounds = plans.sum(axis=0)  # [3] AR / linear / tree
+    total = int(rounds.sum())
+    for kind, count in zip(("ar", "linear", "tree"), rounds):
+        out[f"plan_share_{kind}"] = float(count / total) if total else _NAN
+    out["preemptions"] = int(req["preemptions"].sum())
+    return out
+
+
+def summarize_full(
+    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+) -> dict[str, float | list[float]]:
+    """:func:`summarize` plus ``spec_decode_per_position_acceptance_rates``."""
+    out: dict[str, float | list[float]] = dict(
+        summarize(log, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    )
+    out["spec_decode_per_position_acceptance_rates"] = per_position_acceptance(log)
+    return out
+
+
+def per_position_acceptance(log: RunLog, max_depth: int | None = None) -> list[float]:
+    """Acceptance rate at draft positions 1..max_depth (default: deepest plan).
+
+    Rate j = drafted rounds with accepted >= j / drafted rounds with planned
+    depth >= j; NaN where no round planned that deep.
+    """
+    accepted = np.asarray(log.round_accepted, dtype=np.int64)  # [Rd]
+    depth = np.asarray(log.round_depth, dtype=np.int64)  # [Rd]
+    if max_depth is None:
+        max_depth = int(depth.max()) if depth.size else 0
+    if max_depth < 0:
+        raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+    reached = _at_least(accepted, max_depth)  # [max_depth]
+    planned = _at_least(depth, max_depth)  # [max_depth]
+    rates = np.full(max_depth, np.nan)
+    np.divide(reached, planned, out=rates, where=planned > 0)
+    return [float(r) for r in rates]
+
+
+def _at_least(values: np.ndarray, max_depth: int) -> np.ndarray:
+    """[max_depth] count of values >= j for j = 1..max_depth."""
+    counts = np.bincount(np.clip(values, 0, max_depth), minlength=max_depth + 1)
+    return np.cumsum(counts[::-1])[::-1][1:]
+
+
+def _acceptance(log: RunLog) -> dict[str, float]:
+    accepted = np.asarray(log.round_accepted, dtype=np.int64)  # [Rd]
+    drafted = np.asarray(log.round_drafted, dtype=np.int64)  # [Rd]
+    if accepted.size and log.rounds_total < accepted.size:
+        raise ValueError(
+            f"RunLog.rounds_total ({log.rounds_total}) must count every round, "
+            f"including the {accepted.size} drafted ones"
+        )
+    total_accepted = int(accepted.sum())
+    total_drafted = int(drafted.sum())
+    length = 1.0 + total_accepted / log.rounds_total if accepted.size else 1.0
+    return {
+        "spec_decode_acceptance_length": length,
+        "spec_decode_draft_acceptance_rate": (
+            total_accepted / total_drafted if total_drafted else _NAN
+        ),
+    }
+
+
+def _itl_s(log: RunLog, keep_ids: np.ndarray | None) -> np.ndarray:
+    """[C - requests] pooled gaps between consecutive chunks of a request."""
+    request = np.asarray(log.chunk_request)  # [C]
+    time_s = np.asarray(log.chunk_time_s, dtype=float)  # [C]
+    if keep_ids is not None:
+        keep = np.isin(request, keep_ids)
+        request, time_s = request[keep], time_s[keep]
+    # A stable sort keeps each request's chunks in log order, which is
+    # emission order; only a log recorded out of order pays for the lexsort.
+    order = np.argsort(request, kind="stable")
+    request, time_s = request[order], time_s[order]
+    same = request[1:] == request[:-1]  # [C - 1]
+    gaps = np.diff(time_s)[same]
+    if np.any(gaps < 0):
+        order = np.lexsort((time_s, request))
+        gaps = np.diff(time_s[order])[same]  # request[order] == request: same mask
+    return gaps
+
+
+def _stats_ms(name: str, values_s: np.ndarray) -> dict[str, float]:
+    x = np.asarray(values_s, dtype=float) * 1e3
+    if x.size == 0:
+        return {f"{stat}_{name}_ms": _NAN for stat in STATS}
+    p90, p95, p99 = np.percentile(x, [90, 95, 99])
+    values = (x.mean(), np.median(x), x.std(), p90, p95, p99)
+    return {f"{stat}_{name}_ms": float(v) for stat, v in zip(STATS, values)}
+
+
+def _per_s(amount, duration_s: float) -> float:
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        return _NAN
+    return float(amount) / duration_s
+
+
+def _request_columns(log: RunLog) -> dict[str, np.ndarray]:
+    records = log.requests
+    n = len(records)
+    floats = ("arrival_s", "admitted_s", "first_token_s", "finish_s")
+    ints = ("id", "prompt_tokens", "output_tokens", "preemptions")
+    cols = {
+        name: np.fromiter((getattr(r, name) for r in records), dtype=float, count=n)
+        for name in floats
+    }
+    cols.update(
+        {
+            name: np.fromiter((getattr(r, name) for r in records), dtype=np.int64, count=n)
+            for name in ints
+        }
+    )
+    return cols

@@ -1,0 +1,291 @@
+"""Run folders: where a run (simulated or live, several policies) leaves its
+results, and the text table the CLI prints.
+
+Imports: the standard library, numpy, matplotlib (Agg canvas, never pyplot),
+simspec.types and simspec.metrics.
+
+A run folder holds ``MARKER`` (the run's meta as JSON), ``config.toml`` (the
+resolved config), ``metrics.json`` ({policy: {metric: value}}, NaN as null),
+``requests.csv`` (one row per request per policy) and three plots:
+``latency_cdf.png``, ``plan_mix.png`` and ``throughput.png``. Every file is
+written to a temporary file in the folder and renamed over its name, so a
+crash never leaves a half-written file. Plots are drawn on
+``matplotlib.figure.Figure`` with the Agg canvas rather than through pyplot,
+so writing a run is headless and leaves the caller's pyplot backend alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from simspec.types import RunLog, require
+
+MARKER = "simspec-run.json"
+"""A file that marks a folder as a simspec run folder; holds the run's meta."""
+
+CSV_COLUMNS = (
+    "id", "policy", "arrival_s", "admitted_s", "first_token_s", "finish_s",
+    "prompt_tokens", "output_tokens", "images", "visual_tokens", "preemptions",
+)  # fmt: skip
+TIME_BINS = 60
+"""Time bins of the plan-mix and throughput plots."""
+
+_PLAN_LABELS = ("AR", "linear", "tree")
+
+
+def prepare(path) -> Path:
+    """Create the run folder ``path`` (and its parents) and return it.
+
+    An existing folder is accepted when it is empty or is a run folder (has
+    ``MARKER``); its files are then overwritten. Anything else raises
+    :class:`simspec.types.InputError`, so ``--out`` never clobbers a folder
+    the user keeps other things in.
+    """
+    folder = Path(path)
+    if folder.exists():
+        require(
+            folder.is_dir() and ((folder / MARKER).is_file() or not any(folder.iterdir())),
+            f"--out {path} exists and is not a simspec run folder (no {MARKER}); "
+            "choose a new folder",
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def write_run(
+    path,
+    *,
+    logs: list[RunLog],
+    metrics: dict[str, dict[str, float]],
+    config_toml: str,
+    meta: dict,
+) -> None:
+    """Write every file of a run folder (see the module docstring).
+
+    ``metrics`` is {policy: summarize(log)}; ``meta`` (seed, cost-model label,
+    calibrated or not, simspec version, ...) is dumped to ``MARKER`` with
+    sorted keys. Identical inputs give byte-identical JSON, CSV and TOML.
+    """
+    if not logs:
+        raise ValueError("write_run needs at least one RunLog")
+    folder = prepare(path)
+    # The marker goes first: a run interrupted half-way still leaves a folder
+    # that prepare() accepts, so rerunning with the same --out works.
+    _write_text(folder / MARKER, _dump_json(meta))
+    _write_text(folder / "config.toml", config_toml)
+    _write_text(folder / "metrics.json", _dump_json(metrics))
+    write_requests_csv(logs, folder / "requests.csv")
+    edges = _time_edges(logs)
+    _write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))
+    _write_png(folder / "plan_mix.png", _plot_plan_mix(logs, edges))
+    _write_png(folder / "throughput.png", _plot_throughput(logs, edges))
+
+
+def write_requests_csv(log: RunLog | list[RunLog], path) -> None:
+    """Write the ``requests.csv`` rows of one log or several to ``path``
+    (atomically): one row per request per policy, sorted by id within a
+    policy, floats as ``%.9f`` so identical logs give identical bytes."""
+    logs = [log] if isinstance(log, RunLog) else list(log)
+    _write_text(Path(path), _requests_csv(logs))
+
+
+def format_table(metrics: dict[str, dict[str, float]], columns: list[str]) -> str:
+    """A fixed-width text table: a header, a rule, then one row per policy.
+
+    A metric missing for one policy shows as ``-``; a column no policy has
+    raises :class:`simspec.types.InputError` (it is usually a typo).
+    """
+    known = set().union(*(m.keys() for m in metrics.values()))
+    unknown = [c for c in columns if c not in known]
+    require(
+        not metrics or not unknown,
+        f"unknown metric column(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}",
+    )
+    header = ["policy", *columns]
+    rows = [[policy, *(_cell(m.get(c)) for c in columns)] for policy, m in metrics.items()]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(w) for cell, w in zip(cells[1:], widths[1:]))
+        return "  ".join((first, *rest)).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return "/".join(_cell(v) for v in value)
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else str(value)
+    return f"{value:.2f}" if value == 0 or abs(value) >= 1 else f"{value:.4f}"
+
+
+# --- files ------------------------------------------------------------------
+
+
+def _write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write via a temporary file in the same folder, then rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    data = text.encode("utf-8")
+    _write_atomic(path, lambda f: f.write(data))
+
+
+def _write_png(path: Path, fig: Figure) -> None:
+    FigureCanvasAgg(fig)
+    _write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+
+
+def _dump_json(obj) -> str:
+    return json.dumps(_jsonable(obj), sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def _jsonable(x):
+    """Plain JSON values: numpy scalars unwrapped, NaN and inf as null."""
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x
+
+
+def _requests_csv(logs: list[RunLog]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for log in logs:
+        for r in sorted(log.requests, key=lambda r: r.id):
+            writer.writerow(
+                (
+                    r.id, log.policy,
+                    f"{r.arrival_s:.9f}", f"{r.admitted_s:.9f}",
+                    f"{r.first_token_s:.9f}", f"{r.finish_s:.9f}",
+                    r.prompt_tokens, r.output_tokens, r.images, r.visual_tokens,
+                    r.preemptions,
+                )
+            )  # fmt: skip
+    return buf.getvalue()
+
+
+# --- plots ------------------------------------------------------------------
+
+
+def _latencies_ms(log: RunLog) -> dict[str, np.ndarray]:
+    """Per completed request: ttft and e2el in ms (definitions in metrics)."""
+    n = len(log.requests)
+    times = {
+        name: np.fromiter((getattr(r, name) for r in log.requests), dtype=float, count=n)
+        for name in ("arrival_s", "first_token_s", "finish_s")
+    }
+    done = np.isfinite(times["first_token_s"]) & np.isfinite(times["finish_s"])
+    arrival_s = times["arrival_s"][done]
+    return {
+        "ttft": (times["first_token_s"][done] - arrival_s) * 1e3,
+        "e2el": (times["finish_s"][done] - arrival_s) * 1e3,
+    }
+
+
+def _plot_latency_cdf(logs: list[RunLog]) -> Figure:
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    panels = fig.subplots(1, 2, squeeze=False)[0]
+    latencies = [_latencies_ms(log) for log in logs]
+    for ax, (name, label) in zip(panels, (("ttft", "TTFT"), ("e2el", "E2E latency"))):
+        for log, lat in zip(logs, latencies):
+            x = np.sort(lat[name][lat[name] > 0])  # log-x: drop zero latencies
+            if x.size:
+                ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", label=log.policy)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{label} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{label} CDF")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")
+    return fig
+
+
+def _time_edges(logs: list[RunLog]) -> np.ndarray:
+    """[TIME_BINS + 1] bin edges shared by all policies, so panels line up."""
+    start_s = min(log.start_s for log in logs)
+    end_s = max(log.end_s for log in logs)
+    if not (math.isfinite(start_s) and math.isfinite(end_s) and end_s > start_s):
+        start_s, end_s = 0.0, 1.0
+    return np.linspace(start_s, end_s, TIME_BINS + 1)
+
+
+def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> Figure:
+    fig = Figure(figsize=(8, 0.6 + 1.6 * len(logs)), layout="constrained")
+    axes = fig.subplots(len(logs), 1, sharex=True, squeeze=False)[:, 0]
+    centers = (edges[:-1] + edges[1:]) / 2
+    for ax, log in zip(axes, logs):
+        plans = np.asarray(log.step_plans, dtype=float).reshape(-1, 3)  # [S, 3]
+        start_s = np.asarray(log.step_start_s, dtype=float)  # [S]
+        rounds = np.stack(
+            [np.histogram(start_s, edges, weights=plans[:, k])[0] for k in range(3)]
+        )  # [3, TIME_BINS]
+        total = rounds.sum(axis=0)
+        shares = np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
+        ax.stackplot(centers, shares, labels=_PLAN_LABELS, alpha=0.85, step="mid")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share of rounds")
+        ax.set_title(log.policy, fontsize="medium", loc="left")
+    axes[0].legend(loc="upper right", ncols=3, fontsize="small")
+    axes[-1].set_xlabel("time (s)")
+    return fig
+
+
+def _plot_throughput(logs: list[RunLog], edges: np.ndarray) -> Figure:
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    centers = (edges[:-1] + edges[1:]) / 2
+    width_s = np.diff(edges)
+    for log in logs:
+        tokens, _ = np.histogram(
+            np.asarray(log.chunk_time_s, dtype=float),
+            edges,
+            weights=np.asarray(log.chunk_tokens, dtype=float),
+        )
+        ax.plot(centers, tokens / width_s, label=log.policy)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("output tokens/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Output throughput")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right")
+    return fig

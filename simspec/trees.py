@@ -1,0 +1,217 @@
+"""Draft-tree geometry on rank-path codes, vectorised over a batch.
+
+Imports: numpy, numba and simspec.types. Shared by the acceptance model (to
+fit presets under a published draft setting), the policies (to build plans)
+and the serving model (to accept). A node is named by the ranks of its
+tokens among the drafter's candidates along its root path; ``code`` packs
+them 4 bits a depth, depth 1 lowest (types.py glossary). Linear drafts are
+the rank-1 chain; a tree is any parent-closed set of codes.
+
+EAGLE-2's dynamic tree (Li et al. 2024, sec. 4): expand depth by depth, each
+level growing the ``topk`` best frontier nodes (by path confidence, the
+product of confidences along the path) into ``topk`` children each; then
+rerank every generated node and keep the ``budget`` best. Path confidence
+never grows with depth, so the kept set is a tree.
+
+The loops run under numba: a simulated hour of serving plans and accepts
+some 300,000 steps, and these small per-step loops would dominate in numpy.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from simspec.types import MAX_DEPTH, MAX_RANK, RANK_BITS
+
+_DEPTH_TIEBREAK = 1e-9  # prefer the parent when a child ties its value
+_DEPTH_START = np.int64(1) << (RANK_BITS * np.arange(MAX_DEPTH + 1, dtype=np.int64))  # smallest code of each depth + 1
+
+jit = numba.njit(cache=True, nogil=True)
+
+
+def chain_codes(k: int) -> np.ndarray:
+    """Codes of the rank-1 chain of depths 1..k: [k] int64."""
+    depth = np.arange(k, dtype=np.int64)
+    return np.cumsum(np.int64(1) << (RANK_BITS * depth))
+
+
+def code_depth(codes: np.ndarray) -> np.ndarray:
+    """Depth of each code (0 for the root or an unused -1 slot)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    return np.where(codes > 0, np.searchsorted(_DEPTH_START, codes, side="right"), 0)
+
+
+def path_codes(ranks: np.ndarray) -> np.ndarray:
+    """Codes of every prefix of rank paths: ranks [B, D] (0 = none) -> [B, D].
+
+    A prefix that passes through rank 0 gets code -1 (it names no node)."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    shifts = RANK_BITS * np.arange(ranks.shape[-1], dtype=np.int64)
+    codes = np.cumsum(ranks << shifts, axis=-1)
+    broken = np.cumsum(ranks == 0, axis=-1) > 0
+    return np.where(broken, -1, codes)
+
+
+@jit
+def accepted_length(plan_codes: np.ndarray, true_ranks: np.ndarray) -> np.ndarray:
+    """Accepted draft tokens per request: the depth of the deepest node on the
+    target's own path that the plan holds (greedy, lossless verification).
+
+    plan_codes: [B, M] int64, -1 unused; true_ranks: [B, D] int (0 = the
+    target's token is none of the drafter's candidates)."""
+    b, m = plan_codes.shape
+    out = np.zeros(b, dtype=np.int64)
+    for i in range(b):
+        code = np.int64(0)
+        for d in range(true_ranks.shape[1]):
+            r = true_ranks[i, d]
+            if r == 0:
+                break
+            code += np.int64(r) << (RANK_BITS * d)
+            held = False
+            for j in range(m):
+                if plan_codes[i, j] == code:
+                    held = True
+                    break
+            if not held:
+                break
+            out[i] = d + 1
+    return out
+
+
+@jit
+def _expand(conf: np.ndarray, depth: int, topk: int):
+    b = conf.shape[0]
+    m = topk + (depth - 1) * topk * topk
+    codes = np.empty((b, m), dtype=np.int64)
+    values = np.empty((b, m))
+    depths = np.empty(m, dtype=np.int64)
+    depths[:topk] = 1
+    for d in range(1, depth):
+        depths[topk + (d - 1) * topk * topk: topk + d * topk * topk] = d + 1
+    logc = np.log(np.maximum(conf[:, :depth, :topk], 1e-30))
+    front_code = np.empty(topk, dtype=np.int64)
+    front_val = np.empty(topk)
+    child_code = np.empty(topk * topk, dtype=np.int64)
+    child_val = np.empty(topk * topk)
+    for i in range(b):
+        for r in range(topk):
+            front_code[r] = r + 1
+            front_val[r] = logc[i, 0, r]
+            codes[i, r] = r + 1
+            values[i, r] = front_val[r]
+        at = topk
+        for d in range(1, depth):
+            shift = RANK_BITS * d
+            for f in range(topk):
+                for r in range(topk):
+                    child_code[f * topk + r] = front_code[f] + (np.int64(r + 1) << shift)
+                    child_val[f * topk + r] = front_val[f] + logc[i, d, r]
+            codes[i, at: at + topk * topk] = child_code
+            values[i, at: at + topk * topk] = child_val
+            at += topk * topk
+            best = np.argsort(-child_val, kind="mergesort")[:topk]
+            for f in range(topk):
+                front_code[f] = child_code[best[f]]
+                front_val[f] = child_val[best[f]]
+    return codes, np.exp(values), depths
+
+
+def expand(conf: np.ndarray, depth: int, topk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """EAGLE-2 expansion: every node the drafter generates, with its path
+    confidence.
+
+    conf: [B, D, R] drafter confidence of the rank-r candidate at depth d
+    (D >= depth, R >= topk). Returns codes [B, M], path confidence [B, M]
+    (unsorted) and the depth of each column [M],
+    M = topk + (depth - 1) * topk**2.
+    """
+    return _expand(conf, depth, topk)
+
+
+def best_nodes(codes: np.ndarray, values: np.ndarray, depths: np.ndarray, budget: int) -> np.ndarray:
+    """The ``budget`` best nodes of each row (unordered; parents win ties, so
+    the result is parent-closed): [B, min(budget, M)] codes."""
+    if budget >= codes.shape[1]:
+        return codes
+    key = values - _DEPTH_TIEBREAK * depths
+    best = np.argpartition(-key, budget - 1, axis=1)[:, :budget]
+    return np.take_along_axis(codes, best, axis=1)
+
+
+def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarray:
+    """The ``budget`` best nodes of the EAGLE-2 expansion: [B, budget] codes."""
+    codes, values, depths = expand(conf, depth, topk)
+    return best_nodes(codes, values, depths, budget)
+
+
+@jit
+def ranked_candidates(values: np.ndarray, codes: np.ndarray, depths: np.ndarray, remaining: np.ndarray,
+                      floor: float, max_nodes: int):
+    """Candidate nodes of the whole batch, best value first (parents before
+    tied children): rows, codes, values and depths, at most ``max_nodes``,
+    dropping values <= ``floor`` and nodes past a request's last token."""
+    b, m = values.shape
+    n = 0
+    rows = np.empty(b * m, dtype=np.int64)
+    cols = np.empty(b * m, dtype=np.int64)
+    keys = np.empty(b * m)
+    for i in range(b):
+        for j in range(m):
+            if values[i, j] > floor and depths[i, j] < remaining[i]:
+                rows[n] = i
+                cols[n] = j
+                keys[n] = -(values[i, j] - _DEPTH_TIEBREAK * depths[i, j])
+                n += 1
+    order = np.argsort(keys[:n], kind="mergesort")[:max_nodes]
+    k = len(order)
+    out_rows = np.empty(k, dtype=np.int64)
+    out_codes = np.empty(k, dtype=np.int64)
+    out_values = np.empty(k)
+    out_depths = np.empty(k, dtype=np.int64)
+    for t in range(k):
+        i, j = rows[order[t]], cols[order[t]]
+        out_rows[t], out_codes[t], out_values[t], out_depths[t] = i, codes[i, j], values[i, j], depths[i, j]
+    return out_rows, out_codes, out_values, out_depths
+
+
+@jit
+def pack_rows(rows: np.ndarray, codes: np.ndarray, b: int):
+    """Scatter (row, code) pairs into a -1 padded [B, M] matrix, with each
+    row's node count, depth and PlanKind (0 AR, 1 linear: a rank-1 chain,
+    2 tree)."""
+    counts = np.zeros(b, dtype=np.int64)
+    for t in range(len(rows)):
+        counts[rows[t]] += 1
+    width = counts.max() if b else 0
+    out = np.full((b, width), -1, dtype=np.int64)
+    depth = np.zeros(b, dtype=np.int64)
+    chain = np.ones(b, dtype=np.bool_)
+    fill = np.zeros(b, dtype=np.int64)
+    for t in range(len(rows)):
+        i = rows[t]
+        out[i, fill[i]] = codes[t]
+        fill[i] += 1
+        d = 0
+        c = codes[t]
+        while c > 0:
+            if (c & MAX_RANK) != 1:
+                chain[i] = False
+            c >>= RANK_BITS
+            d += 1
+        if d > depth[i]:
+            depth[i] = d
+    kind = np.zeros(b, dtype=np.int8)
+    for i in range(b):
+        if counts[i] > 0:
+            kind[i] = 1 if chain[i] and counts[i] == depth[i] else 2
+    return out, counts, depth, kind
+
+
+def check_limits(depth: int, topk: int) -> None:
+    """Raise ValueError when a tree cannot be named by 4-bit rank codes."""
+    if not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f"depth must be in 1..{MAX_DEPTH} (got {depth})")
+    if not 1 <= topk <= MAX_RANK:
+        raise ValueError(f"topk must be in 1..{MAX_RANK} (got {topk})")

@@ -1,0 +1,350 @@
+"""Metrics on tiny hand-built logs (values computed by hand), and run folders.
+
+Times are dyadic fractions so every latency is exact in floating point and
+SLO boundaries (<=) are tested without rounding luck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simspec.metrics import (
+    LATENCIES,
+    STATS,
+    per_position_acceptance,
+    summarize,
+    summarize_full,
+)
+from simspec.runfolder import MARKER, format_table, prepare, write_run
+from simspec.types import InputError, RequestRecord, RunLog
+
+REL = 1e-12
+
+
+def request(id, arrival_s, admitted_s, first_token_s, finish_s, output_tokens, **kw):
+    return RequestRecord(
+        id=id,
+        arrival_s=arrival_s,
+        admitted_s=admitted_s,
+        first_token_s=first_token_s,
+        finish_s=finish_s,
+        prompt_tokens=kw.pop("prompt_tokens", 10),
+        output_tokens=output_tokens,
+        images=kw.pop("images", 1),
+        visual_tokens=kw.pop("visual_tokens", 576),
+        **kw,
+    )
+
+
+def make_log(**overrides) -> RunLog:
+    """Two requests.
+
+    r0: arrives 0, admitted 0.125, chunks at 0.5 (1 tok), 0.75 (2), 1.5 (2):
+        ttft 500 ms, e2el 1500 ms, tpot (1500 - 500) / 4 = 250 ms, itl 250, 750.
+    r1: arrives 0.25, admitted 0.25, one chunk at 1.0 (1 tok):
+        ttft 750 ms, e2el 750 ms, no tpot, no itl.
+    Drafted rounds (accepted / depth / drafted): 2/3/3, 0/2/2, 3/3/5 (tree),
+    1/1/1; 6 rounds in all, so two were AR.
+    """
+    fields = dict(
+        policy="linear-3",
+        requests=(
+            request(0, 0.0, 0.125, 0.5, 1.5, 5, prompt_tokens=10, preemptions=1),
+            request(1, 0.25, 0.25, 1.0, 1.0, 1, prompt_tokens=20, preemptions=2),
+        ),
+        # interleaved across requests, as a replica emits them
+        chunk_request=np.array([0, 0, 1, 0]),
+        chunk_time_s=np.array([0.5, 0.75, 1.0, 1.5]),
+        chunk_tokens=np.array([1, 2, 1, 2]),
+        round_accepted=np.array([2, 0, 3, 1]),
+        round_depth=np.array([3, 2, 3, 1]),
+        round_drafted=np.array([3, 2, 5, 1]),
+        step_start_s=np.array([0.25, 0.5, 1.0]),
+        step_duration_s=np.array([0.25, 0.25, 0.25]),
+        step_plans=np.array([[1, 1, 0], [0, 2, 0], [1, 0, 1]]),
+        step_batch=np.array([1, 2, 2]),
+        start_s=0.0,
+        end_s=1.5,
+        rounds_total=6,
+    )
+    fields.update(overrides)
+    return RunLog(**fields)
+
+
+def empty_log(**overrides) -> RunLog:
+    ints, floats = np.zeros(0, dtype=np.int64), np.zeros(0)
+    fields = dict(
+        policy="ar",
+        requests=(),
+        chunk_request=ints,
+        chunk_time_s=floats,
+        chunk_tokens=ints,
+        round_accepted=ints,
+        round_depth=ints,
+        round_drafted=ints,
+        step_start_s=floats,
+        step_duration_s=floats,
+        step_plans=np.zeros((0, 3), dtype=np.int64),
+        step_batch=ints,
+        start_s=0.0,
+        end_s=0.0,
+    )
+    fields.update(overrides)
+    return RunLog(**fields)
+
+
+# mean, median, std (ddof=0), p90, p95, p99 of each population, in ms
+EXPECTED_LATENCIES = {
+    "ttft": (625.0, 625.0, 125.0, 725.0, 737.5, 747.5),  # [500, 750]
+    "tpot": (250.0, 250.0, 0.0, 250.0, 250.0, 250.0),  # [250]
+    "itl": (500.0, 500.0, 250.0, 700.0, 725.0, 745.0),  # [250, 750]
+    "e2el": (1125.0, 1125.0, 375.0, 1425.0, 1462.5, 1492.5),  # [1500, 750]
+}
+
+
+@pytest.mark.parametrize("name", LATENCIES)
+def test_latency_stats_match_hand_computation(name):
+    summary = summarize(make_log())
+    got = [summary[f"{stat}_{name}_ms"] for stat in STATS]
+    assert got == pytest.approx(EXPECTED_LATENCIES[name], rel=REL, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_itl_does_not_depend_on_chunk_order(seed):
+    """Chunks logged in any order give the same pooled gaps as emission order."""
+    log = make_log()
+    order = np.random.default_rng(seed).permutation(log.chunk_request.size)
+    shuffled = dataclasses.replace(
+        log,
+        chunk_request=log.chunk_request[order],
+        chunk_time_s=log.chunk_time_s[order],
+        chunk_tokens=log.chunk_tokens[order],
+    )
+    want = summarize(log)
+    got = summarize(shuffled)
+    assert [got[f"{s}_itl_ms"] for s in STATS] == pytest.approx(
+        [want[f"{s}_itl_ms"] for s in STATS], rel=REL
+    )
+
+
+def test_throughput_counts_and_system_metrics():
+    s = summarize(make_log())
+    expected = {
+        "completed": 2,
+        "duration_s": 1.5,
+        "request_throughput": 2 / 1.5,
+        "output_throughput": 6 / 1.5,
+        "total_token_throughput": (30 + 6) / 1.5,
+        "mean_queue_delay_ms": 62.5,  # (125 + 0) / 2
+        "gpu_busy_fraction": 0.75 / 1.5,
+        "plan_share_ar": 2 / 6,
+        "plan_share_linear": 3 / 6,
+        "plan_share_tree": 1 / 6,
+        "preemptions": 3,
+    }
+    assert {k: s[k] for k in expected} == pytest.approx(expected, rel=REL)
+    assert "request_goodput" not in s
+
+
+def test_acceptance_length_and_rate():
+    s = summarize(make_log())
+    # 6 accepted over 6 rounds (2 of them AR): 1 + 6/6; 6 of 11 drafted tokens
+    assert s["spec_decode_acceptance_length"] == pytest.approx(2.0, rel=REL)
+    assert s["spec_decode_draft_acceptance_rate"] == pytest.approx(6 / 11, rel=REL)
+
+
+@pytest.mark.parametrize(
+    "max_depth, expected",
+    [
+        # accepted >= j over depth >= j: 3/4, 2/3, 1/2
+        (None, [3 / 4, 2 / 3, 1 / 2]),
+        (2, [3 / 4, 2 / 3]),
+        (4, [3 / 4, 2 / 3, 1 / 2, math.nan]),  # nothing planned 4 deep
+        (0, []),
+    ],
+    ids=["deepest", "truncated", "deeper-than-planned", "zero"],
+)
+def test_per_position_acceptance(max_depth, expected):
+    got = per_position_acceptance(make_log(), max_depth)
+    assert got == pytest.approx(expected, rel=REL, nan_ok=True)
+
+
+def test_summarize_full_adds_per_position_rates_and_summarize_stays_scalar():
+    full = summarize_full(make_log())
+    assert full["spec_decode_per_position_acceptance_rates"] == pytest.approx(
+        [3 / 4, 2 / 3, 1 / 2], rel=REL
+    )
+    plain = summarize(make_log())
+    assert all(isinstance(v, (int, float)) for v in plain.values())
+    assert set(full) - set(plain) == {"spec_decode_per_position_acceptance_rates"}
+
+
+@pytest.mark.parametrize(
+    "slo, good",
+    [
+        (dict(slo_ttft_ms=625.0), 1),  # r1 ttft 750 misses
+        (dict(slo_ttft_ms=750.0), 2),  # the bound is inclusive
+        (dict(slo_tpot_ms=250.0), 2),  # r1 has one token: tpot 0 (vLLM)
+        (dict(slo_tpot_ms=200.0), 1),  # r0 tpot 250 misses
+        (dict(slo_ttft_ms=750.0, slo_tpot_ms=200.0), 1),
+        (dict(slo_ttft_ms=625.0, slo_tpot_ms=200.0), 0),  # each misses one
+    ],
+    ids=["ttft-miss", "ttft-edge", "tpot-edge", "tpot-miss", "both-one", "both-none"],
+)
+def test_request_goodput(slo, good):
+    assert summarize(make_log(), **slo)["request_goodput"] == pytest.approx(good / 1.5, rel=REL)
+
+
+@pytest.mark.parametrize("slo", [dict(slo_ttft_ms=0.0), dict(slo_tpot_ms=-1.0),
+                                 dict(slo_ttft_ms=math.nan)])  # fmt: skip
+def test_bad_slo_is_input_error(slo):
+    with pytest.raises(InputError, match=next(iter(slo))):
+        summarize(make_log(), **slo)
+
+
+def test_empty_log_gives_nan_not_errors():
+    s = summarize_full(empty_log())
+    nan_keys = [f"{stat}_{name}_ms" for name in LATENCIES for stat in STATS] + [
+        "request_throughput", "output_throughput", "total_token_throughput",
+        "spec_decode_draft_acceptance_rate", "mean_queue_delay_ms",
+        "gpu_busy_fraction", "plan_share_ar", "plan_share_linear", "plan_share_tree",
+    ]  # fmt: skip
+    assert [k for k in nan_keys if not math.isnan(s[k])] == []
+    assert s["completed"] == 0
+    assert s["preemptions"] == 0
+    assert s["spec_decode_acceptance_length"] == 1.0  # nothing drafted
+    assert s["spec_decode_per_position_acceptance_rates"] == []
+
+
+def test_single_token_requests_have_no_tpot_or_itl():
+    log = make_log(
+        requests=(make_log().requests[1],),
+        chunk_request=np.array([1]),
+        chunk_time_s=np.array([1.0]),
+        chunk_tokens=np.array([1]),
+    )
+    s = summarize(log)
+    assert all(math.isnan(s[f"{stat}_{name}_ms"]) for name in ("tpot", "itl") for stat in STATS)
+    assert s["mean_ttft_ms"] == 750.0
+
+
+def test_unfinished_requests_are_not_completed():
+    """An interrupted run logs r0 without a finish: only r1 counts, and r0's
+    chunks stay out of the itl population."""
+    r0, r1 = make_log().requests
+    log = make_log(requests=(dataclasses.replace(r0, finish_s=math.nan), r1), complete=False)
+    s = summarize(log)
+    assert s["completed"] == 1
+    assert s["mean_e2el_ms"] == 750.0
+    assert math.isnan(s["mean_itl_ms"])
+    assert s["output_throughput"] == pytest.approx(1 / 1.5, rel=REL)
+
+
+def test_rounds_total_must_cover_drafted_rounds():
+    with pytest.raises(ValueError, match="rounds_total"):
+        summarize(make_log(rounds_total=3))
+
+
+# --- run folders --------------------------------------------------------------
+
+
+def test_prepare_creates_missing_folder(tmp_path):
+    out = prepare(tmp_path / "a" / "run")
+    assert out.is_dir() and out == tmp_path / "a" / "run"
+
+
+@pytest.mark.parametrize("contents", [{}, {MARKER: "{}", "metrics.json": "{}"}],
+                         ids=["empty", "run-folder"])  # fmt: skip
+def test_prepare_accepts_empty_or_run_folder(tmp_path, contents):
+    for name, text in contents.items():
+        (tmp_path / name).write_text(text)
+    assert prepare(tmp_path) == tmp_path
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(contents)  # nothing removed
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_prepare_refuses_foreign_path(tmp_path, kind):
+    target = tmp_path / "out"
+    if kind == "folder":
+        target.mkdir()
+        (target / "thesis.tex").write_text("keep me")
+    else:
+        target.write_text("keep me")
+    with pytest.raises(InputError, match=f"is not a simspec run folder \\(no {MARKER}\\)"):
+        prepare(target)
+
+
+def write_example(folder):
+    logs = [make_log(), make_log(policy="ar")]
+    metrics = {log.policy: summarize(log) for log in logs}
+    meta = {"seed": 7, "cost_model": "roofline prior", "calibrated": False, "version": "0.1.0"}
+    write_run(folder, logs=logs, metrics=metrics, config_toml="seed = 7\n", meta=meta)
+    return metrics, meta
+
+
+def test_write_run_writes_every_file(tmp_path):
+    metrics, meta = write_example(tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {MARKER, "config.toml", "metrics.json", "requests.csv",
+                     "latency_cdf.png", "plan_mix.png", "throughput.png"}  # fmt: skip
+    assert json.loads((tmp_path / MARKER).read_text()) == meta
+    assert (tmp_path / "config.toml").read_text() == "seed = 7\n"
+    for png in ("latency_cdf.png", "plan_mix.png", "throughput.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metrics_json_round_trips_with_nan_as_null(tmp_path):
+    metrics, _ = write_example(tmp_path)
+    loaded = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(loaded) == set(metrics)
+    for policy, values in metrics.items():
+        assert list(loaded[policy]) == sorted(values)
+        nan = [k for k, v in values.items() if isinstance(v, float) and math.isnan(v)]
+        assert loaded[policy] == {**values, **dict.fromkeys(nan)}
+
+
+def test_requests_csv_is_byte_identical_and_has_a_row_per_request(tmp_path):
+    write_example(tmp_path / "one")
+    write_example(tmp_path / "two")
+    first = (tmp_path / "one" / "requests.csv").read_bytes()
+    assert first == (tmp_path / "two" / "requests.csv").read_bytes()
+    lines = first.decode().splitlines()
+    assert lines[0] == (
+        "id,policy,arrival_s,admitted_s,first_token_s,finish_s,"
+        "prompt_tokens,output_tokens,images,visual_tokens,preemptions"
+    )
+    assert lines[1] == "0,linear-3,0.000000000,0.125000000,0.500000000,1.500000000,10,5,1,576,1"
+    assert len(lines) == 1 + 2 * 2  # two requests, two policies
+
+
+def test_write_run_overwrites_its_own_folder(tmp_path):
+    write_example(tmp_path)
+    write_run(tmp_path, logs=[make_log()], metrics={"x": {"completed": 1}},
+              config_toml="", meta={"seed": 8})  # fmt: skip
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"x": {"completed": 1}}
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_format_table():
+    rate = "spec_decode_draft_acceptance_rate"
+    metrics = {
+        "ar": {"completed": 2, "mean_ttft_ms": 625.0, rate: math.nan},
+        "tree-8": {"completed": 12, "mean_ttft_ms": 12.345, rate: 0.61234},
+    }
+    table = format_table(metrics, ["completed", "mean_ttft_ms", rate])
+    assert table.splitlines() == [
+        "policy  completed  mean_ttft_ms  spec_decode_draft_acceptance_rate",
+        "------  ---------  ------------  ---------------------------------",
+        "ar              2        625.00                                nan",
+        "tree-8         12         12.35                             0.6123",
+    ]
+
+
+def test_format_table_unknown_column_is_input_error():
+    with pytest.raises(InputError, match="mean_ttf_ms"):
+        format_table({"ar": {"mean_ttft_ms": 1.0}}, ["mean_ttf_ms"])
