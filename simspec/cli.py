@@ -1,0 +1,189 @@
+"""The ``simspec`` command.
+
+Imports: argparse and simspec's library. Each flag maps to one config field
+(defaults come from the config dataclasses, never written here); each
+handler builds a config and calls one library function. Bad input ends with
+one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, fields
+
+from simspec import __version__, config as configuration, experiment, runfolder
+from simspec.acceptance import PRESETS
+from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
+from simspec.policies import POLICIES
+from simspec.sim import EngineConfig
+from simspec.types import InputError
+from simspec.workloads import WorkloadConfig, cv_to_burstiness
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    name: str  # --kebab-case
+    path: tuple[str, ...]  # config field, e.g. ("workload", "rate_per_s")
+    type: type
+    help: str
+
+
+def _default(path: tuple[str, ...]):
+    record = {"workload": configuration.DEFAULT_WORKLOAD, "engine": EngineConfig()}.get(path[0])
+    if record is None:
+        return {f.name: f.default for f in fields(configuration.SimConfig)}.get(path[0])
+    return getattr(record, path[1])
+
+
+FLAGS = (
+    Flag("--model", ("model",), str, f"model spec: {', '.join(MODELS)}"),
+    Flag("--device", ("device",), str, f"GPU: {', '.join(GPUS)}"),
+    Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
+    Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
+    Flag("--seed", ("seed",), int, "random seed of the run"),
+    Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),
+    Flag("--slo-tpot-ms", ("slo_tpot_ms",), float, "TPOT SLO for request_goodput"),
+    Flag("--arrival", ("workload", "arrival"), str, "poisson, gamma, onoff or trace"),
+    Flag("--rate", ("workload", "rate_per_s"), float, "mean request rate, requests/s"),
+    Flag("--burstiness", ("workload", "burstiness"), float, "Gamma shape as vLLM's --burstiness (CV = 1/sqrt)"),
+    Flag("--num-requests", ("workload", "num_requests"), int, "requests to serve"),
+    Flag("--duration", ("workload", "duration_s"), float, "or: seconds of arrivals to serve"),
+    Flag("--multimodal-share", ("workload", "multimodal_share"), float, "share of requests with images"),
+    Flag("--images-min", ("workload", "images_min"), int, "images per multimodal request, at least"),
+    Flag("--images-max", ("workload", "images_max"), int, "images per multimodal request, at most"),
+    Flag("--prompt-mean", ("workload", "prompt_mean_tokens"), float, "mean text prompt tokens"),
+    Flag("--output-mean", ("workload", "output_mean_tokens"), float, "mean output tokens"),
+    Flag("--trace", ("workload", "trace_path"), str, "replay a trace (Azure CSV or Mooncake JSONL)"),
+    Flag("--trace-speedup", ("workload", "trace_speedup"), float, "divide trace arrival times by this"),
+    Flag("--on-s", ("workload", "on_s"), float, "onoff: mean burst length, s"),
+    Flag("--off-s", ("workload", "off_s"), float, "onoff: mean gap between bursts, s"),
+    Flag("--max-num-seqs", ("engine", "max_num_seqs"), int, "requests in the running batch"),
+    Flag("--max-num-batched-tokens", ("engine", "max_num_batched_tokens"), int, "token budget per step"),
+    Flag("--gpu-memory-utilization", ("engine", "gpu_memory_utilization"), float, "share of GPU memory used"),
+    Flag("--kv-cache-tokens", ("engine", "kv_cache_tokens"), int, "override the KV-cache size in tokens"),
+    Flag("--drafter-context", ("engine", "drafter_context"), str, "drafter's view: full, none, selected:K, pooled:K"),
+)
+
+
+def _number(kind: type, flag: str):
+    def convert(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a{'n integer' if kind is int else ' number'} "
+                                             f"(got {text!r})") from None
+    return convert
+
+
+def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE.toml", help="config file; flags override it")
+    parser.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
+                        help=f"policy to compare (repeat); one of {', '.join(POLICIES)}; "
+                             f"default: {' '.join(configuration.DEFAULT_POLICIES)}")
+    parser.add_argument("--cv", type=_number(float, "--cv"), help="inter-arrival CV (sets --burstiness)")
+    for flag in FLAGS:
+        kind = flag.type if flag.type is str else _number(flag.type, flag.name)
+        parser.add_argument(flag.name, type=kind, default=None, help=f"{flag.help} (default: {_default(flag.path)})")
+
+
+def _flag_values(args: argparse.Namespace) -> dict:
+    values: dict = {}
+    for flag in FLAGS:
+        value = getattr(args, flag.name[2:].replace("-", "_"))
+        if value is None:
+            continue
+        if len(flag.path) == 1:
+            values[flag.path[0]] = value
+        else:
+            values.setdefault(flag.path[0], {})[flag.path[1]] = value
+    workload = values.setdefault("workload", {})
+    if args.cv is not None:
+        workload["burstiness"] = cv_to_burstiness(args.cv)
+    if args.trace is not None and "arrival" not in workload:
+        workload["arrival"] = "trace"
+    if args.policy:
+        values["policies"] = args.policy
+    return values
+
+
+def build_config(args: argparse.Namespace) -> configuration.SimConfig:
+    file_values = configuration.load(args.config) if args.config else {}
+    return configuration.build(file_values, _flag_values(args))
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    cfg = build_config(args)
+    if args.out:
+        runfolder.prepare(args.out)  # refuse a bad --out before spending time
+    started = time.perf_counter()
+    results = experiment.run(cfg, progress=not args.quiet)
+    wall_s = time.perf_counter() - started
+    scenario = results.scenario
+    print(f"simspec {__version__} | {scenario.model.name} on {scenario.gpu.name} | "
+          f"{len(scenario.requests)} requests | seed {cfg.seed}")
+    print(experiment.cost_model_line(scenario))
+    print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
+          f"workload: {_describe(cfg.workload)}")
+    print()
+    print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
+    print(f"\nlatencies in ms; throughputs per second; simulated in {wall_s:.1f} s")
+    if args.out:
+        meta = {"simspec_version": __version__, "seed": cfg.seed, "cost_model": scenario.costs.label,
+                "calibrated": scenario.costs.calibrated, "acceptance": scenario.acceptance.name,
+                "model": scenario.model.name, "device": scenario.gpu.slug, "policies": list(cfg.policies),
+                "kind": "simulate", "kv_budget_tokens": scenario.kv_budget_tokens}
+        runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
+                            config_toml=configuration.to_toml(cfg), meta=meta)
+        print(f"run folder: {args.out}")
+    return 0
+
+
+def _describe(w: WorkloadConfig) -> str:
+    if w.arrival == "trace":
+        return f"trace {w.trace_path} x{w.trace_speedup:g}"
+    shape = {"gamma": f" CV {w.burstiness ** -0.5:.2g}", "onoff": f" on {w.on_s:g}s/off {w.off_s:g}s"}
+    return f"{w.arrival}{shape.get(w.arrival, '')} at {w.rate_per_s:g} req/s, {w.multimodal_share:.0%} multimodal"
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    print(f"{'preset':32s} {'accept length':>13s} {'speedup':>8s}  draft setting (source)")
+    for p in PRESETS.values():
+        print(f"{p.name:32s} {p.accept_length:13.2f} {p.speedup_vs_ar:8.2f}  "
+              f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="simspec", description="Which speculative-decoding verification "
+                                  "strategy should a VLM server use, and what latency will users see?")
+    top.add_argument("--version", action="version", version=f"simspec {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    sim = sub.add_parser("simulate", help="simulate serving with several policies (defaults: the main job)")
+    _add_scenario_flags(sim)
+    sim.add_argument("--out", metavar="DIR", help="write a run folder (metrics.json, requests.csv, plots)")
+    sim.add_argument("--quiet", action="store_true", help="no progress bars")
+    sim.set_defaults(handler=cmd_simulate)
+    presets = sub.add_parser("presets", help="list the published acceptance presets")
+    presets.set_defaults(handler=cmd_presets)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser().print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except InputError as err:
+        print(f"simspec: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simspec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

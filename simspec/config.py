@@ -1,0 +1,152 @@
+"""The run configuration: every default once, TOML in and out.
+
+Imports: stdlib (tomllib), tomli_w, simspec.types, .workloads, .sim
+(EngineConfig), .acceptance (default preset), .policies (validation).
+
+A config file mirrors :class:`SimConfig`: top-level keys for the scenario,
+``[workload]`` and ``[engine]`` tables for those records. Unknown keys are
+errors that name the key and the table. Policies are strings as on the
+command line (``"linear:k=5"``) or tables (``{name = "linear", k = 5}``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import tomli_w
+
+from simspec import policies
+from simspec.acceptance import DEFAULT_PRESET
+from simspec.sim import EngineConfig
+from simspec.types import InputError, require
+from simspec.workloads import WorkloadConfig
+
+DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
+DEFAULT_WORKLOAD = WorkloadConfig(arrival="gamma", rate_per_s=4.0, burstiness=0.25, num_requests=1000,
+                                  multimodal_share=0.5)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """One simulation scenario, compared across policies."""
+
+    model: str = "LLaVA-1.5-7B"
+    device: str = "h100-sxm"
+    cost_model: str = "roofline"
+    acceptance: str = DEFAULT_PRESET
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    seed: int = 0
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    workload: WorkloadConfig = field(default_factory=lambda: DEFAULT_WORKLOAD)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self):
+        require(len(self.policies) >= 1, "policies must name at least one policy (got none)")
+        require(len(set(self.policies)) == len(self.policies), f"policies must be distinct (got {list(self.policies)})")
+        for spec in self.policies:
+            policies.parse(spec)
+        require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
+        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+            value = getattr(self, name)
+            require(value is None or value > 0, f"{name} must be > 0 (got {value})")
+
+
+_TABLES = {"workload": WorkloadConfig, "engine": EngineConfig}
+
+
+def _policy_spec(entry) -> str:
+    """A TOML policy entry (string or table) as its command-line string."""
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+        params = ",".join(f"{k}={v}" for k, v in entry.items() if k != "name")
+        return f"{entry['name']}:{params}" if params else entry["name"]
+    raise InputError(f"policies entries must be strings like 'linear:k=5' or tables with a name (got {entry!r})")
+
+
+def _checked(table: dict, allowed, where: str) -> dict:
+    names = [f.name for f in fields(allowed)]
+    for key in table:
+        if key not in names:
+            raise InputError(f"{where}: unknown key {key!r} (allowed: {', '.join(names)})")
+    return table
+
+
+def load(path: str | Path) -> dict:
+    """Read a config file into keyword overrides of :class:`SimConfig`
+    (nested dicts for the tables); validation happens in :func:`build`."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"--config {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"--config {path}: not valid TOML ({err})") from None
+    _checked(data, SimConfig, str(path))
+    for name, record in _TABLES.items():
+        if name in data:
+            require(isinstance(data[name], dict), f"{path}: [{name}] must be a table")
+            _checked(data[name], record, f"{path} [{name}]")
+    if "policies" in data:
+        require(isinstance(data["policies"], list), f"{path}: policies must be a list")
+        data["policies"] = [_policy_spec(p) for p in data["policies"]]
+    return data
+
+
+def build(file_values: dict | None = None, flag_values: dict | None = None) -> SimConfig:
+    """Defaults, overridden by the config file, overridden by flags. Both
+    are dicts shaped like :class:`SimConfig` with nested dicts for tables."""
+    merged: dict = {}
+    for source in (file_values or {}, flag_values or {}):
+        for key, value in source.items():
+            if key in _TABLES:
+                merged.setdefault(key, {}).update(value)
+            else:
+                merged[key] = value
+    base = SimConfig()
+    tables = {}
+    for name in _TABLES:
+        overrides = dict(merged.pop(name, {}))
+        if name == "workload":
+            stops = {"num_requests", "duration_s"} & overrides.keys()
+            # One of the two ends a run, so setting one clears the other's
+            # default; a trace with neither set is replayed whole.
+            if stops or overrides.get("arrival", base.workload.arrival) == "trace":
+                overrides = {"num_requests": None, "duration_s": None, **overrides}
+        try:
+            tables[name] = _replace(getattr(base, name), overrides)
+        except TypeError as err:
+            raise InputError(f"[{name}]: {err}") from None
+    if "policies" in merged:
+        merged["policies"] = tuple(merged["policies"])
+    try:
+        return SimConfig(**merged, **tables)
+    except TypeError as err:
+        raise InputError(f"config: {err}") from None
+
+
+def _replace(record, overrides: dict):
+    """``dataclasses.replace`` that rebuilds from all fields, so that
+    validation in ``__post_init__`` sees the final combination."""
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    values.update(overrides)
+    return type(record)(**values)
+
+
+def to_toml(config: SimConfig) -> str:
+    """The resolved config as a file ``--config`` reads back."""
+
+    def plain(record) -> dict:
+        return {f.name: getattr(record, f.name) for f in fields(record) if getattr(record, f.name) is not None}
+
+    top = {k: v for k, v in plain(config).items() if k not in _TABLES}
+    top["policies"] = list(config.policies)
+    for name in _TABLES:
+        top[name] = plain(getattr(config, name))
+    return tomli_w.dumps(top)
+
+
+__all__ = ["SimConfig", "DEFAULT_POLICIES", "load", "build", "to_toml"]

@@ -1,0 +1,85 @@
+"""One simulation scenario, end to end: the library call behind
+``simspec simulate`` and the dashboard.
+
+Imports: numpy, tqdm, simspec's modules. Resolves a :class:`SimConfig` into
+a model, a device, a cost model, an acceptance model and a workload, then
+serves the same requests with every policy. The seed's SeedSequence gives
+the workload spawn key 0 and the simulator keys 1 and 2, so policies are
+compared on common random numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from simspec import acceptance, costs, metrics, policies, workloads
+from simspec.config import SimConfig
+from simspec.sim import simulate
+from simspec.types import Request, RunLog
+
+TABLE_COLUMNS = (
+    [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p95", "p99")]
+    + ["request_throughput", "output_throughput", "spec_decode_acceptance_length"]
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """A config resolved into the objects a simulation needs."""
+
+    config: SimConfig
+    model: costs.ModelSpec
+    gpu: costs.GpuSpec
+    costs: costs.CostModel
+    acceptance: acceptance.AcceptanceModel
+    requests: tuple[Request, ...]
+    kv_budget_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Results:
+    scenario: Scenario
+    logs: tuple[RunLog, ...]
+    metrics: dict[str, dict[str, float]]  # {policy: {metric: value}}, metric names as vLLM's
+
+
+def resolve(config: SimConfig) -> Scenario:
+    model = costs.model_spec(config.model)
+    gpu = costs.gpu_spec(config.device)
+    ss = np.random.SeedSequence(config.seed, spawn_key=(0,))
+    requests = workloads.make_requests(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
+                                       visual_tokens_per_image=model.visual_tokens_per_image,
+                                       max_context_tokens=model.max_context_tokens)
+    return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu),
+                    acceptance=acceptance.build(config.acceptance), requests=tuple(requests),
+                    kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
+
+
+def run(config: SimConfig, *, progress: bool = False) -> Results:
+    """Serve the scenario's requests with each policy of ``config``."""
+    scenario = resolve(config)
+    logs = []
+    n = len(scenario.requests)
+    with tqdm(total=n * len(config.policies), unit="req", disable=not progress, leave=False) as bar:
+        for k, spec in enumerate(config.policies):
+            bar.set_description(spec)
+
+            def advance(done: int, offset=k * n) -> None:
+                bar.update(offset + done - bar.n)
+
+            logs.append(simulate(scenario.requests, policy=policies.parse(spec), label=spec, costs=scenario.costs,
+                                 acceptance=scenario.acceptance, engine=config.engine,
+                                 kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
+                                 progress=advance if progress else None))
+    table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
+             for log in logs}
+    return Results(scenario=scenario, logs=tuple(logs), metrics=table)
+
+
+def cost_model_line(scenario: Scenario) -> str:
+    c = scenario.costs
+    status = "calibrated" if c.calibrated else "UNCALIBRATED (no profile of this device; run `simspec profile-gpu`)"
+    return f"cost model: {c.label} [{status}]"
