@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -105,29 +106,46 @@ class RandomBlocks:
         self._rng = rng
         self._normal = np.empty(0)
         self._uniform = np.empty(0)
-        self._at_normal = self._at_uniform = 0
+        self._used = np.zeros(2, dtype=np.int64)  # consumed from the front of each block
+
+    def window(self, n: int) -> "Randoms":
+        """At least ``n`` unread normals and uniforms, with a cursor that the
+        reader advances; hand it back to :meth:`consume`."""
+        for k, name in enumerate(("_normal", "_uniform")):
+            block = getattr(self, name)
+            if len(block) - self._used[k] < n:
+                fresh = self._rng.standard_normal if k == 0 else self._rng.random
+                setattr(self, name, np.concatenate([block[self._used[k]:], fresh(max(self.BLOCK, n))]))
+                self._used[k] = 0
+        return Randoms(self._normal[self._used[0]:], self._uniform[self._used[1]:], np.zeros(2, dtype=np.int64))
+
+    def consume(self, window: "Randoms") -> None:
+        self._used += window.used
 
     def normals(self, n: int) -> np.ndarray:
-        if self._at_normal + n > len(self._normal):
-            self._normal = np.concatenate([self._normal[self._at_normal:],
-                                           self._rng.standard_normal(max(self.BLOCK, n))])
-            self._at_normal = 0
-        out = self._normal[self._at_normal:self._at_normal + n]
-        self._at_normal += n
-        return out
+        window = self.window(n)
+        self._used[0] += n
+        return window.normals[:n]
 
     def uniforms(self, n: int) -> np.ndarray:
-        if self._at_uniform + n > len(self._uniform):
-            self._uniform = np.concatenate([self._uniform[self._at_uniform:], self._rng.random(max(self.BLOCK, n))])
-            self._at_uniform = 0
-        out = self._uniform[self._at_uniform:self._at_uniform + n]
-        self._at_uniform += n
-        return out
+        window = self.window(n)
+        self._used[1] += n
+        return window.uniforms[:n]
+
+
+class Randoms(NamedTuple):
+    """A window of unread random numbers; ``used`` counts what was read."""
+
+    normals: np.ndarray
+    uniforms: np.ndarray
+    used: np.ndarray  # [2] int
 
 
 @numba.njit(cache=True, nogil=True)
-def _draw(request_logit, retention, depth, ranks, decay, token_sigma, confidence_sigma, visual_share, tail,
-          normals, uniforms):
+def draw_round(request_logit, retention, depth, ranks, decay, token_sigma, confidence_sigma, visual_share, tail,
+               normals, uniforms):
+    """Compiled draw (see AcceptanceModel.draw): ``normals`` and ``uniforms``
+    hold 2 * B * depth numbers each."""
     b = len(request_logit)
     n = b * depth
     conf = np.empty((b, depth, ranks))
@@ -145,8 +163,8 @@ def _draw(request_logit, retention, depth, ranks, decay, token_sigma, confidence
                 logit = np.log(p1) - np.log1p(-p1)
             c1 = 1.0 / (1.0 + np.exp(-(logit + confidence_sigma * normals[n + k])))
             conf[i, d, 0] = c1
-            for r in range(1, ranks):
-                conf[i, d, r] = (1.0 - c1) * tail[r - 1]
+            for r in range(1, ranks):  # ranks are the drafter's own order: confidence never rises with rank
+                conf[i, d, r] = min(conf[i, d, r - 1], (1.0 - c1) * tail[r - 1])
             u = uniforms[n + k]
             p1s[i, d] = p1
             if u < p1:
@@ -200,7 +218,8 @@ class AcceptanceModel:
                    token_sigma=0.0, confidence_sigma=0.0, visual_share=0.0)
 
     @property
-    def _tail(self) -> np.ndarray:
+    def tail(self) -> np.ndarray:
+        """P(rank = r | not rank 1) for r = 2..MAX_RANK: [MAX_RANK - 1]."""
         return _tail(self.tail_mass, self.tail_decay)
 
     def retention(self, context: DraftContext, visual_tokens: np.ndarray) -> np.ndarray:
@@ -225,10 +244,10 @@ class AcceptanceModel:
         and the target's true rank at each depth. Consumes 2·B·depth normals
         and uniforms whatever the parameters (common random numbers)."""
         n = len(request_logit) * depth
-        conf, true_ranks, p1 = _draw(
+        conf, true_ranks, p1 = draw_round(
             np.ascontiguousarray(request_logit, dtype=np.float64), np.ascontiguousarray(retention, dtype=np.float64),
             depth, ranks, self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
-            self._tail, rand.normals(2 * n), rand.uniforms(2 * n))
+            self.tail, rand.normals(2 * n), rand.uniforms(2 * n))
         return Round(conf=conf, true_ranks=true_ranks, top1_p=p1)
 
     def with_top1_logit(self, value: float) -> "AcceptanceModel":

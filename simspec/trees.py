@@ -81,7 +81,8 @@ def accepted_length(plan_codes: np.ndarray, true_ranks: np.ndarray) -> np.ndarra
 
 
 @jit
-def _expand(conf: np.ndarray, depth: int, topk: int):
+def expand_paths(conf: np.ndarray, depth: int, topk: int):
+    """Compiled :func:`expand` (callable from other compiled code)."""
     b = conf.shape[0]
     m = topk + (depth - 1) * topk * topk
     codes = np.empty((b, m), dtype=np.int64)
@@ -127,7 +128,7 @@ def expand(conf: np.ndarray, depth: int, topk: int) -> tuple[np.ndarray, np.ndar
     (unsorted) and the depth of each column [M],
     M = topk + (depth - 1) * topk**2.
     """
-    return _expand(conf, depth, topk)
+    return expand_paths(conf, depth, topk)
 
 
 def best_nodes(codes: np.ndarray, values: np.ndarray, depths: np.ndarray, budget: int) -> np.ndarray:

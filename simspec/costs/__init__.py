@@ -10,13 +10,13 @@ user's ``--cost-model`` string into a model:
 
 from __future__ import annotations
 
-from simspec.costs.base import CostModel, StepPrice
+from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
 from simspec.costs.roofline import roofline
 from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, gpu_spec, model_spec
 from simspec.types import InputError
 
-__all__ = ["CostModel", "StepPrice", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
+__all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
            "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]
 
 COST_MODEL_FORMS = "roofline, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"

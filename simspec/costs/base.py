@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from simspec.types import StepShape
@@ -88,17 +89,19 @@ class CostModel:
         """Visual-token selection for ``requests`` requests over ``visual_tokens`` keys."""
         return self.select_launch_s * (requests > 0) + visual_tokens * self.select_s_per_key
 
+    @property
+    def tables(self) -> "CostTables":
+        """The model as compiled loops read it."""
+        return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
+                          self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
+                          self.select_s_per_key)
+
     def step_s(self, shape: StepShape) -> float:
-        """Seconds for one engine step."""
-        total = self.overhead_s + self.forward_s(shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                                                 shape.logit_tokens)
-        if shape.vision_tokens:
-            total += self.vision_s(shape.vision_tokens)
-        for tokens in shape.draft_level_tokens:
-            total += self.draft_level_s(tokens, shape.draft_kept_visual_tokens)
-        if shape.select_requests:
-            total += self.select_s(shape.select_requests, shape.select_visual_tokens)
-        return float(total)
+        """Seconds for one engine step (the simulator's own formula)."""
+        levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
+        return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
+                         shape.logit_tokens, shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
+                         shape.select_requests, shape.select_visual_tokens)
 
     def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
         """Extra seconds for one more verified token (of a request with
@@ -108,18 +111,56 @@ class CostModel:
         return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1) - self.forward_s(t, kv, pairs, logits))
 
 
-class StepPrice(NamedTuple):
-    """A step's price as a function of the draft tokens added to it, in a
-    form compiled planners read: cost(n, P, d) = fixed_s + layers[tokens0 + n]
-    + head[logits0 + n] + blend(kv * kv_s, (pairs0 + P) * pair_s) + draft_s[d]."""
+class CostTables(NamedTuple):
+    """A CostModel's numbers, for compiled loops (same fields, same units)."""
 
-    fixed_s: float
-    tokens0: int
-    logits0: int
-    kv_tokens: int
-    pairs0: int
-    kv_s_per_token: float
-    attn_s_per_pair: float
+    overhead_s: float
     layers_s: np.ndarray
     head_s: np.ndarray
-    draft_s: np.ndarray  # [MAX_DEPTH + 1] drafting d levels, selection included (0 for d = 0)
+    kv_s_per_token: float
+    attn_s_per_pair: float
+    vision_s: np.ndarray
+    draft_s: np.ndarray
+    draft_s_per_kept: float
+    select_launch_s: float
+    select_s_per_key: float
+
+
+jit = numba.njit(cache=True, nogil=True)
+
+
+@jit
+def table_at(table: np.ndarray, tokens: int) -> float:
+    """table[tokens], extrapolating past the end with the last slope."""
+    last = len(table) - 1
+    if tokens <= last:
+        return table[tokens]
+    return table[last] + (tokens - last) * (table[last] - table[last - 1])
+
+
+@jit
+def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int) -> float:
+    attention = ((kv_tokens * t.kv_s_per_token) ** BLEND_P + (pairs * t.attn_s_per_pair) ** BLEND_P) ** (1.0 / BLEND_P)
+    return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
+
+
+@jit
+def draft_cost(t: CostTables, tokens: int, kept: int) -> float:
+    return table_at(t.draft_s, tokens) + kept * t.draft_s_per_kept
+
+
+@jit
+def select_cost(t: CostTables, requests: int, keys: int) -> float:
+    return (t.select_launch_s if requests > 0 else 0.0) + keys * t.select_s_per_key
+
+
+@jit
+def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, vision_tokens: int,
+              level_tokens: np.ndarray, kept: int, select_requests: int, select_keys: int) -> float:
+    """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
+    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits)
+    if vision_tokens > 0:
+        total += table_at(t.vision_s, vision_tokens)
+    for level in range(len(level_tokens)):
+        total += draft_cost(t, level_tokens[level], kept)
+    return total + select_cost(t, select_requests, select_keys)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from simspec import trees
-from simspec.policies.base import Policy, ar_plan, best_prefix, chain_plan, parse_table, tree_plan
-from simspec.types import InputError, MAX_DEPTH, MAX_RANK, ReplicaView, StepPlan
+from simspec.policies import kernels
+from simspec.policies.base import Policy, parse_table
+from simspec.types import MAX_DEPTH, MAX_RANK, InputError
 
 
 def _check(ok: bool, policy: str, message: str) -> None:
@@ -45,14 +45,16 @@ def _check_topk(policy: str, value: int) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ar(Policy):
     name = "ar"
+    kernel = kernels.AR
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        return ar_plan(view)
+    def params(self) -> np.ndarray:
+        return np.zeros(1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Linear(Policy):
     name = "linear"
+    kernel = kernels.LINEAR
     k: int = 3
 
     def __post_init__(self):
@@ -62,13 +64,14 @@ class Linear(Policy):
     def max_depth(self) -> int:
         return self.k
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        return chain_plan(view, np.full(view.batch, self.k))
+    def params(self) -> np.ndarray:
+        return np.array([self.k], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tree(Policy):
     name = "tree"
+    kernel = kernels.TREE
     depth: int = 6
     topk: int = 10
     budget: int = 60
@@ -86,16 +89,14 @@ class Tree(Policy):
     def max_rank(self) -> int:
         return self.topk
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        codes = trees.eagle_tree(view.conf, self.depth, self.topk, self.budget)
-        plan = tree_plan(view, codes, self.topk)
-        # EAGLE-2 drafts every level of its expansion, whatever it keeps.
-        return _replace_steps(plan, np.full(view.batch, self.depth))
+    def params(self) -> np.ndarray:
+        return np.array([self.depth, self.topk, self.budget], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Truncate(Policy):
     name = "truncate"
+    kernel = kernels.TRUNCATE
     k_max: int = 8
     threshold: float = 0.4
 
@@ -107,16 +108,14 @@ class Truncate(Policy):
     def max_depth(self) -> int:
         return self.k_max
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        path = np.cumprod(view.conf[:, : self.k_max, 0], axis=1)  # [B, k_max]
-        k = (path >= self.threshold).sum(axis=1)  # path confidence only falls, so this is a prefix
-        # The drafter ran one step past the cut to see the confidence drop.
-        return chain_plan(view, k, np.minimum(k + 1, self.k_max))
+    def params(self) -> np.ndarray:
+        return np.array([self.k_max, self.threshold], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchTable(Policy):
     name = "batch_table"
+    kernel = kernels.BATCH_TABLE
     table: str = "1:5,8:4,16:3,32:2,64:1"
 
     def __post_init__(self):
@@ -131,15 +130,14 @@ class BatchTable(Policy):
     def max_depth(self) -> int:
         return max(k for _, k in parse_table(self.table))
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        entries = parse_table(self.table)
-        k = next(k for lo, k in reversed(entries) if view.batch >= lo)
-        return chain_plan(view, np.full(view.batch, k))
+    def params(self) -> np.ndarray:
+        return np.array(parse_table(self.table), dtype=float).ravel()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Goodput(Policy):
     name = "goodput"
+    kernel = kernels.GOODPUT
     k_max: int = 8
 
     def __post_init__(self):
@@ -149,21 +147,16 @@ class Goodput(Policy):
     def max_depth(self) -> int:
         return self.k_max  # plans from acceptance history; this round's confidences go unread
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        # Predicted per-token acceptance from history: accepted / (accepted + 1)
-        # is the geometric estimate when a round ends on its first rejection.
-        alpha = view.recent_accepted / (view.recent_accepted + 1.0)
-        depth = np.arange(1, self.k_max + 1)
-        values = alpha[:, None] ** depth[None, :]  # chance the depth-d token is reached and accepted
-        codes = np.broadcast_to(trees.chain_codes(self.k_max), values.shape)
-        return best_prefix(view, codes, values, depth, width=1, max_nodes=view.batch * self.k_max)
+    def params(self) -> np.ndarray:
+        return np.array([self.k_max], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marginal(Policy):
     name = "marginal"
-    depth: int = 8
-    topk: int = 4
+    kernel = kernels.MARGINAL
+    depth: int = 7
+    topk: int = 10
     max_nodes: int = 512
 
     def __post_init__(self):
@@ -179,14 +172,14 @@ class Marginal(Policy):
     def max_rank(self) -> int:
         return self.topk
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        codes, values, depths = trees.expand(view.conf, self.depth, self.topk)
-        return best_prefix(view, codes, values, depths, width=self.topk, max_nodes=self.max_nodes)
+    def params(self) -> np.ndarray:
+        return np.array([self.depth, self.topk, self.max_nodes], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Oracle(Policy):
     name = "oracle"
+    kernel = kernels.ORACLE
     needs_truth = True
     depth: int = 8
 
@@ -197,17 +190,8 @@ class Oracle(Policy):
     def max_depth(self) -> int:
         return self.depth
 
-    def plan(self, view: ReplicaView) -> StepPlan:
-        # Draft exactly the target's own path, as deep as it pays.
-        codes = trees.path_codes(view.true_ranks[:, : self.depth])
-        values = (codes > 0).astype(float)
-        depth = np.arange(1, codes.shape[1] + 1)
-        return best_prefix(view, codes, values, depth, width=1, max_nodes=view.batch * self.depth)
-
-
-def _replace_steps(plan: StepPlan, steps: np.ndarray) -> StepPlan:
-    return StepPlan(kind=plan.kind, codes=plan.codes, num_nodes=plan.num_nodes, draft_steps=steps,
-                    draft_width=plan.draft_width, kept_visual_tokens=plan.kept_visual_tokens)
+    def params(self) -> np.ndarray:
+        return np.array([self.depth], dtype=float)
 
 
 POLICIES: dict[str, type[Policy]] = {

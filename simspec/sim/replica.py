@@ -30,15 +30,13 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from simspec import trees
+from simspec.sim import steps
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
 from simspec.costs import CostModel, GpuSpec, ModelSpec
 from simspec.policies import Policy
-from simspec.types import (InputError, PlanKind, ReplicaView, Request, RequestRecord, RunLog, StepShape,
-                           require)
+from simspec.types import InputError, Request, RequestRecord, RunLog, require
 
 GIB = 1024**3
-RECENT_WEIGHT = 0.3  # weight of the newest round in the moving average of accepted tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,27 +73,47 @@ class EngineConfig:
         return tokens
 
 
-class _Log:
-    """Growing per-step records, concatenated once at the end."""
-
-    def __init__(self):
-        self.chunk_ids: list[np.ndarray] = []
-        self.chunk_times: list[np.ndarray] = []
-        self.chunk_tokens: list[np.ndarray] = []
-        self.accepted: list[np.ndarray] = []
-        self.depth: list[np.ndarray] = []
-        self.drafted: list[np.ndarray] = []
-        self.steps: list[tuple[float, float, int, int, int, int]] = []
-        self.rounds = 0
-
-    def emit(self, ids: np.ndarray, tokens: np.ndarray, time_s: float) -> None:
-        self.chunk_ids.append(ids)
-        self.chunk_tokens.append(tokens)
-        self.chunk_times.append(np.full(len(ids), time_s))
+LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
+MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
 
 
-def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+class _LogBuffers:
+    """Preallocated buffers the compiled step loop writes, flushed into
+    lists of arrays whenever a call could overflow them."""
+
+    def __init__(self, max_batch: int):
+        chunks = LOG_STEPS * max_batch
+        self.buffers = steps.Logs(
+            chunk_id=np.zeros(chunks, np.int64), chunk_tokens=np.zeros(chunks, np.int64),
+            chunk_time_s=np.zeros(chunks), round_accepted=np.zeros(chunks, np.int64),
+            round_depth=np.zeros(chunks, np.int64), round_drafted=np.zeros(chunks, np.int64),
+            step_start_s=np.zeros(LOG_STEPS), step_duration_s=np.zeros(LOG_STEPS),
+            step_batch=np.zeros(LOG_STEPS, np.int64), step_plans=np.zeros((LOG_STEPS, 3), np.int64),
+            fill=np.zeros(3, np.int64))
+        self.flushed: dict[str, list[np.ndarray]] = {name: [] for name in steps.Logs._fields if name != "fill"}
+        self.extra_chunks: list[tuple[np.ndarray, np.ndarray, float]] = []  # first tokens after prefill
+
+    def room_for(self, batch: int, count: int) -> int:
+        """Steps of ``batch`` requests that fit; flushes first when short."""
+        fill = self.buffers.fill
+        chunk_room = (len(self.buffers.chunk_id) - max(fill[0], fill[1])) // max(batch, 1)
+        step_room = LOG_STEPS - fill[2]
+        if min(chunk_room, step_room) < count:
+            self.flush()
+            chunk_room, step_room = len(self.buffers.chunk_id) // max(batch, 1), LOG_STEPS
+        return min(chunk_room, step_room, count)
+
+    def flush(self) -> None:
+        fill = self.buffers.fill
+        used = {"chunk": fill[0], "round": fill[1], "step": fill[2]}
+        for name, parts in self.flushed.items():
+            parts.append(getattr(self.buffers, name)[: used[name.split("_")[0]]].copy())
+        fill[:] = 0
+
+    def column(self, name: str) -> np.ndarray:
+        self.flush()
+        parts = self.flushed[name]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
 
 class Replica:
@@ -105,23 +123,28 @@ class Replica:
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None):
-        self.env, self.policy, self.costs, self.acceptance, self.engine = env, policy, costs, acceptance, engine
-        self.rand = RandomBlocks(rng_rounds)
+        self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.kv_budget = kv_budget_tokens
-        n = len(requests)
         self.requests = requests
-        self.context = np.array([r.context_tokens for r in requests], dtype=np.int64)
-        self.visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
-        self.output = np.array([r.output_tokens for r in requests], dtype=np.int64)
+        n = len(requests)
         context = DraftContext.parse(engine.drafter_context)
-        self.kept = context.kept(self.visual)
-        self.retention = acceptance.retention(context, self.visual)
-        self.difficulty = acceptance.request_logits(rng_difficulty, n)
-        self.emitted = np.zeros(n, dtype=np.int64)
-        self.cache = np.zeros(n, dtype=np.int64)  # tokens in the KV cache
-        self.prefill_target = self.context.copy()  # tokens to prefill (prompt, or prompt + output on recompute)
-        self.recent = np.ones(n)  # moving average of accepted tokens per drafted round
+        visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
+        self.state = steps.RequestState(
+            context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
+            kept=context.kept(visual).astype(np.int64),
+            output=np.array([r.output_tokens for r in requests], dtype=np.int64),
+            emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), recent=np.ones(n),
+            difficulty=acceptance.request_logits(rng_difficulty, n),
+            retention=acceptance.retention(context, visual).astype(float))
+        self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
+                                                 acceptance.confidence_sigma, acceptance.visual_share,
+                                                 np.ascontiguousarray(acceptance.tail))
+        self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
+                                     policy.needs_truth)
+        self.tables = costs.tables
+        self.rand = RandomBlocks(rng_rounds)
+        self.prefill_target = self.state.context.copy()  # tokens to prefill: the prompt, + output on recompute
         self.admitted_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
@@ -131,12 +154,12 @@ class Replica:
         self.finished = 0
         self.arrived = 0
         self.wake = env.event()
-        self.log = _Log()
-        self._depth = max(policy.max_depth, 0)
+        self.logs = _LogBuffers(engine.max_num_seqs)
+        self._reserve = policy.max_depth + 1  # KV slots a decode request may grow by in one step
         self._check_fits()
 
     def _check_fits(self) -> None:
-        need = self.context + self.output + self._depth + 1
+        need = self.state.context + self.state.output + self._reserve
         worst = int(np.argmax(need)) if len(need) else 0
         if len(need) and need[worst] > self.kv_budget:
             raise InputError(f"kv_cache_tokens {self.kv_budget} cannot hold request {worst} "
@@ -161,14 +184,17 @@ class Replica:
                 yield self.wake
                 continue
             self._admit()
+            decode = self._reserve_decode()
+            chunks = self._schedule_prefill(self.engine.max_num_batched_tokens - len(decode))
             start = self.env.now
-            step_s, apply = self._step()
-            yield self.env.timeout(step_s)
-            apply(start, self.env.now)
+            end = self._run(decode, chunks, start)
+            yield self.env.timeout(end - start)
+            self._complete_prefill(chunks, end)
+            self._retire(decode, end)
             if self.progress is not None:
                 self.progress(self.finished)
 
-    # -- one engine step ---------------------------------------------------
+    # -- scheduling ----------------------------------------------------------
     def _admit(self) -> None:
         used = self._kv_used()
         while self.waiting and len(self.running) < self.engine.max_num_seqs:
@@ -182,168 +208,121 @@ class Replica:
             if np.isnan(self.admitted_s[i]):
                 self.admitted_s[i] = self.env.now
 
+    def _held(self, ids: np.ndarray) -> np.ndarray:
+        return np.maximum(self.state.cache[ids], self.prefill_target[ids])
+
     def _kv_used(self) -> int:
-        if not self.running:
-            return 0
-        ids = np.array(self.running)
-        return int(np.maximum(self.cache[ids], self.prefill_target[ids]).sum())
+        return int(self._held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
 
     def _reserve_decode(self) -> np.ndarray:
         """Decode batch after preempting (newest first) until the step fits."""
         while True:
-            ids = np.array(self.running)
-            decoding = self.cache[ids] >= self.prefill_target[ids]
-            held = np.maximum(self.cache[ids], self.prefill_target[ids]).sum()
-            need = int(held + decoding.sum() * (self._depth + 1))
+            ids = np.array(self.running, dtype=np.int64)
+            decoding = self.state.cache[ids] >= self.prefill_target[ids]
+            need = int(self._held(ids).sum() + decoding.sum() * self._reserve)
             if need <= self.kv_budget or len(self.running) == 1:
                 return ids[decoding]
             self._preempt(self.running.pop())
 
     def _preempt(self, i: int) -> None:
-        self.prefill_target[i] = self.context[i] + self.emitted[i]
-        self.cache[i] = 0
+        """Free a request's KV cache; it waits at the queue's head and will
+        prefill its prompt and the tokens it already emitted again."""
+        self.prefill_target[i] = self.state.context[i] + self.state.emitted[i]
+        self.state.cache[i] = 0
         self.preemptions[i] += 1
         self.waiting.appendleft(i)
 
     def _schedule_prefill(self, budget: int) -> list[tuple[int, int]]:
+        """Prefill chunks FCFS in the token budget the decode batch leaves
+        (draft tokens are not charged against it)."""
         chunks = []
         for i in self.running:
             if budget <= 0:
                 break
-            left = int(self.prefill_target[i] - self.cache[i])
+            left = int(self.prefill_target[i] - self.state.cache[i])
             if left > 0:
                 take = min(left, budget)
                 chunks.append((i, take))
                 budget -= take
         return chunks
 
-    def _prefill_shape(self, chunks: list[tuple[int, int]]) -> tuple[int, int, int, int]:
+    def _prefill(self, chunks: list[tuple[int, int]]) -> steps.Prefill:
         tokens = pairs = kv = vision = 0
         for i, take in chunks:
-            done = int(self.cache[i])
+            done = int(self.state.cache[i])
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
             if done == 0:
-                vision += int(self.visual[i])
-        return tokens, pairs, kv, vision
+                vision += int(self.state.visual[i])
+        return steps.Prefill(tokens, pairs, kv, len(chunks), vision)
 
-    def _step(self):
-        decode = self._reserve_decode()
+    def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
+        """Run steps (just one if it carries prefill) until something
+        outside the batch could change it: a finish, the next arrival, a
+        short KV cache. Returns the end time of the last step."""
         b = len(decode)
-        budget = self.engine.max_num_batched_tokens
-        chunks = self._schedule_prefill(budget - b)
-        p_tokens, p_pairs, p_kv, vision = self._prefill_shape(chunks)
-        plan = rnd = None
-        if b:
-            depth, ranks = self._depth, self.policy.max_rank
-            if depth:
-                rnd = self.acceptance.draw(self.rand, self.difficulty[decode], self.retention[decode], depth, ranks)
-                conf = rnd.conf
-            else:
-                conf = np.zeros((b, 0, ranks))
-            view = ReplicaView(
-                context_tokens=self.cache[decode], visual_tokens=self.visual[decode],
-                kept_visual_tokens=self.kept[decode], remaining_tokens=self.output[decode] - self.emitted[decode],
-                recent_accepted=self.recent[decode], conf=conf, prefill_tokens=p_tokens,
-                prefill_attn_pairs=p_pairs, prefill_kv_tokens=p_kv, prefill_requests=len(chunks),
-                vision_tokens=vision, costs=self.costs,
-                true_ranks=rnd.true_ranks if (self.policy.needs_truth and rnd is not None) else None)
-            plan = self.policy.plan(view)
-            verify = 1 + plan.num_nodes
-            planned = int(verify.sum())
-            if planned + p_tokens > budget:  # draft tokens count against the budget, as in vLLM
-                chunks = self._schedule_prefill(budget - planned)
-                p_tokens, p_pairs, p_kv, vision = self._prefill_shape(chunks)
-            ctx = self.cache[decode]
-            steps = plan.draft_steps
-            drafting = steps > 0
-            levels = np.arange(1, int(steps.max(initial=0)) + 1)
-            per_level = np.where(levels[:, None] == 1, 1, plan.draft_width[None, :]) * (steps[None, :] >= levels[:, None])
-            selecting = drafting & (plan.kept_visual_tokens > 0) & (plan.kept_visual_tokens < self.visual[decode])
-            shape = StepShape(
-                forward_tokens=p_tokens + planned, kv_read_tokens=p_kv + int(ctx.sum()),
-                attn_pairs=p_pairs + int((verify * ctx).sum()), logit_tokens=len(chunks) + planned,
-                vision_tokens=vision, draft_level_tokens=tuple(per_level.sum(axis=1).tolist()),
-                draft_kept_visual_tokens=int(plan.kept_visual_tokens[drafting].sum()),
-                select_visual_tokens=int(self.visual[decode][selecting].sum()),
-                select_requests=int(selecting.sum()))
-        else:
-            shape = StepShape(forward_tokens=p_tokens, kv_read_tokens=p_kv, attn_pairs=p_pairs,
-                              logit_tokens=len(chunks), vision_tokens=vision)
-        step_s = self.costs.step_s(shape)
+        max_steps = self.logs.room_for(b, 1 if chunks else MAX_STEPS_PER_CALL)
+        stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
+        kv_room = self.kv_budget - self._kv_used()
+        randoms = self.rand.window(2 * b * self.call.depth * max_steps)
+        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self._prefill(chunks),
+                                 start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
+        self.rand.consume(randoms)
+        return end
 
-        def apply(start_s: float, end_s: float) -> None:
-            self._apply(decode, plan, rnd, chunks, start_s, end_s)
-
-        return step_s, apply
-
-    def _apply(self, decode, plan, rnd, chunks, start_s: float, end_s: float) -> None:
-        log = self.log
-        kinds = (0, 0, 0)
-        done: list[int] = []
-        if len(decode):
-            if rnd is not None and plan.codes.shape[1]:
-                accepted = trees.accepted_length(plan.codes, rnd.true_ranks)
-            else:
-                accepted = np.zeros(len(decode), dtype=np.int64)
-            remaining = self.output[decode] - self.emitted[decode]
-            emit = np.minimum(accepted + 1, remaining)
-            self.cache[decode] += emit
-            self.emitted[decode] += emit
-            log.emit(decode, emit, end_s)
-            drafted = plan.num_nodes > 0
-            if drafted.any():
-                depth = trees.code_depth(plan.codes[drafted]).max(axis=1)
-                log.accepted.append(accepted[drafted])
-                log.depth.append(depth)
-                log.drafted.append(plan.num_nodes[drafted])
-                ids = decode[drafted]
-                self.recent[ids] = (1 - RECENT_WEIGHT) * self.recent[ids] + RECENT_WEIGHT * accepted[drafted]
-            log.rounds += len(decode)
-            kinds = tuple(np.bincount(plan.kind, minlength=3).tolist())
-            done.extend(decode[self.emitted[decode] >= self.output[decode]].tolist())
+    def _complete_prefill(self, chunks: list[tuple[int, int]], end_s: float) -> None:
         first = []
         for i, take in chunks:
-            self.cache[i] += take
-            if self.cache[i] >= self.prefill_target[i]:
+            self.state.cache[i] += take
+            if self.state.cache[i] >= self.prefill_target[i]:
                 first.append(i)
         if first:
-            ids = np.array(first)
+            ids = np.array(first, dtype=np.int64)
             new = np.isnan(self.first_token_s[ids])
             self.first_token_s[ids[new]] = end_s
-            self.emitted[ids] += 1
-            log.emit(ids, np.ones(len(ids), dtype=np.int64), end_s)
-            done.extend(ids[self.emitted[ids] >= self.output[ids]].tolist())
-        log.steps.append((start_s, end_s - start_s, len(decode), *kinds))
-        if done:
+            self.state.emitted[ids] += 1  # the prefill samples the next token
+            self.logs.extra_chunks.append((ids, np.ones(len(ids), dtype=np.int64), end_s))
+
+    def _retire(self, decode: np.ndarray, end_s: float) -> None:
+        ids = np.array(self.running, dtype=np.int64)
+        done = ids[self.state.emitted[ids] >= self.state.output[ids]] if len(ids) else ids
+        if len(done):
             self.finish_s[done] = end_s
-            gone = set(done)
+            gone = set(done.tolist())
             self.running = [i for i in self.running if i not in gone]
             self.finished += len(done)
 
     # -- results -----------------------------------------------------------
     def run_log(self, label: str) -> RunLog:
-        log = self.log
+        logs = self.logs
         records = tuple(
             RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(self.admitted_s[i]),
                           first_token_s=float(self.first_token_s[i]), finish_s=float(self.finish_s[i]),
-                          prompt_tokens=r.prompt_tokens, output_tokens=int(self.emitted[i]), images=r.images,
+                          prompt_tokens=r.prompt_tokens, output_tokens=int(self.state.emitted[i]), images=r.images,
                           visual_tokens=r.visual_tokens, preemptions=int(self.preemptions[i]))
             for i, r in enumerate(self.requests))
-        steps = np.array(log.steps, dtype=float).reshape(-1, 6)
         ids = np.array([r.id for r in self.requests], dtype=np.int64)
-        chunk_index = _cat(log.chunk_ids, np.int64)
+        index = [logs.column("chunk_id").astype(np.int64)]
+        tokens = [logs.column("chunk_tokens").astype(np.int64)]
+        times = [logs.column("chunk_time_s")]
+        for extra_ids, extra_tokens, time_s in logs.extra_chunks:
+            index.append(extra_ids)
+            tokens.append(extra_tokens)
+            times.append(np.full(len(extra_ids), time_s))
+        index, tokens, times = np.concatenate(index), np.concatenate(tokens), np.concatenate(times)
+        order = np.argsort(times, kind="stable")
         return RunLog(
-            policy=label, requests=records,
-            chunk_request=ids[chunk_index], chunk_time_s=_cat(log.chunk_times, float),
-            chunk_tokens=_cat(log.chunk_tokens, np.int64), round_accepted=_cat(log.accepted, np.int64),
-            round_depth=_cat(log.depth, np.int64), round_drafted=_cat(log.drafted, np.int64),
-            step_start_s=steps[:, 0].copy(), step_duration_s=steps[:, 1].copy(),
-            step_plans=steps[:, 3:6].astype(np.int64), step_batch=steps[:, 2].astype(np.int64),
+            policy=label, requests=records, chunk_request=ids[index[order]], chunk_time_s=times[order],
+            chunk_tokens=tokens[order], round_accepted=logs.column("round_accepted").astype(np.int64),
+            round_depth=logs.column("round_depth").astype(np.int64),
+            round_drafted=logs.column("round_drafted").astype(np.int64),
+            step_start_s=logs.column("step_start_s"), step_duration_s=logs.column("step_duration_s"),
+            step_plans=logs.column("step_plans").reshape(-1, 3).astype(np.int64),
+            step_batch=logs.column("step_batch").astype(np.int64),
             start_s=float(min((r.arrival_s for r in self.requests), default=0.0)),
             end_s=float(np.nanmax(self.finish_s)) if len(self.requests) else 0.0,
-            rounds_total=log.rounds, complete=self.finished == len(self.requests))
+            rounds_total=int(logs.column("step_batch").sum()), complete=self.finished == len(self.requests))
 
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
@@ -368,4 +347,4 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     return replica.run_log(label or policy.label)
 
 
-__all__ = ["EngineConfig", "simulate", "Replica", "PlanKind"]
+__all__ = ["EngineConfig", "simulate", "Replica"]

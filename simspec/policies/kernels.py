@@ -1,0 +1,332 @@
+"""The policies' decision rules, compiled: one code path for every caller.
+
+Imports: numpy, numba, simspec.trees, simspec.costs.base (compiled cost
+functions). ``Policy.plan(view)`` (the live engine, tests) and the
+simulator's compiled step loop both call :func:`plan_batch`, so a policy
+decides the same way wherever it runs. A policy is named by a small integer
+(``AR`` ... ``ORACLE``) and its parameters by a float64 vector, because
+compiled code dispatches on plain values.
+
+Pricing: a plan for the batch is priced by the cost model's own step
+formula (costs.base.step_cost) with the draft tokens added: one target
+forward over prefill chunks + 1 + draft tokens per request, drafter steps
+(one token per request at depth 1, ``width`` after), selection when the
+drafter sees kept visual tokens, overhead.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import NamedTuple
+
+import numpy as np
+
+from simspec import trees
+from simspec.costs.base import CostTables, draft_cost, forward_cost, jit, select_cost, table_at
+from simspec.types import MAX_DEPTH, RANK_BITS
+
+AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE = range(8)
+KIND_AR, KIND_LINEAR, KIND_TREE = 0, 1, 2  # PlanKind values
+
+
+class Batch(NamedTuple):
+    """A ReplicaView's arrays and counts, for compiled code (same meaning)."""
+
+    context_tokens: np.ndarray  # [B] int64
+    visual_tokens: np.ndarray  # [B] int64
+    kept_visual_tokens: np.ndarray  # [B] int64
+    remaining_tokens: np.ndarray  # [B] int64
+    recent_accepted: np.ndarray  # [B] float64
+    conf: np.ndarray  # [B, D, R] float64
+    true_ranks: np.ndarray  # [B, D] int64 (zeros unless the policy may see them)
+    prefill_tokens: int
+    prefill_attn_pairs: int
+    prefill_kv_tokens: int
+    prefill_requests: int
+    vision_tokens: int
+
+
+class Plan(NamedTuple):
+    codes: np.ndarray  # [B, M] int64, -1 unused
+    num_nodes: np.ndarray  # [B] int64
+    draft_steps: np.ndarray  # [B] int64
+    draft_width: np.ndarray  # [B] int64
+    kind: np.ndarray  # [B] int8
+
+
+# -- pricing ----------------------------------------------------------------
+
+@jit
+def _base(batch: Batch):
+    """Tokens, logit rows, KV read and attention pairs of the step without drafts."""
+    b = len(batch.context_tokens)
+    ctx = batch.context_tokens.sum()
+    return (batch.prefill_tokens + b, batch.prefill_requests + b, batch.prefill_kv_tokens + ctx,
+            batch.prefill_attn_pairs + ctx)
+
+
+@jit
+def _fixed_s(batch: Batch, costs: CostTables) -> float:
+    vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
+    return costs.overhead_s + vision
+
+
+@jit
+def _draft_table(batch: Batch, costs: CostTables, width: int) -> np.ndarray:
+    """Seconds to draft d levels for the whole batch, selection included: [MAX_DEPTH + 1]."""
+    b = len(batch.context_tokens)
+    kept = batch.kept_visual_tokens.sum()
+    keys, selecting = 0, 0
+    for i in range(b):
+        if 0 < batch.kept_visual_tokens[i] < batch.visual_tokens[i]:
+            keys += batch.visual_tokens[i]
+            selecting += 1
+    out = np.zeros(MAX_DEPTH + 1)
+    first = select_cost(costs, selecting, keys) + draft_cost(costs, b, kept)
+    later = draft_cost(costs, b * width, kept)
+    for d in range(1, MAX_DEPTH + 1):
+        out[d] = first + later * (d - 1)
+    return out
+
+
+# -- plan assembly ------------------------------------------------------------
+
+@jit
+def _chain(batch: Batch, k: np.ndarray, steps: np.ndarray) -> Plan:
+    b = len(k)
+    width = k.max() if b else 0
+    codes = np.full((b, width), -1, dtype=np.int64)
+    kind = np.zeros(b, dtype=np.int8)
+    draft_width = np.zeros(b, dtype=np.int64)
+    for i in range(b):
+        code = np.int64(0)
+        for d in range(k[i]):
+            code += np.int64(1) << (RANK_BITS * d)
+            codes[i, d] = code
+        if k[i] > 0:
+            kind[i] = KIND_LINEAR
+        if steps[i] > 0:
+            draft_width[i] = 1
+    return Plan(codes, k.copy(), steps.copy(), draft_width, kind)
+
+
+@jit
+def _packed(rows: np.ndarray, codes: np.ndarray, b: int, width: int) -> Plan:
+    plan_codes, num, depth, kind = trees.pack_rows(rows, codes, b)
+    draft_width = np.zeros(b, dtype=np.int64)
+    for i in range(b):
+        if kind[i] == KIND_TREE:
+            draft_width[i] = width
+        elif num[i] > 0:
+            draft_width[i] = 1
+    return Plan(plan_codes, num, depth, draft_width, kind)
+
+
+# -- the load-adaptive rule ---------------------------------------------------
+
+@jit
+def _best_prefix(batch: Batch, costs: CostTables, values: np.ndarray, codes: np.ndarray, depths: np.ndarray,
+                 width: int, max_nodes: int) -> Plan:
+    """Candidates of every request, best value first across the batch
+    (parents before children, since a child's value never exceeds its
+    parent's); each prefix of that order is a plan, and the step keeps the
+    prefix with the most expected tokens per second. That is the greedy
+    "add while extra tokens per extra second beat the step's tokens per
+    second" rule taken to its best stopping point, so the drafter's fixed
+    cost per depth does not stop it a node too early.
+
+    Nodes worth less than (tokens per second without drafting) x (the
+    cheapest extra token's cost) are skipped before sorting: with a forward
+    cost convex in tokens they can never raise the step's tokens per second.
+    """
+    b = len(batch.context_tokens)
+    tokens0, logits0, kv, pairs0 = _base(batch)
+    fixed = _fixed_s(batch, costs)
+    drafting = _draft_table(batch, costs, width)
+    base_s = fixed + forward_cost(costs, tokens0, kv, pairs0, logits0)
+    rate0 = b / base_s
+    slope = forward_cost(costs, tokens0 + 1, kv, pairs0, logits0 + 1) - (base_s - fixed)
+    rows, chosen, value, depth = trees.ranked_candidates(values, codes, depths, batch.remaining_tokens,
+                                                         rate0 * max(slope, 0.0), max_nodes)
+    gain, pairs, deepest, best, take = float(b), 0, 0, rate0, 0
+    for t in range(len(rows)):
+        gain += value[t]
+        pairs += batch.context_tokens[rows[t]]
+        deepest = max(deepest, depth[t])
+        cost = fixed + forward_cost(costs, tokens0 + t + 1, kv, pairs0 + pairs, logits0 + t + 1) + drafting[deepest]
+        if gain / cost > best:
+            best, take = gain / cost, t + 1
+    return _packed(rows[:take], chosen[:take], b, width)
+
+
+# -- the policies -------------------------------------------------------------
+
+@jit
+def _linear(batch: Batch, k: int) -> Plan:
+    ks = np.full(len(batch.context_tokens), k, dtype=np.int64)
+    return _chain(batch, ks, ks)
+
+
+@jit
+def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
+    b = len(batch.context_tokens)
+    codes, values, depths = trees.expand_paths(batch.conf, depth, topk)
+    keep = min(budget, codes.shape[1])
+    rows = np.empty(b * keep, dtype=np.int64)
+    chosen = np.empty(b * keep, dtype=np.int64)
+    for i in range(b):
+        order = np.argsort(-(values[i] - 1e-9 * depths), kind="mergesort")[:keep]
+        for j in range(keep):
+            rows[i * keep + j] = i
+            chosen[i * keep + j] = codes[i, order[j]]
+    plan = _packed(rows, chosen, b, topk)
+    steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
+    return Plan(plan.codes, plan.num_nodes, steps, plan.draft_width, plan.kind)
+
+
+@jit
+def _truncate(batch: Batch, k_max: int, threshold: float) -> Plan:
+    b = len(batch.context_tokens)
+    k = np.zeros(b, dtype=np.int64)
+    steps = np.zeros(b, dtype=np.int64)
+    for i in range(b):
+        path = 1.0
+        for d in range(k_max):
+            path *= batch.conf[i, d, 0]
+            if path < threshold:
+                break
+            k[i] += 1
+        steps[i] = min(k[i] + 1, k_max)  # the drafter looked one step past the cut
+    return _chain(batch, k, steps)
+
+
+@jit
+def _batch_table(batch: Batch, table: np.ndarray) -> Plan:
+    b = len(batch.context_tokens)
+    k = 0
+    for e in range(0, len(table), 2):  # (min batch, k) pairs, ascending
+        if b >= table[e]:
+            k = int(table[e + 1])
+    return _linear(batch, k)
+
+
+@jit
+def _chain_values(batch: Batch, per_depth: np.ndarray):
+    """Rank-1 chain candidates: codes [B, D], values [B, D], depths [B, D]."""
+    b, depth = per_depth.shape
+    codes = np.empty((b, depth), dtype=np.int64)
+    depths = np.empty((b, depth), dtype=np.int64)
+    for i in range(b):
+        code = np.int64(0)
+        for d in range(depth):
+            code += np.int64(1) << (RANK_BITS * d)
+            codes[i, d] = code
+            depths[i, d] = d + 1
+    return codes, per_depth, depths
+
+
+@jit
+def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
+    # SmartSpec: predicted per-token acceptance from history. accepted /
+    # (accepted + 1) is the geometric estimate when a round ends on its
+    # first rejection; the depth-d token is accepted with alpha^d.
+    b = len(batch.context_tokens)
+    values = np.empty((b, k_max))
+    for i in range(b):
+        alpha = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
+        for d in range(k_max):
+            values[i, d] = alpha ** (d + 1)
+    codes, values, depths = _chain_values(batch, values)
+    return _best_prefix(batch, costs, values, codes, depths, 1, b * k_max)
+
+
+@jit
+def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes: int) -> Plan:
+    """The rule of :func:`_best_prefix` over every node with ranks <= topk
+    and depth <= depth, enumerated lazily best first: a heap over the whole
+    batch holds each request's frontier; popping a node pushes its first
+    child and its next sibling (confidence falls with rank and depth, so
+    pops come in non-increasing value). It stops when no later node can
+    raise the step's tokens per second: every later node is worth at most
+    the one just popped and costs at least the current per-token slope."""
+    b = len(batch.context_tokens)
+    tokens0, logits0, kv, pairs0 = _base(batch)
+    fixed = _fixed_s(batch, costs)
+    drafting = _draft_table(batch, costs, topk)
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0))
+    heap = [(0.0, 0, np.int64(0), 0, 0, 0.0)]  # (-value, request, code, depth, rank, parent value)
+    heap.pop()
+    for i in range(b):
+        if batch.remaining_tokens[i] > 1:
+            heap.append((-batch.conf[i, 0, 0], i, np.int64(1), 1, 1, 1.0))
+    heapq.heapify(heap)
+    rows = np.empty(max_nodes, dtype=np.int64)
+    chosen = np.empty(max_nodes, dtype=np.int64)
+    gain, pairs, deepest, best, take, n = float(b), 0, 0, rate0, 0, 0
+    while heap and n < max_nodes:
+        neg, i, code, d, r, parent = heapq.heappop(heap)
+        value = -neg
+        n_next = n + 1
+        tokens = tokens0 + n_next
+        slope = forward_cost(costs, tokens + 1, kv, pairs0 + pairs, logits0 + n_next + 1) - \
+            forward_cost(costs, tokens, kv, pairs0 + pairs, logits0 + n_next)
+        if slope > 0 and value / slope < best and gain / (fixed + forward_cost(costs, tokens - 1, kv, pairs0 + pairs,
+                                                                                  logits0 + n) + drafting[deepest]) <= best:
+            break
+        rows[n], chosen[n] = i, code
+        n = n_next
+        gain += value
+        pairs += batch.context_tokens[i]
+        deepest = max(deepest, d)
+        rate = gain / (fixed + forward_cost(costs, tokens, kv, pairs0 + pairs, logits0 + n) + drafting[deepest])
+        if rate > best:
+            best, take = rate, n
+        if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child
+            heapq.heappush(heap, (-value * batch.conf[i, d, 0], i, code + (np.int64(1) << (RANK_BITS * d)),
+                                  d + 1, 1, value))
+        if r < topk:  # next sibling
+            sibling = parent * batch.conf[i, d - 1, r]
+            heapq.heappush(heap, (-sibling, i, code + (np.int64(1) << (RANK_BITS * (d - 1))), d, r + 1, parent))
+    return _packed(rows[:take], chosen[:take], b, topk)
+
+
+@jit
+def _oracle(batch: Batch, costs: CostTables, depth: int) -> Plan:
+    # Draft exactly the target's own path, as deep as it pays.
+    b = len(batch.context_tokens)
+    reached = np.zeros((b, depth))
+    codes = np.full((b, depth), -1, dtype=np.int64)
+    depths = np.empty((b, depth), dtype=np.int64)
+    for i in range(b):
+        code = np.int64(0)
+        for d in range(depth):
+            depths[i, d] = d + 1
+            r = batch.true_ranks[i, d]
+            if r == 0:
+                break
+            code += np.int64(r) << (RANK_BITS * d)
+            codes[i, d] = code
+            reached[i, d] = 1.0
+    return _best_prefix(batch, costs, reached, codes, depths, 1, b * depth)
+
+
+@jit
+def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
+    """Plan every decode request of a step with the policy named by
+    ``policy`` (AR ... ORACLE) and its parameter vector."""
+    b = len(batch.context_tokens)
+    if policy == LINEAR:
+        return _linear(batch, int(params[0]))
+    if policy == TREE:
+        return _tree(batch, int(params[0]), int(params[1]), int(params[2]))
+    if policy == TRUNCATE:
+        return _truncate(batch, int(params[0]), params[1])
+    if policy == BATCH_TABLE:
+        return _batch_table(batch, params)
+    if policy == GOODPUT:
+        return _goodput(batch, costs, int(params[0]))
+    if policy == MARGINAL:
+        return _marginal(batch, costs, int(params[0]), int(params[1]), int(params[2]))
+    if policy == ORACLE:
+        return _oracle(batch, costs, int(params[0]))
+    return _linear(batch, 0)  # AR: no drafts

@@ -1,0 +1,194 @@
+"""The engine step's arithmetic, compiled: draw, plan, price, accept, log.
+
+Imports: numpy, numba, simspec.acceptance (the compiled draw),
+simspec.policies.kernels (plan_batch), simspec.costs.base (step_cost),
+simspec.trees (accepted_length). No simpy: the SimPy process in replica.py
+decides *when* steps happen (admission, preemption, prefill chunks,
+arrivals); :func:`run_steps` does the per-step numbers.
+
+A simulated hour of serving is some 300,000 steps, so the replica asks for
+several decode-only steps in one call and yields to SimPy once, at the
+first step boundary where anything outside the batch could matter: a
+request finished, the next arrival is due, the KV cache is short, or a log
+buffer is full. Events inside those steps are timestamped step by step, so
+the result is the same as yielding after every step.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simspec.acceptance import Randoms, draw_round
+from simspec.costs.base import CostTables, jit, step_cost
+from simspec.policies import kernels
+from simspec.trees import accepted_length
+
+RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
+
+
+class RequestState(NamedTuple):
+    """Per-request arrays of the run, indexed by request id; mutated in place."""
+
+    context: np.ndarray  # [N] int prompt tokens (text + visual)
+    visual: np.ndarray  # [N] int visual tokens
+    kept: np.ndarray  # [N] int visual tokens the drafter sees
+    output: np.ndarray  # [N] int tokens to generate
+    emitted: np.ndarray  # [N] int tokens generated so far
+    cache: np.ndarray  # [N] int tokens in the KV cache
+    recent: np.ndarray  # [N] float moving average of accepted tokens per drafted round
+    difficulty: np.ndarray  # [N] float top-1 acceptance logit of the request
+    retention: np.ndarray  # [N] float acceptance kept at image-grounded positions
+
+
+class AcceptanceParams(NamedTuple):
+    decay: float
+    token_sigma: float
+    confidence_sigma: float
+    visual_share: float
+    tail: np.ndarray
+
+
+class PolicyCall(NamedTuple):
+    kernel: int
+    params: np.ndarray
+    depth: int  # draft depth of a round's confidences / true ranks
+    ranks: int
+    needs_truth: bool
+
+
+class Prefill(NamedTuple):
+    """The prefill chunks sharing the first step (zeros when none)."""
+
+    tokens: int
+    attn_pairs: int
+    kv_tokens: int
+    requests: int
+    vision_tokens: int
+
+
+class Logs(NamedTuple):
+    """Preallocated log buffers; ``fill`` counts what is used: [chunks, rounds, steps]."""
+
+    chunk_id: np.ndarray
+    chunk_tokens: np.ndarray
+    chunk_time_s: np.ndarray
+    round_accepted: np.ndarray
+    round_depth: np.ndarray
+    round_drafted: np.ndarray
+    step_start_s: np.ndarray
+    step_duration_s: np.ndarray
+    step_batch: np.ndarray
+    step_plans: np.ndarray  # [S, 3] rounds planned AR / linear / tree
+    fill: np.ndarray  # [3] int
+
+
+@jit
+def _depth(code) -> int:
+    d = 0
+    while code > 0:
+        code >>= 4
+        d += 1
+    return d
+
+
+@jit
+def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, policy: PolicyCall,
+              costs: CostTables, prefill: Prefill, start_s: float, stop_s: float, max_steps: int,
+              kv_room: int, rand: Randoms, logs: Logs):
+    """Run up to ``max_steps`` steps of the decode batch ``ids`` from
+    ``start_s``; the first step also carries ``prefill``. Stops after a
+    step in which a request finished, or that ends at or after ``stop_s``,
+    or when the KV cache has no ``kv_room`` left for another step.
+    Returns (steps run, end time)."""
+    b = len(ids)
+    depth, ranks = policy.depth, policy.ranks
+    t = start_s
+    steps = 0
+    reserve = b * (depth + 1)
+    while steps < max_steps:
+        first = steps == 0
+        pf = prefill if first else Prefill(0, 0, 0, 0, 0)
+        ctx = state.cache[ids]
+        visual = state.visual[ids]
+        kept = state.kept[ids]
+        remaining = state.output[ids] - state.emitted[ids]
+        if depth > 0 and b > 0:
+            n = b * depth
+            conf, true_ranks, _ = draw_round(state.difficulty[ids], state.retention[ids], depth, ranks, acc.decay,
+                                             acc.token_sigma, acc.confidence_sigma, acc.visual_share, acc.tail,
+                                             rand.normals[rand.used[0]:rand.used[0] + 2 * n],
+                                             rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
+            rand.used[0] += 2 * n
+            rand.used[1] += 2 * n
+        else:
+            conf = np.ones((b, 1, ranks))
+            true_ranks = np.zeros((b, 1), dtype=np.int64)
+        shown = true_ranks if policy.needs_truth else np.zeros_like(true_ranks)
+        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
+                              pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens)
+        plan = kernels.plan_batch(policy.kernel if b > 0 else kernels.AR, policy.params, batch, costs)
+
+        # Price the step exactly as planned.
+        verify = 0
+        pairs = 0
+        levels = plan.draft_steps.max() if b > 0 else 0
+        level_tokens = np.zeros(levels, dtype=np.int64)
+        drafted_kept, select_requests, select_keys = 0, 0, 0
+        for i in range(b):
+            q = 1 + plan.num_nodes[i]
+            verify += q
+            pairs += q * ctx[i]
+            for level in range(plan.draft_steps[i]):
+                level_tokens[level] += 1 if level == 0 else plan.draft_width[i]
+            if plan.draft_steps[i] > 0:
+                drafted_kept += kept[i]
+                if 0 < kept[i] < visual[i]:
+                    select_requests += 1
+                    select_keys += visual[i]
+        duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
+                             pf.requests + verify, pf.vision_tokens, level_tokens, drafted_kept, select_requests,
+                             select_keys)
+        end = t + duration
+
+        # Accept and log.
+        accepted = accepted_length(plan.codes, true_ranks) if plan.codes.shape[1] > 0 else np.zeros(b, np.int64)
+        finished = False
+        c, r, s = logs.fill[0], logs.fill[1], logs.fill[2]
+        grown = 0
+        for i in range(b):
+            j = ids[i]
+            emit = min(accepted[i] + 1, remaining[i])
+            state.cache[j] += emit
+            state.emitted[j] += emit
+            grown += emit
+            logs.chunk_id[c] = j
+            logs.chunk_tokens[c] = emit
+            logs.chunk_time_s[c] = end
+            c += 1
+            if plan.num_nodes[i] > 0:
+                deepest = 0
+                for m in range(plan.codes.shape[1]):
+                    deepest = max(deepest, _depth(plan.codes[i, m]))
+                logs.round_accepted[r] = accepted[i]
+                logs.round_depth[r] = deepest
+                logs.round_drafted[r] = plan.num_nodes[i]
+                r += 1
+                state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * accepted[i]
+            if state.emitted[j] >= state.output[j]:
+                finished = True
+        logs.step_start_s[s] = t
+        logs.step_duration_s[s] = duration
+        logs.step_batch[s] = b
+        for k in range(3):
+            logs.step_plans[s, k] = 0
+        for i in range(b):
+            logs.step_plans[s, plan.kind[i]] += 1
+        logs.fill[0], logs.fill[1], logs.fill[2] = c, r, s + 1
+        steps += 1
+        t = end
+        kv_room -= grown
+        if finished or t >= stop_s or kv_room < reserve or prefill.requests > 0:
+            break
+    return steps, t
