@@ -116,7 +116,7 @@ def build_config(args: argparse.Namespace) -> configuration.SimConfig:
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = build_config(args)
     if args.out:
-        runfolder.prepare(args.out)  # refuse a bad --out before spending time
+        runfolder.check_target(args.out)  # refuse a bad --out before spending time
     started = time.perf_counter()
     results = experiment.run(cfg, progress=not args.quiet)
     wall_s = time.perf_counter() - started

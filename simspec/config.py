@@ -24,7 +24,7 @@ from simspec.types import InputError, require
 from simspec.workloads import WorkloadConfig
 
 DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
-DEFAULT_WORKLOAD = WorkloadConfig(arrival="gamma", rate_per_s=4.0, burstiness=0.25, num_requests=1000,
+DEFAULT_WORKLOAD = WorkloadConfig(arrival="gamma", rate_per_s=6.0, burstiness=0.25, num_requests=1000,
                                   multimodal_share=0.5)
 
 
@@ -55,6 +55,7 @@ class SimConfig:
 
 
 _TABLES = {"workload": WorkloadConfig, "engine": EngineConfig}
+STOPS = {"num_requests", "duration_s"}  # either ends a synthetic workload
 
 
 def _policy_spec(entry) -> str:
@@ -103,7 +104,11 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
     for source in (file_values or {}, flag_values or {}):
         for key, value in source.items():
             if key in _TABLES:
-                merged.setdefault(key, {}).update(value)
+                table = merged.setdefault(key, {})
+                if key == "workload" and STOPS & value.keys():
+                    for stop in STOPS:  # a later source's stop replaces an earlier one's
+                        table.pop(stop, None)
+                table.update(value)
             else:
                 merged[key] = value
     base = SimConfig()
@@ -111,7 +116,7 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
     for name in _TABLES:
         overrides = dict(merged.pop(name, {}))
         if name == "workload":
-            stops = {"num_requests", "duration_s"} & overrides.keys()
+            stops = STOPS & overrides.keys()
             # One of the two ends a run, so setting one clears the other's
             # default; a trace with neither set is replayed whole.
             if stops or overrides.get("arrival", base.workload.arrival) == "trace":

@@ -10,7 +10,7 @@ compared on common random numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tqdm import tqdm
@@ -83,3 +83,18 @@ def cost_model_line(scenario: Scenario) -> str:
     c = scenario.costs
     status = "calibrated" if c.calibrated else "UNCALIBRATED (no profile of this device; run `simspec profile-gpu`)"
     return f"cost model: {c.label} [{status}]"
+
+
+def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 800) -> float:
+    """Requests per second the scenario's replica sustains with ``policy``
+    when its queue never empties: ``requests`` of the workload's mix all
+    arrive at once, and the rate is 90% of them over the time the 90% took
+    (the drain at the end, with a shrinking batch, is left out)."""
+    burst = replace(config, workload=replace(config.workload, num_requests=requests, duration_s=None))
+    scenario = resolve(burst)
+    queue = [replace(r, arrival_s=0.0) for r in scenario.requests]
+    log = simulate(queue, policy=policies.parse(policy), costs=scenario.costs, acceptance=scenario.acceptance,
+                   engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
+    finish = np.sort([r.finish_s for r in log.requests])
+    k = int(0.9 * len(finish))
+    return k / finish[k - 1]

@@ -44,14 +44,12 @@ TIME_BINS = 60
 _PLAN_LABELS = ("AR", "linear", "tree")
 
 
-def prepare(path) -> Path:
-    """Create the run folder ``path`` (and its parents) and return it.
-
-    An existing folder is accepted when it is empty or is a run folder (has
-    ``MARKER``); its files are then overwritten. Anything else raises
+def check_target(path) -> Path:
+    """Refuse ``path`` as a run folder unless it is new, empty, or a run
+    folder (has ``MARKER``), whose files are then overwritten; creates
+    nothing, so a run that fails later leaves no trace. Raises
     :class:`simspec.types.InputError`, so ``--out`` never clobbers a folder
-    the user keeps other things in.
-    """
+    the user keeps other things in."""
     folder = Path(path)
     if folder.exists():
         require(
@@ -59,6 +57,13 @@ def prepare(path) -> Path:
             f"--out {path} exists and is not a simspec run folder (no {MARKER}); "
             "choose a new folder",
         )
+    return folder
+
+
+def prepare(path) -> Path:
+    """Create the run folder ``path`` (and its parents) after
+    :func:`check_target` and return it."""
+    folder = check_target(path)
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -208,11 +208,3 @@ def pack_rows(rows: np.ndarray, codes: np.ndarray, b: int):
         if counts[i] > 0:
             kind[i] = 1 if chain[i] and counts[i] == depth[i] else 2
     return out, counts, depth, kind
-
-
-def check_limits(depth: int, topk: int) -> None:
-    """Raise ValueError when a tree cannot be named by 4-bit rank codes."""
-    if not 1 <= depth <= MAX_DEPTH:
-        raise ValueError(f"depth must be in 1..{MAX_DEPTH} (got {depth})")
-    if not 1 <= topk <= MAX_RANK:
-        raise ValueError(f"topk must be in 1..{MAX_RANK} (got {topk})")

@@ -69,17 +69,15 @@ class Linear(Policy):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Tree(Policy):
-    name = "tree"
-    kernel = kernels.TREE
+class _Branching(Policy):
+    """A policy that drafts trees up to ``depth`` with ``topk`` children a node."""
+
     depth: int = 6
     topk: int = 10
-    budget: int = 60
 
     def __post_init__(self):
         _check_depth(self.name, "depth", self.depth)
         _check_topk(self.name, self.topk)
-        _check(self.budget >= 1, self.name, f"budget must be >= 1 (got {self.budget})")
 
     @property
     def max_depth(self) -> int:
@@ -88,6 +86,17 @@ class Tree(Policy):
     @property
     def max_rank(self) -> int:
         return self.topk
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tree(_Branching):
+    name = "tree"
+    kernel = kernels.TREE
+    budget: int = 60
+
+    def __post_init__(self):
+        super(Tree, self).__post_init__()
+        _check(self.budget >= 1, self.name, f"budget must be >= 1 (got {self.budget})")
 
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.budget], dtype=float)
@@ -152,25 +161,15 @@ class Goodput(Policy):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Marginal(Policy):
+class Marginal(_Branching):
     name = "marginal"
     kernel = kernels.MARGINAL
     depth: int = 7
-    topk: int = 10
     max_nodes: int = 512
 
     def __post_init__(self):
-        _check_depth(self.name, "depth", self.depth)
-        _check_topk(self.name, self.topk)
+        super(Marginal, self).__post_init__()
         _check(self.max_nodes >= 1, self.name, f"max_nodes must be >= 1 (got {self.max_nodes})")
-
-    @property
-    def max_depth(self) -> int:
-        return self.depth
-
-    @property
-    def max_rank(self) -> int:
-        return self.topk
 
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.max_nodes], dtype=float)

@@ -1,9 +1,9 @@
 """The serving model: one GPU replica with continuous batching and
 speculative decoding, as a SimPy discrete-event simulation.
 
-Imports: simpy, numpy, simspec.types, .trees, .acceptance, .costs (for the
-KV budget), .policies (the only simpy importer in the package). DESIGN.md
-"The serving model".
+Imports: simpy (the only simpy importer in the package), numpy,
+simspec.types, .acceptance, .costs, .policies, .sim.steps. DESIGN.md "The
+serving model".
 
 Two processes: ``arrivals`` puts requests in the waiting queue at their
 arrival times; ``replica`` runs the engine loop. Each step:
@@ -11,14 +11,18 @@ arrival times; ``replica`` runs the engine loop. Each step:
 1. admit waiting requests FCFS while ``max_num_seqs`` and the KV budget allow;
 2. reserve KV for the decode batch, preempting the newest request (recompute,
    never a silent drop) when it does not fit;
-3. plan: the policy sees a ReplicaView and returns a StepPlan;
-4. schedule prefill chunks in the token budget the decode batch leaves;
-5. the step costs select + draft + one target forward + overhead (+ the
-   vision encoder for requests starting prefill);
+3. schedule prefill chunks in the token budget the decode batch leaves;
+4. plan: the policy decides every decode request's round from the batch's
+   snapshot (the drafter's confidences of this round included);
+5. the step costs selection + drafting + one target forward + overhead (+
+   the vision encoder for requests starting prefill), from the cost model;
 6. accept: per request the accepted path comes from the acceptance model;
-   accepted + 1 tokens are emitted at the step's end, a prefill that
-   completes emits the first token (TTFT).
-Simulated time is seconds.
+   accepted + 1 tokens are emitted at the step's end; a prefill that
+   completes emits the request's next token (its first: TTFT).
+
+Steps 4-6 are compiled (sim/steps.py) and run several steps per SimPy
+event while nothing outside the decode batch can change. Simulated time is
+seconds.
 """
 
 from __future__ import annotations
@@ -190,7 +194,7 @@ class Replica:
             end = self._run(decode, chunks, start)
             yield self.env.timeout(end - start)
             self._complete_prefill(chunks, end)
-            self._retire(decode, end)
+            self._retire(end)
             if self.progress is not None:
                 self.progress(self.finished)
 
@@ -284,7 +288,7 @@ class Replica:
             self.state.emitted[ids] += 1  # the prefill samples the next token
             self.logs.extra_chunks.append((ids, np.ones(len(ids), dtype=np.int64), end_s))
 
-    def _retire(self, decode: np.ndarray, end_s: float) -> None:
+    def _retire(self, end_s: float) -> None:
         ids = np.array(self.running, dtype=np.int64)
         done = ids[self.state.emitted[ids] >= self.state.output[ids]] if len(ids) else ids
         if len(done):

@@ -1,0 +1,37 @@
+"""Shared fixtures: small scenarios built from the library's own records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simspec import acceptance, costs
+from simspec.sim import EngineConfig, simulate
+from simspec.types import Request
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+H100 = costs.gpu_spec("h100-sxm")
+LLAVA = costs.model_spec("LLaVA-1.5-7B")
+
+
+@pytest.fixture(scope="session")
+def roofline():
+    return costs.build("roofline", LLAVA, H100)
+
+
+def requests_at(arrivals_s, *, prompt=64, output=32, images=()) -> list[Request]:
+    """Requests arriving at the given times, all alike."""
+    return [Request(id=i, arrival_s=float(t), prompt_tokens=prompt, image_tokens=tuple(images), output_tokens=output)
+            for i, t in enumerate(arrivals_s)]
+
+
+def run(requests, policy, *, cost_model=None, accept=None, engine=None, seed=0, kv_tokens=200_000):
+    return simulate(requests, policy=policy, costs=cost_model or costs.build("constant:10", LLAVA, H100),
+                    acceptance=accept or acceptance.preset(acceptance.DEFAULT_PRESET),
+                    engine=engine or EngineConfig(), kv_budget_tokens=kv_tokens, seed=seed)
+
+
+def per_request_tokens(log) -> np.ndarray:
+    return np.bincount(log.chunk_request, weights=log.chunk_tokens, minlength=len(log.requests))

@@ -1,0 +1,80 @@
+"""Cost models: roofline shape, closed forms, one formula for all callers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import H100, LLAVA
+from simspec import costs
+from simspec.types import InputError, StepShape
+
+
+@pytest.mark.parametrize("gpu", list(costs.GPUS))
+@pytest.mark.parametrize("model", ["LLaVA-1.5-7B", "LLaVA-1.6-13B", "Qwen2-VL-7B"])
+def test_roofline_is_monotone_flat_then_sloped(gpu, model):
+    c = costs.build("roofline", costs.model_spec(model), costs.gpu_spec(gpu))
+    assert not c.calibrated and "roofline prior" in c.label
+    tokens = np.arange(1, 4097)
+    t = c.forward_s(tokens, 1000, tokens * 1000, tokens)
+    assert np.all(np.diff(t) >= 0)
+    assert t[15] < 1.05 * t[0]  # 16 tokens cost about as much as one: memory-bound
+    assert t[4095] > 5 * t[0]  # 4096 are compute-bound
+
+
+def test_marginal_token_cost_is_small_below_the_knee_and_large_beyond(roofline):
+    small = StepShape(forward_tokens=8, kv_read_tokens=8000, attn_pairs=8000, logit_tokens=8)
+    large = StepShape(forward_tokens=2048, kv_read_tokens=8000, attn_pairs=8000, logit_tokens=2048)
+    assert roofline.marginal_token_s(large) > 20 * roofline.marginal_token_s(small)
+
+
+def test_h100_decode_step_is_in_the_measured_range(roofline):
+    # LLaVA-1.5-7B (Vicuna-7B) batch-1 decode on an H100 runs at about
+    # 5-8 ms a token in vLLM; the prior must land there.
+    step = roofline.step_s(StepShape(forward_tokens=1, kv_read_tokens=1000, attn_pairs=1000, logit_tokens=1))
+    assert 0.004 < step < 0.009
+
+
+def test_constant_and_affine_closed_forms():
+    constant = costs.build("constant:12.5", LLAVA, H100)
+    affine = costs.build("affine:4,0.01", LLAVA, H100)
+    shapes = [StepShape(forward_tokens=n, kv_read_tokens=5 * n, attn_pairs=7 * n, logit_tokens=n,
+                        vision_tokens=576, draft_level_tokens=(2, 8)) for n in (1, 100, 5000)]
+    assert [constant.step_s(s) for s in shapes] == pytest.approx([0.0125] * 3)
+    assert [affine.step_s(s) for s in shapes] == pytest.approx([0.004 + 1e-5 * n for n in (1, 100, 5000)])
+
+
+def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline):
+    shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, vision_tokens=1152,
+                      draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32, select_visual_tokens=2304,
+                      select_requests=4)
+    parts = (roofline.overhead_s + roofline.forward_s(300, 9000, 90000, 40) + roofline.vision_s(1152)
+             + sum(roofline.draft_level_s(t, 32) for t in (4, 16, 16)) + roofline.select_s(4, 2304))
+    assert roofline.step_s(shape) == pytest.approx(parts, rel=1e-12)
+
+
+def test_tables_extrapolate_past_their_end(roofline):
+    n = costs.base.TABLE_TOKENS
+    inside, edge, beyond = roofline.forward_s(np.array([n - 2, n - 1, n + 99]), 0, 0, 0)
+    assert beyond - edge == pytest.approx(100 * (edge - inside), rel=1e-9)
+
+
+def test_kv_budget_from_memory():
+    from simspec.sim import EngineConfig
+    tokens = EngineConfig().kv_budget_tokens(LLAVA, H100)
+    expected = (80e9 * 0.9 - LLAVA.weight_bytes - 2 * 1024**3) / LLAVA.kv_bytes_per_token
+    assert tokens == int(expected) and 80_000 < tokens < 140_000
+
+
+@pytest.mark.parametrize("spec,needle", [("constant:-1", "STEP_MS must be > 0"), ("constant:x", "constant:STEP_MS"),
+                                         ("affine:1", "affine:BASE_MS,PER_TOKEN_MS"), ("affine:-1,2", "BASE_MS >= 0"),
+                                         ("magic", "cost_model must be one of")])
+def test_bad_cost_models_name_the_problem(spec, needle):
+    with pytest.raises(InputError, match=needle):
+        costs.build(spec, LLAVA, H100)
+
+
+@pytest.mark.parametrize("lookup,name", [(costs.model_spec, "LLaVA-9B"), (costs.gpu_spec, "h300")])
+def test_unknown_specs(lookup, name):
+    with pytest.raises(InputError, match="must be one of"):
+        lookup(name)

@@ -1,0 +1,177 @@
+"""Policies as pure functions of a snapshot."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from conftest import H100, LLAVA
+from simspec import costs, policies, trees
+from simspec.policies.base import parse_table
+from simspec.types import InputError, PlanKind, ReplicaView
+
+
+def view(batch=2, *, depth=6, ranks=10, ctx=800, conf=None, truth=None, cost_model="roofline", remaining=100,
+         prefill=0, seed=0):
+    rng = np.random.default_rng(seed)
+    if conf is None:
+        top = rng.uniform(0.3, 0.95, (batch, depth))
+        conf = np.empty((batch, depth, ranks))
+        conf[:, :, 0] = top
+        for r in range(1, ranks):
+            conf[:, :, r] = np.minimum(conf[:, :, r - 1], (1 - top) * 0.3 * 0.5 ** (r - 1))  # sums below 1
+    return ReplicaView(
+        context_tokens=np.full(batch, ctx), visual_tokens=np.full(batch, 576), kept_visual_tokens=np.full(batch, 8),
+        remaining_tokens=np.full(batch, remaining), recent_accepted=np.full(batch, 2.0), conf=conf,
+        prefill_tokens=prefill, prefill_attn_pairs=prefill * prefill // 2, prefill_kv_tokens=prefill,
+        prefill_requests=1 if prefill else 0, vision_tokens=0, costs=costs.build(cost_model, LLAVA, H100),
+        true_ranks=truth)
+
+
+def parent_closed(codes: np.ndarray) -> bool:
+    held = set(int(c) for c in codes if c > 0)
+    for c in held:
+        d = int(trees.code_depth(np.array([c]))[0])
+        parent = c & ((1 << (4 * (d - 1))) - 1)
+        if d > 1 and parent not in held:
+            return False
+    return True
+
+
+def test_ar_drafts_nothing():
+    plan = policies.parse("ar").plan(view())
+    assert plan.num_nodes.tolist() == [0, 0] and plan.kind.tolist() == [PlanKind.AR] * 2
+
+
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_linear_is_the_rank1_chain(k):
+    plan = policies.parse(f"linear:k={k}").plan(view())
+    assert plan.codes.tolist() == [trees.chain_codes(k).tolist()] * 2
+    assert plan.draft_steps.tolist() == [k, k] and plan.kind.tolist() == [PlanKind.LINEAR] * 2
+
+
+def test_tree_keeps_budget_nodes_parent_closed_within_topk():
+    v = view(batch=3)
+    plan = policies.parse("tree:depth=5,topk=4,budget=20").plan(v)
+    assert plan.num_nodes.tolist() == [20, 20, 20]
+    for row in plan.codes:
+        assert parent_closed(row)
+        digits = [(int(c) >> (4 * d)) & 15 for c in row if c > 0 for d in range(5)]
+        assert max(digits) <= 4
+    # EAGLE-2: the kept nodes are the best by path confidence of the expansion.
+    codes, values, depths = trees.expand(v.conf, 5, 4)
+    best = np.sort(values, axis=1)[:, ::-1][:, :20]
+    kept = [sorted(values[i][np.isin(codes[i], plan.codes[i])], reverse=True) for i in range(3)]
+    assert np.allclose(kept, best)
+
+
+def test_truncate_cuts_where_path_confidence_falls_below_threshold():
+    conf = np.ones((1, 6, 1))
+    conf[0, :, 0] = [0.9, 0.9, 0.9, 0.5, 0.9, 0.9]  # path: .9 .81 .729 .36 ...
+    plan = policies.parse("truncate:k_max=6,threshold=0.5").plan(view(batch=1, depth=6, ranks=1, conf=conf))
+    assert plan.num_nodes.tolist() == [3] and plan.draft_steps.tolist() == [4]
+
+
+@pytest.mark.parametrize("batch,k", [(1, 5), (7, 5), (8, 3), (40, 0)])
+def test_batch_table_picks_k_by_batch_size(batch, k):
+    plan = policies.parse("batch_table:table=1:5,8:3,33:0").plan(view(batch=batch))
+    assert set(plan.num_nodes.tolist()) == {k}
+
+
+def test_oracle_drafts_exactly_the_target_path():
+    truth = np.array([[1, 2, 1, 0, 1, 1], [1, 1, 1, 1, 1, 1]])
+    plan = policies.parse("oracle:depth=6").plan(view(truth=truth))
+    first = sorted(int(c) for c in plan.codes[0] if c > 0)
+    assert first == trees.path_codes(truth[:1])[0, :3].tolist()
+    assert plan.num_nodes[1] == 6
+
+
+def _brute_force_marginal(v: ReplicaView, depth: int, topk: int) -> float:
+    """Best tokens-per-second over all prefixes of the value order, by hand."""
+    price = v.costs
+    ctx = v.context_tokens
+    nodes = []
+    for i in range(v.batch):
+        for d in range(1, depth + 1):
+            for ranks in itertools.product(range(1, topk + 1), repeat=d):
+                value = np.prod([v.conf[i, j, r - 1] for j, r in enumerate(ranks)])
+                nodes.append((-value + 1e-9 * d, i, d))
+    nodes.sort()
+    b = v.batch
+
+    def step(n, pairs, deepest):
+        levels = [b] + [b * topk] * (deepest - 1) if deepest else []
+        select = price.select_s(b, 576 * b) if deepest else 0.0
+        return (price.overhead_s + price.forward_s(b + n, ctx.sum(), ctx.sum() + pairs, b + n)
+                + sum(price.draft_level_s(t, 8 * b) for t in levels) + select)
+
+    best = b / step(0, 0, 0)
+    gain, pairs, deepest = float(b), 0, 0
+    for n, (neg, i, d) in enumerate(nodes, start=1):
+        gain += -neg + 1e-9 * d
+        pairs += ctx[i]
+        deepest = max(deepest, d)
+        best = max(best, gain / step(n, pairs, deepest))
+    return best
+
+
+@pytest.mark.parametrize("cost_model", ["roofline", "affine:5,0.05", "affine:5,0.005"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_marginal_reaches_the_best_prefix(cost_model, seed):
+    v = view(batch=2, depth=3, ranks=3, cost_model=cost_model, seed=seed)
+    plan = policies.parse("marginal:depth=3,topk=3").plan(v)
+    value = sum(np.prod([v.conf[i, j, ((int(c) >> (4 * j)) & 15) - 1] for j in range(3) if (int(c) >> (4 * j)) & 15])
+                for i in range(2) for c in plan.codes[i] if c > 0)
+    b, ctx, n = 2, v.context_tokens, int(plan.num_nodes.sum())
+    deepest = int(plan.draft_steps.max())
+    widths = [b] + [b * 3] * (deepest - 1) if deepest else []
+    cost = (v.costs.overhead_s + v.costs.forward_s(b + n, ctx.sum(), ctx.sum() + int((plan.num_nodes * ctx).sum()),
+                                                     b + n)
+            + sum(v.costs.draft_level_s(t, 16) for t in widths) + (v.costs.select_s(2, 1152) if deepest else 0))
+    assert (b + value) / cost == pytest.approx(_brute_force_marginal(v, 3, 3), rel=1e-9)
+    for row in plan.codes:
+        assert parent_closed(row)
+
+
+def test_marginal_grows_under_idle_capacity_and_shrinks_when_busy():
+    idle = policies.parse("marginal").plan(view(batch=1))
+    busy = policies.parse("marginal").plan(view(batch=128, ctx=2000))
+    assert idle.kind[0] == PlanKind.TREE and idle.num_nodes[0] > 10
+    assert busy.num_nodes.mean() < idle.num_nodes[0] / 4
+    assert (busy.kind != PlanKind.TREE).mean() > 0.5  # mostly chains or AR
+
+
+def test_marginal_never_drafts_past_the_last_token():
+    plan = policies.parse("marginal").plan(view(batch=2, remaining=3))
+    assert plan.draft_steps.max() <= 2
+
+
+@pytest.mark.parametrize("spec", ["ar", "linear", "tree", "truncate", "batch_table", "goodput", "marginal", "oracle"])
+def test_plan_is_a_pure_function_of_the_view(spec):
+    v = view(batch=3, depth=8, ranks=10, truth=np.ones((3, 8), dtype=np.int64))
+    before = v.conf.copy()
+    first, second = policies.parse(spec).plan(v), policies.parse(spec).plan(v)
+    assert np.array_equal(first.codes, second.codes) and np.array_equal(v.conf, before)
+
+
+@pytest.mark.parametrize("spec,label", [("linear:k=5", "linear:k=5"), ("tree", "tree:depth=6,topk=10,budget=60"),
+                                        ("batch_table:table=1:4,9:2", "batch_table:table=1:4,9:2")])
+def test_parse_and_label(spec, label):
+    assert policies.parse(spec).label == label
+
+
+@pytest.mark.parametrize("spec,needle", [("nope", "policy must be one of"), ("linear:q=1", "unknown parameter"),
+                                         ("linear:k=x", "k must be a int"), ("tree:topk=16", "topk"),
+                                         ("truncate:threshold=1.5", "threshold"), ("batch_table:table=2:3", "start"),
+                                         ("linear:k", "key=value")])
+def test_bad_policies_name_the_problem(spec, needle):
+    with pytest.raises(InputError, match=needle):
+        policies.parse(spec)
+
+
+def test_parse_table_sorts_and_validates():
+    assert parse_table("8:3,1:5") == ((1, 5), (8, 3))
+    with pytest.raises(ValueError):
+        parse_table("1:x")

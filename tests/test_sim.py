@@ -1,0 +1,141 @@
+"""The serving model: golden timelines, closed forms, invariants."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from conftest import H100, LLAVA, per_request_tokens, requests_at, run
+from simspec import acceptance, costs, policies
+from simspec.sim import EngineConfig
+from simspec.types import InputError
+
+
+def _times(log):
+    return [(r.id, round(r.first_token_s, 9), round(r.finish_s, 9), r.output_tokens) for r in log.requests]
+
+
+def test_golden_timeline_ar_constant_cost():
+    # Worked by hand, 10 ms a step whatever it holds:
+    #  0-10 ms  prefill A              -> A's first token at 10 ms
+    # 10-20 ms  decode A (B arrives at 15 ms, joins at the next step)
+    # 20-30 ms  decode A + prefill B   -> A's 3rd token: A done at 30; B's first token at 30
+    # 30-40 ms  decode B               -> B's 2nd token: B done at 40
+    requests = [replace(r, output_tokens=n) for r, n in zip(requests_at([0.0, 0.015], prompt=10), (3, 2))]
+    log = run(requests, policies.parse("ar"))
+    assert _times(log) == [(0, 0.01, 0.03, 3), (1, 0.03, 0.04, 2)]
+    assert log.step_start_s.tolist() == pytest.approx([0.0, 0.01, 0.02, 0.03])
+    assert log.step_batch.tolist() == [0, 1, 1, 1]
+
+
+def test_golden_timeline_linear_draft_always_accepted():
+    # p -> 1: every draft token is accepted, so a k=2 draft emits 3 tokens a
+    # round. One request, output 8: prefill (1 token, 10 ms), then rounds of
+    # 3, 3 and the last 1 (capped by the output length): done at 40 ms.
+    log = run(requests_at([0.0], prompt=10, output=8), policies.parse("linear:k=2"),
+              accept=acceptance.AcceptanceModel.iid(1 - 1e-12))
+    assert _times(log) == [(0, 0.01, 0.04, 8)]
+    assert log.chunk_tokens.tolist() == [1, 3, 3, 1]
+    assert log.round_accepted.tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize("p", [0.5, 0.8])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_mean_tokens_per_round_closed_form(p, k):
+    # i.i.d. acceptance p, draft length k: tokens per round = accepted + 1 with
+    # P(accepted >= j) = p^j, mean (1 - p^(k+1)) / (1 - p). The bound is four
+    # standard errors (a false alarm about once in 16,000 runs).
+    log = run(requests_at(np.zeros(40), output=400), policies.parse(f"linear:k={k}"),
+              accept=acceptance.AcceptanceModel.iid(p))
+    emitted = log.round_accepted + 1
+    j = np.arange(1, k + 1)
+    mean = acceptance.mean_chain_tokens(p, k)
+    second = 1 + np.sum((2 * j + 1) * p**j)  # E[X^2] for X = 1 + accepted
+    sd = np.sqrt(second - mean**2)
+    assert abs(emitted.mean() - mean) < 4 * sd / np.sqrt(len(emitted)), (emitted.mean(), mean)
+
+
+def test_chain_tree_prices_and_accepts_like_linear():
+    # A tree of top-1 children only is a chain: same plan, same price, same log.
+    reqs = requests_at(np.linspace(0, 2, 30), output=50, images=(576,))
+    roof = costs.build("roofline", LLAVA, H100)
+    linear = run(reqs, policies.parse("linear:k=4"), cost_model=roof)
+    chain = run(reqs, policies.parse("tree:depth=4,topk=1,budget=4"), cost_model=roof)
+    assert np.array_equal(linear.step_duration_s, chain.step_duration_s)
+    assert np.array_equal(linear.chunk_tokens, chain.chunk_tokens)
+    assert np.array_equal(linear.step_plans, chain.step_plans)
+
+
+@pytest.mark.parametrize("spec", ["ar", "linear:k=3", "tree", "truncate", "batch_table", "goodput", "marginal",
+                                  "oracle"])
+def test_every_request_finishes_with_its_output(spec, roofline):
+    reqs = requests_at(np.sort(np.random.default_rng(1).uniform(0, 3, 60)), output=40, images=(576,))
+    log = run(reqs, policies.parse(spec), cost_model=roofline)
+    assert log.complete
+    assert per_request_tokens(log).tolist() == [40] * 60
+    for r in log.requests:
+        assert r.arrival_s <= r.admitted_s < r.first_token_s <= r.finish_s
+    assert np.all(np.diff(log.chunk_time_s) >= 0)
+
+
+def test_same_seed_same_log_different_seed_differs(roofline):
+    reqs = requests_at(np.linspace(0, 1, 20), output=30)
+    a, b = (run(reqs, policies.parse("marginal"), cost_model=roofline, seed=7) for _ in range(2))
+    c = run(reqs, policies.parse("marginal"), cost_model=roofline, seed=8)
+    assert np.array_equal(a.chunk_time_s, b.chunk_time_s) and np.array_equal(a.round_accepted, b.round_accepted)
+    assert not np.array_equal(a.round_accepted, c.round_accepted)
+
+
+def test_preemption_recomputes_and_never_drops(roofline):
+    # A KV cache of 1,000 tokens holds about five of these requests at once:
+    # the newest are preempted, recompute their prompt + output, and finish.
+    reqs = requests_at(np.zeros(12), prompt=100, output=60)
+    log = run(reqs, policies.parse("linear:k=3"), cost_model=roofline, kv_tokens=1000)
+    assert log.complete
+    assert sum(r.preemptions for r in log.requests) > 0
+    assert per_request_tokens(log).tolist() == [60] * 12
+
+
+def test_max_num_seqs_caps_the_batch(roofline):
+    log = run(requests_at(np.zeros(20), output=20), policies.parse("ar"), cost_model=roofline,
+              engine=EngineConfig(max_num_seqs=4))
+    assert log.step_batch.max() == 4
+
+
+def test_request_larger_than_kv_cache_is_an_input_error():
+    with pytest.raises(InputError, match="kv_cache_tokens"):
+        run(requests_at([0.0], prompt=500, output=600), policies.parse("ar"), kv_tokens=1000)
+
+
+def test_light_load_drafts_trees_heavy_load_short_chains(roofline):
+    # The marginal rule: idle capacity -> trees; compute-bound -> few tokens.
+    light = run(requests_at(np.arange(5) * 2.0, output=100), policies.parse("marginal"), cost_model=roofline)
+    heavy = run(requests_at(np.zeros(128), prompt=1500, output=100), policies.parse("marginal"), cost_model=roofline,
+                engine=EngineConfig(max_num_seqs=128))
+    light_share = light.step_plans.sum(axis=0) / light.step_plans.sum()
+    assert light_share[2] > 0.9  # trees
+    busy = heavy.step_batch >= 100
+    assert heavy.round_drafted.mean() < 0.25 * light.round_drafted.mean()
+    assert heavy.step_plans[busy, 2].sum() < heavy.step_plans[busy].sum()
+
+
+def test_sim_imports_and_runs_without_torch():
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'): raise ImportError('torch blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import simspec.sim, simspec.experiment, simspec.config\n"
+        "from simspec import config, experiment\n"
+        "r = experiment.run(config.build(flag_values={'workload': {'num_requests': 10}, 'policies': ['marginal']}))\n"
+        "assert r.metrics['marginal']['completed'] == 10\n"
+        "assert 'torch' not in sys.modules and 'triton' not in sys.modules\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -1,0 +1,44 @@
+"""Rank-path codes and acceptance along a tree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simspec import trees
+
+
+def code(*ranks):
+    return sum(r << (4 * d) for d, r in enumerate(ranks))
+
+
+def test_codes_depths_and_paths():
+    assert trees.chain_codes(3).tolist() == [code(1), code(1, 1), code(1, 1, 1)]
+    assert trees.code_depth(np.array([-1, 0, code(3), code(1, 15), code(*[15] * 15)])).tolist() == [0, 0, 1, 2, 15]
+    assert trees.path_codes(np.array([[2, 1, 0, 1]])).tolist() == [[code(2), code(2, 1), -1, -1]]
+
+
+@pytest.mark.parametrize("truth,expected", [
+    ([1, 1, 1], 3),  # the whole chain
+    ([1, 2, 1], 3),  # the target took the rank-2 branch at depth 2, which the plan holds to depth 3
+    ([2, 1, 1], 0),  # rank 2 at the root is not in the plan
+    ([1, 3, 1], 1),  # rank 3 at depth 2 is not in the plan
+    ([1, 0, 1], 1),  # none of the candidates
+])
+def test_accepted_length_walks_the_target_path(truth, expected):
+    plan = np.array([[code(1), code(1, 1), code(1, 1, 1), code(1, 2), code(1, 2, 1), -1]])
+    assert trees.accepted_length(plan, np.array([truth])).tolist() == [expected]
+
+
+@pytest.mark.parametrize("depth,topk", [(1, 1), (3, 4), (7, 10)])
+def test_eagle_expansion_generates_its_node_count_and_a_tree(depth, topk):
+    conf = np.sort(np.random.default_rng(0).uniform(0, 1, (2, depth, topk)), axis=2)[:, :, ::-1].copy()
+    codes, values, depths = trees.expand(conf, depth, topk)
+    assert codes.shape == (2, topk + (depth - 1) * topk * topk)
+    assert np.array_equal(trees.code_depth(codes[0]), depths)
+    kept = trees.eagle_tree(conf, depth, topk, budget=min(20, codes.shape[1]))
+    for row in kept:
+        held = set(row.tolist())
+        for c in held:
+            d = int(trees.code_depth(np.array([c]))[0])
+            assert d == 1 or c & ((1 << (4 * (d - 1))) - 1) in held
