@@ -1,0 +1,1 @@
+"""cross_attention kernel (see kernels/__init__.py)."""

@@ -1,0 +1,1 @@
+"""int8_cache kernel (see kernels/__init__.py)."""

@@ -1,0 +1,1 @@
+"""selection kernel (see kernels/__init__.py)."""

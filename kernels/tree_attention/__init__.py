@@ -1,0 +1,1 @@
+"""tree_attention kernel (see kernels/__init__.py)."""

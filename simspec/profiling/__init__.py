@@ -1,0 +1,1 @@
+"""GPU/CPU operator profiling (torch)."""
