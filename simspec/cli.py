@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from dataclasses import dataclass, fields
 
 from simspec import __version__, config as configuration, experiment, runfolder
@@ -131,7 +132,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"\nlatencies in ms; throughputs per second; simulated in {wall_s:.1f} s")
     if args.out:
         meta = {"simspec_version": __version__, "seed": cfg.seed, "cost_model": scenario.costs.label,
-                "calibrated": scenario.costs.calibrated, "acceptance": scenario.acceptance.name,
+                "calibrated": scenario.costs.calibrated,
+                "calibration": scenario.costs.calibration, "acceptance": scenario.acceptance.name,
                 "model": scenario.model.name, "device": scenario.gpu.slug, "policies": list(cfg.policies),
                 "kind": "simulate", "kv_budget_tokens": scenario.kv_budget_tokens}
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
@@ -155,6 +157,22 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_costs_report(args: argparse.Namespace) -> int:
+    from simspec import costs
+    from simspec.costs import report
+
+    root = Path(args.profiles) if args.profiles else None
+    device, model = costs.gpu_spec(args.device, root), costs.model_spec(args.model)
+    found, result = report.fit_for(device, model, root)
+    print(f"{result.cost_model.label}")
+    print(f"profiles: {', '.join(str(p.folder) for p in found)}\n")
+    print(report.table(result))
+    png = Path(args.png) if args.png else found[0].folder / "fit_report.png"
+    report.write_png(report.figure(found, result), png)
+    print(f"\nmeasured vs fitted: {png}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="simspec", description="Which speculative-decoding verification "
                                   "strategy should a VLM server use, and what latency will users see?")
@@ -167,6 +185,14 @@ def parser() -> argparse.ArgumentParser:
     sim.set_defaults(handler=cmd_simulate)
     presets = sub.add_parser("presets", help="list the published acceptance presets")
     presets.set_defaults(handler=cmd_presets)
+    cost_cmd = sub.add_parser("costs", help="cost models fitted from profiles")
+    cost_sub = cost_cmd.add_subparsers(dest="costs_command", metavar="SUBCOMMAND", required=True)
+    rep = cost_sub.add_parser("report", help="held-out error of the fitted cost model of a device and model")
+    rep.add_argument("--device", required=True, help="device slug (profiles/<device>/)")
+    rep.add_argument("--model", required=True, help="model spec name")
+    rep.add_argument("--profiles", metavar="DIR", help="profiles folder (default: the repository's profiles/)")
+    rep.add_argument("--png", metavar="FILE", help="where to draw measured vs fitted (default: in the profile)")
+    rep.set_defaults(handler=cmd_costs_report)
     return top
 
 

@@ -34,7 +34,7 @@ class SimConfig:
 
     model: str = "LLaVA-1.5-7B"
     device: str = "h100-sxm"
-    cost_model: str = "roofline"
+    cost_model: str = "auto"
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0

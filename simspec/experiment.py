@@ -81,7 +81,9 @@ def run(config: SimConfig, *, progress: bool = False) -> Results:
 
 def cost_model_line(scenario: Scenario) -> str:
     c = scenario.costs
-    status = "calibrated" if c.calibrated else "UNCALIBRATED (no profile of this device; run `simspec profile-gpu`)"
+    status = {"calibrated": "calibrated",
+              "partly calibrated": "PARTLY CALIBRATED: profile the rest with `simspec profile-gpu`",
+              "uncalibrated": "UNCALIBRATED: no profile of this device; run `simspec profile-gpu`"}[c.calibration]
     return f"cost model: {c.label} [{status}]"
 
 

@@ -3,23 +3,39 @@
 Imports: numpy and simspec.types (never simpy or torch). ``build`` turns the
 user's ``--cost-model`` string into a model:
 
-- ``roofline`` (default until a profile exists): datasheet prior, uncalibrated.
+- ``auto`` (default): fitted to ``profiles/<device>/<model>`` when the device
+  has a profile of the model (or of a model with the same decoder layers),
+  else the roofline prior.
+- ``roofline``: datasheet prior, uncalibrated.
+- ``profile:DIR``: fitted to the profile in DIR.
 - ``constant:STEP_MS``: every step costs STEP_MS.
 - ``affine:BASE_MS,PER_TOKEN_MS``: BASE_MS per step + PER_TOKEN_MS per target token.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from simspec.costs import fitted, profiles
 from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
+from simspec.costs import specs
 from simspec.costs.roofline import roofline
-from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, gpu_spec, model_spec
+from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, model_spec
 from simspec.types import InputError
+
+
+def gpu_spec(slug: str, profiles_root: Path | None = None) -> GpuSpec:
+    """A GPU from the datasheet catalogue, or a device known from its profiles."""
+    known = profiles.device(slug, profiles_root)
+    if known is None:
+        return specs.gpu_spec(slug)  # raises the error that lists the known devices
+    return known
 
 __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
            "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]
 
-COST_MODEL_FORMS = "roofline, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
+COST_MODEL_FORMS = "auto, roofline, profile:DIR, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
 def _numbers(text: str, count: int, form: str) -> list[float]:
@@ -33,10 +49,15 @@ def _numbers(text: str, count: int, form: str) -> list[float]:
     return values
 
 
-def build(spec: str, model: ModelSpec, gpu: GpuSpec) -> CostModel:
+def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None = None) -> CostModel:
     """The cost model named by ``spec`` for ``model`` on ``gpu``."""
     kind, _, args = spec.partition(":")
     kind = kind.strip().lower()
+    if kind == "auto" and not args:
+        found = profiles.find(gpu.slug, model, profiles_root)
+        return fitted.fit_profiles(found, model, gpu).cost_model if found else roofline(model, gpu)
+    if kind == "profile" and args:
+        return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
     if kind == "roofline" and not args:
         return roofline(model, gpu)
     if kind == "constant":

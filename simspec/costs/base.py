@@ -61,6 +61,7 @@ class CostModel:
 
     label: str  # shown with every result, e.g. "roofline prior: H100 / LLaVA-1.5-7B"
     calibrated: bool  # True only for models fitted to measurements of this device
+    partly_calibrated: bool = False  # some pieces measured, the rest from the roofline prior
     overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
     layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] all decoder layers by T
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
@@ -88,6 +89,11 @@ class CostModel:
     def select_s(self, requests, visual_tokens):
         """Visual-token selection for ``requests`` requests over ``visual_tokens`` keys."""
         return self.select_launch_s * (requests > 0) + visual_tokens * self.select_s_per_key
+
+    @property
+    def calibration(self) -> str:
+        """``calibrated``, ``partly calibrated`` or ``uncalibrated``, as every result shows it."""
+        return "calibrated" if self.calibrated else "partly calibrated" if self.partly_calibrated else "uncalibrated"
 
     @property
     def tables(self) -> "CostTables":

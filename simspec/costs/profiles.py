@@ -1,0 +1,144 @@
+"""Reading measured operator profiles (``profiles/<device>/<model>/``).
+
+Imports: stdlib, pandas, simspec.types, simspec.costs.specs (never torch:
+profiles are plain data, written by ``simspec profile-gpu``). The layout
+and columns are documented in ``profiles/README.md``. Every problem with a
+profile is an InputError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from simspec.costs.specs import GPUS, GpuSpec, ModelSpec
+from simspec.types import InputError
+
+TIMING = ("median_ms", "p10_ms", "p90_ms", "samples", "skipped")
+LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+             "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+SHAPES: dict[str, tuple[str, ...]] = {
+    **{op: ("tokens",) for op in LAYER_OPS},
+    "attn_prefill": ("tokens", "context_tokens"),
+    "attn_decode": ("batch", "context_tokens"),
+    "attn_tree_verify": ("batch", "query_tokens", "context_tokens"),
+    "lm_head": ("tokens",),
+    "vision_encoder": ("images",),
+    "drafter_step": ("tokens", "kept_tokens"),
+    "select": ("requests", "visual_tokens"),
+    "int8_quantize": ("visual_tokens",),
+}
+META_KEYS = ("device", "device_slug", "model", "source")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """One device x model profile: measured points of each operator."""
+
+    folder: Path
+    meta: dict = field(repr=False)
+    tables: dict[str, pd.DataFrame] = field(repr=False)  # op -> rows measured (skipped rows dropped)
+
+    @property
+    def device_slug(self) -> str:
+        return self.meta["device_slug"]
+
+    @property
+    def model(self) -> str:
+        return self.meta["model"]
+
+
+def default_root() -> Path:
+    """``$SIMSPEC_PROFILES``, else the repository's ``profiles/`` folder."""
+    env = os.environ.get("SIMSPEC_PROFILES")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "profiles"
+
+
+def _read_table(path: Path, op: str) -> pd.DataFrame:
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"profile {path}: not a readable CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in (*SHAPES[op], "median_ms") if c not in table.columns]
+    if missing:
+        raise InputError(f"profile {path}: missing column(s) {', '.join(missing)} "
+                         f"(expected {', '.join((*SHAPES[op], *TIMING))})")
+    if "skipped" in table.columns:
+        table = table[table["skipped"].isna() | (table["skipped"].astype(str).str.strip() == "")]
+    numbers = table[[*SHAPES[op], "median_ms"]].apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna().any(axis=1) | (numbers < 0).any(axis=1)
+    if bad.any():
+        row = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
+        raise InputError(f"profile {path}: line {row} has a missing, non-numeric or negative value")
+    return numbers.reset_index(drop=True)
+
+
+def load(folder: str | Path) -> Profile:
+    """Read ``folder`` (one device x model profile)."""
+    folder = Path(folder)
+    meta_path = folder / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"profile {folder}: no meta.json") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"profile {meta_path}: not valid JSON ({err})") from None
+    missing = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise InputError(f"profile {meta_path}: missing key(s) {', '.join(missing)}")
+    tables = {}
+    for path in sorted(folder.glob("*.csv")):
+        op = path.stem
+        if op not in SHAPES:
+            raise InputError(f"profile {path}: unknown operator {op!r} (expected one of {', '.join(SHAPES)})")
+        table = _read_table(path, op)
+        if len(table):
+            tables[op] = table
+    if not tables:
+        raise InputError(f"profile {folder}: no operator CSVs with measured points")
+    return Profile(folder=folder, meta=meta, tables=tables)
+
+
+def _same_layers(a: ModelSpec, b: ModelSpec) -> bool:
+    return (a.hidden, a.heads, a.kv_heads, a.mlp_hidden, a.vocab) == (b.hidden, b.heads, b.kv_heads, b.mlp_hidden,
+                                                                      b.vocab)
+
+
+def find(device_slug: str, model: ModelSpec, root: Path | None = None) -> list[Profile]:
+    """Profiles that describe ``model`` on ``device_slug``: the model's own
+    first, then profiles of models whose decoder layers have the same
+    shape (LLaVA-1.5-7B's language model is Llama-2-7B's)."""
+    from simspec.costs.specs import MODELS  # the catalogue, to compare shapes
+
+    device_dir = (root or default_root()) / device_slug
+    if not device_dir.is_dir():
+        return []
+    found = []
+    own = device_dir / model.name
+    if (own / "meta.json").is_file():
+        found.append(load(own))
+    for other in sorted(device_dir.iterdir()):
+        spec = MODELS.get(other.name)
+        if other != own and spec is not None and _same_layers(spec, model) and (other / "meta.json").is_file():
+            found.append(load(other))
+    return found
+
+
+def device(slug: str, root: Path | None = None) -> GpuSpec | None:
+    """A device known only from its profiles (a CPU, say): name and memory
+    from meta.json; no datasheet bandwidth or FLOPs."""
+    if slug.lower() in GPUS:
+        return GPUS[slug.lower()]
+    folder = (root or default_root()) / slug
+    for meta_path in sorted(folder.glob("*/meta.json")):
+        meta = json.loads(meta_path.read_text())
+        memory = float(meta.get("memory_bytes") or 0)
+        if memory <= 0:
+            raise InputError(f"profile {meta_path}: memory_bytes must be > 0 to size the KV cache")
+        return GpuSpec(name=meta.get("device", slug), slug=slug, memory_bytes=memory, hbm_bytes_per_s=0.0,
+                       bf16_flops=0.0)
+    return None

@@ -1,0 +1,81 @@
+"""``simspec costs report``: how well fitted cost models predict their
+profiles (held-out error per operator and for the composed decoder layer),
+and measured-vs-fitted curves as a PNG.
+
+Imports: numpy, matplotlib (Agg canvas), simspec.costs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from simspec.costs import fitted, profiles
+from simspec.costs.specs import GpuSpec, ModelSpec
+from simspec.types import InputError
+
+X_COLUMN = {"lm_head": "tokens", "drafter_step": "tokens", "vision_encoder": "images",
+            "int8_quantize": "visual_tokens", **{op: "tokens" for op in profiles.LAYER_OPS}}
+
+
+def fit_for(device: GpuSpec, model: ModelSpec, root: Path | None = None) -> tuple[list[profiles.Profile], fitted.Fitted]:
+    found = profiles.find(device.slug, model, root)
+    if not found:
+        raise InputError(f"device {device.slug}: no profile of {model.name} or of a model with its layer shapes "
+                         f"under {root or profiles.default_root()}")
+    return found, fitted.fit_profiles(found, model, device)
+
+
+def table(result: fitted.Fitted) -> str:
+    rows = [("operator", "points", "fit", "held-out median APE", "held-out p95 APE")]
+    for fit in (*result.fits, *([result.layer] if result.layer else [])):
+        def pct(v: float) -> str:
+            return "-" if math.isnan(v) else f"{100 * v:.1f}%"
+        rows.append((fit.op, str(fit.points), fit.kind, pct(fit.median_ape), pct(fit.p95_ape)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if result.prior:
+        lines.append(f"roofline prior (not measured): {', '.join(result.prior)}")
+    return "\n".join(lines)
+
+
+def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
+    ops = [op for op in X_COLUMN if any(op in p.tables for p in found)]
+    cols = 3
+    rows = max(1, math.ceil(len(ops) / cols))
+    fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
+    for k, op in enumerate(ops):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        t = next(p.tables[op] for p in found if op in p.tables)
+        x = t[X_COLUMN[op]].to_numpy(float)
+        if op == "drafter_step":
+            keep = t["kept_tokens"] == t["kept_tokens"].min()
+            x, y = x[keep], t["median_ms"].to_numpy(float)[keep]
+        else:
+            y = t["median_ms"].to_numpy(float)
+        curve = fitted.fit_curve(x, y)[0] if X_COLUMN[op] == "tokens" else None
+        ax.plot(x, y, "o", ms=3, label="measured")
+        if curve is not None:
+            grid = np.geomspace(max(x.min(), 1), x.max(), 200)
+            ax.plot(grid, curve(grid), "-", label=f"fit ({curve.kind})")
+            ax.set_xscale("log")
+        ax.set_title(op, fontsize=9)
+        ax.set_xlabel(X_COLUMN[op])
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def write_png(fig: Figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png.tmp")
+    with os.fdopen(fd, "wb") as handle:
+        FigureCanvasAgg(fig).print_png(handle)
+    os.replace(tmp, path)

@@ -1,0 +1,127 @@
+"""Cost models fitted to operator profiles: loading, fitting, composing."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import H100, LLAVA
+from simspec import costs
+from simspec.costs import fitted, profiles
+from simspec.costs.base import blend
+from simspec.types import InputError, StepShape
+
+TOKENS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+
+
+def knee(params: float, tokens):
+    """A GEMM's time on an H100-like device, ms: flat, then a slope."""
+    t = np.asarray(tokens, dtype=float)
+    return 0.004 + blend(2 * params / 2.5e12, 2 * params * t / 5e14) * 1e3
+
+
+def write_profile(folder, ops: dict[str, pd.DataFrame], **meta):
+    folder.mkdir(parents=True, exist_ok=True)
+    base = {"device": "Test GPU", "device_slug": folder.parent.name, "model": folder.name, "source": "synthetic",
+            "memory_bytes": 80e9}
+    (folder / "meta.json").write_text(json.dumps({**base, **meta}))
+    for op, table in ops.items():
+        table.to_csv(folder / f"{op}.csv", index=False)
+
+
+def layer_ops(noise=0.0, seed=0) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    h, m = LLAVA.hidden, LLAVA.mlp_hidden
+    params = {"input_layernorm": h / 50, "attn_pre_proj": 3 * h * h, "attn_rope": h / 20, "attn_post_proj": h * h,
+              "post_attention_layernorm": h / 50, "mlp_up_proj": 2 * h * m, "mlp_act": m / 20, "mlp_down_proj": h * m,
+              "add": h / 100}
+    out = {}
+    for op, p in params.items():
+        ms = knee(p, TOKENS) * (1 + noise * rng.standard_normal(len(TOKENS)))
+        out[op] = pd.DataFrame({"tokens": TOKENS, "median_ms": ms, "p10_ms": ms * 0.95, "p90_ms": ms * 1.05,
+                                "samples": 20, "skipped": ""})
+    return out
+
+
+def attention_ops() -> dict[str, pd.DataFrame]:
+    rows = [(b, c) for b in (1, 8, 32, 64) for c in (128, 512, 2048, 8192)]
+    decode = pd.DataFrame(rows, columns=["batch", "context_tokens"])
+    kv = decode.batch * decode.context_tokens
+    decode["median_ms"] = 0.01 + blend(kv * 2e-6, kv * 1e-9)
+    prefill = pd.DataFrame([(t, c) for t in (64, 256, 1024, 4096) for c in (0, 1024, 4096)],
+                           columns=["tokens", "context_tokens"])
+    pairs = prefill.tokens * prefill.context_tokens + prefill.tokens * (prefill.tokens + 1) / 2
+    prefill["median_ms"] = 0.01 + blend((prefill.context_tokens + prefill.tokens) * 2e-6, pairs * 1e-9)
+    return {"attn_decode": decode, "attn_prefill": prefill}
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.03])
+def test_layer_fits_predict_held_out_points(tmp_path, noise):
+    write_profile(tmp_path / "test-gpu" / "Llama-2-7B", layer_ops(noise))
+    result = fitted.fit_profiles([profiles.load(tmp_path / "test-gpu" / "Llama-2-7B")], LLAVA, H100)
+    for fit in result.fits:
+        assert fit.median_ape <= 0.05 + 2 * noise, fit
+    assert result.layer.median_ape <= 0.05 + noise
+    assert "attention" in result.prior and not result.cost_model.calibrated
+
+
+def test_fitted_curves_are_monotone_in_tokens(tmp_path):
+    write_profile(tmp_path / "g" / "Llama-2-7B", layer_ops(0.08, seed=3))
+    model = fitted.fit_profiles([profiles.load(tmp_path / "g" / "Llama-2-7B")], LLAVA, H100).cost_model
+    assert np.all(np.diff(model.layers_s) >= 0)
+
+
+def test_full_profile_is_calibrated_and_prices_like_its_measurements(tmp_path):
+    ops = {**layer_ops(), **attention_ops(),
+           "lm_head": pd.DataFrame({"tokens": TOKENS, "median_ms": knee(LLAVA.lm_head_params, TOKENS)}),
+           "vision_encoder": pd.DataFrame({"images": [1, 2, 4], "median_ms": [3.0, 5.0, 9.0]}),
+           "drafter_step": pd.DataFrame([(t, k, 0.3 + 0.001 * t + 1e-4 * t * k) for t in TOKENS[:12] for k in (0, 8, 32)],
+                                        columns=["tokens", "kept_tokens", "median_ms"]),
+           "select": pd.DataFrame([(r, v, 0.02 + 1e-6 * r * v) for r in (1, 8, 32) for v in (576, 2880)],
+                                  columns=["requests", "visual_tokens", "median_ms"]),
+           "int8_quantize": pd.DataFrame({"visual_tokens": [576, 1152, 2880], "median_ms": [0.01, 0.02, 0.05]})}
+    write_profile(tmp_path / "h100-sxm" / "LLaVA-1.5-7B", ops)
+    model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
+    assert model.calibrated and model.label.startswith("fitted profile")
+    layer = sum(ops[op].median_ms.to_numpy() * (2 if op == "add" else 1) for op in profiles.LAYER_OPS)
+    assert model.layers_s[1024] / 1e-3 == pytest.approx(
+        LLAVA.layers * (layer[TOKENS.index(1024)]) + LLAVA.layers * 0.01, rel=0.03)
+    assert model.vision_s(576) == pytest.approx(3.01e-3, rel=0.02)  # one image + its int8 keys
+    assert model.select_s(8, 8 * 576) == pytest.approx((0.02 + 1e-6 * 8 * 576) * 1e-3, rel=0.02)
+    step = model.step_s(StepShape(forward_tokens=8, kv_read_tokens=8 * 2048, attn_pairs=8 * 2048, logit_tokens=8))
+    assert 0 < step < 0.05
+
+
+def test_a_layer_shape_profile_serves_a_model_with_the_same_layers(tmp_path):
+    write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", layer_ops())
+    model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)  # LLaVA-1.5-7B's LM is Llama-2-7B-shaped
+    assert model.label.startswith("fitted profile") and "roofline prior for" in model.label
+    assert costs.build("auto", costs.model_spec("LLaVA-1.6-13B"), H100, profiles_root=tmp_path).label.startswith(
+        "roofline prior")
+
+
+@pytest.mark.parametrize("damage,needle", [
+    (lambda f: (f / "meta.json").unlink(), "no meta.json"),
+    (lambda f: (f / "meta.json").write_text("{"), "not valid JSON"),
+    (lambda f: (f / "meta.json").write_text("{}"), "missing key"),
+    (lambda f: (f / "attn_pre_proj.csv").write_text("tokens,ms\n1,2\n"), "missing column"),
+    (lambda f: (f / "attn_pre_proj.csv").write_text("tokens,median_ms\n1,abc\n"), "line 2"),
+    (lambda f: (f / "mystery.csv").write_text("tokens,median_ms\n1,2\n"), "unknown operator"),
+])
+def test_malformed_profiles_name_the_file(tmp_path, damage, needle):
+    folder = tmp_path / "h100-sxm" / "Llama-2-7B"
+    write_profile(folder, layer_ops())
+    damage(folder)
+    with pytest.raises(InputError, match=needle):
+        profiles.load(folder)
+
+
+def test_profiled_device_without_datasheet_needs_every_piece(tmp_path):
+    write_profile(tmp_path / "cpu-test" / "LLaVA-1.5-7B", layer_ops())
+    cpu = costs.gpu_spec("cpu-test", profiles_root=tmp_path)
+    assert cpu.memory_bytes == 80e9
+    with pytest.raises(InputError, match="no datasheet numbers"):
+        costs.build("auto", LLAVA, cpu, profiles_root=tmp_path)
