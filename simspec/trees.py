@@ -112,11 +112,34 @@ def expand_paths(conf: np.ndarray, depth: int, topk: int):
             codes[i, at: at + topk * topk] = child_code
             values[i, at: at + topk * topk] = child_val
             at += topk * topk
-            best = np.argsort(-child_val, kind="mergesort")[:topk]
+            best = top_indices(child_val, topk)
             for f in range(topk):
                 front_code[f] = child_code[best[f]]
                 front_val[f] = child_val[best[f]]
     return codes, np.exp(values), depths
+
+
+@jit
+def top_indices(key: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest keys (ties: lowest index first), in
+    linear time: a partition finds the k-th largest, one pass collects."""
+    n = len(key)
+    if k >= n:
+        return np.arange(n)
+    kth = np.partition(key, n - k)[n - k]
+    out = np.empty(k, dtype=np.int64)
+    m = 0
+    for j in range(n):  # strictly larger first, then ties in index order
+        if key[j] > kth:
+            out[m] = j
+            m += 1
+    for j in range(n):
+        if m == k:
+            break
+        if key[j] == kth:
+            out[m] = j
+            m += 1
+    return out
 
 
 def expand(conf: np.ndarray, depth: int, topk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

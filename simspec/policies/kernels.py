@@ -175,7 +175,7 @@ def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
     rows = np.empty(b * keep, dtype=np.int64)
     chosen = np.empty(b * keep, dtype=np.int64)
     for i in range(b):
-        order = np.argsort(-(values[i] - 1e-9 * depths), kind="mergesort")[:keep]
+        order = trees.top_indices(values[i] - 1e-9 * depths, keep)  # parents beat tied children
         for j in range(keep):
             rows[i * keep + j] = i
             chosen[i * keep + j] = codes[i, order[j]]
