@@ -1,0 +1,57 @@
+"""Tree attention for speculative verification, plain PyTorch: the specification.
+
+Each draft-tree node attends to the request's cached context (its first
+``cache_lengths[b]`` tokens) and to the tree nodes on its root-to-node path:
+its ancestors and itself, found by following ``parents`` (-1: a child of the
+last cached token; nodes are topologically ordered, parent < node). Grouped
+query attention maps query head h to key/value head ``h // (H / Hkv)``;
+scores are scaled by 1/sqrt(D). Padded nodes (index >= tree_sizes[b]) give
+zeros. A chain tree is linear (causal) verification; a one-node tree is
+decode attention.
+
+EAGLE-2 (Li et al., 2024), dynamic draft trees verified in one forward pass;
+vLLM v1 tree attention (spec_decode) for the masking scheme. Uni-LaSpec
+(Nie et al., arXiv 2611.01617), load-adaptive verification section: trees
+are verified when the GPU has idle capacity.
+
+Imports: torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def ancestor_mask(parents: torch.Tensor, tree_sizes: torch.Tensor) -> torch.Tensor:
+    """bool [B, Q, Q]: ``mask[b, i, j]`` iff node j is node i or one of its ancestors (valid nodes only)."""
+    B, Q = parents.shape
+    mask = torch.zeros((B, Q, Q), dtype=torch.bool, device=parents.device)   # [B, Q, Q]
+    batch = torch.arange(B, device=parents.device)
+    for i in range(Q):  # topological order: a parent's row is final before its children's
+        live = i < tree_sizes                                                # [B]
+        parent = torch.where(live, parents[:, i], -1)                        # [B] padded nodes: never read
+        row = mask[batch, parent.clamp(min=0)] & (parent >= 0)[:, None]      # [B, Q]
+        row[:, i] = True
+        mask[:, i] = row & live[:, None]
+    return mask
+
+
+def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lengths: torch.Tensor,
+                   k_tree: torch.Tensor, v_tree: torch.Tensor, parents: torch.Tensor,
+                   tree_sizes: torch.Tensor) -> torch.Tensor:
+    B, Q, H, D = q.shape
+    L, Hkv = k_cache.shape[1], k_cache.shape[2]
+    group = H // Hkv
+    keys = torch.cat([k_cache, k_tree], dim=1).float()                                     # [B, L+Q, Hkv, D]
+    values = torch.cat([v_cache, v_tree], dim=1).float()                                   # [B, L+Q, Hkv, D]
+    queries = q.float().view(B, Q, Hkv, group, D)                                          # [B, Q, Hkv, G, D]
+    cached = torch.arange(L, device=q.device) < cache_lengths[:, None]                   # [B, L]
+    allowed = torch.cat([cached[:, None, :].expand(B, Q, L), ancestor_mask(parents, tree_sizes)], dim=-1)  # [B, Q, L+Q]
+    scores = torch.einsum("bqkgd,btkd->bkgqt", queries, keys) / math.sqrt(D)              # [B, Hkv, G, Q, L+Q]
+    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
+    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)                                     # [B, Hkv, G, Q, L+Q]
+    out = torch.einsum("bkgqt,btkd->bqkgd", p, values).reshape(B, Q, H, D)                # [B, Q, H, D]
+    node_ok = torch.arange(Q, device=q.device) < tree_sizes[:, None]                      # [B, Q]
+    return out.masked_fill(~node_ok[:, :, None, None], 0.0).to(q.dtype)
