@@ -18,6 +18,7 @@ from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.acceptance import PRESETS
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.policies import POLICIES
+from simspec.profiling import add_cli as add_profile_cli
 from simspec.sim import EngineConfig
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -193,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--profiles", metavar="DIR", help="profiles folder (default: the repository's profiles/)")
     rep.add_argument("--png", metavar="FILE", help="where to draw measured vs fitted (default: in the profile)")
     rep.set_defaults(handler=cmd_costs_report)
+    add_profile_cli(sub)
     return top
 
 

@@ -128,12 +128,13 @@ def fit_curve(x, y, op: str = "") -> tuple[Curve, OpFit]:
 
 # -- attention ----------------------------------------------------------------
 
-def _attention_terms(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(KV tokens read, query x key pairs, ms) of every attention row, in the
-    simulator's terms: each request's context read once, each query token
-    paired with its context (and, in prefill and trees, its predecessors)."""
-    kv, pairs, ms = [], [], []
-    for op in ATTENTION_OPS:
+def _attention_terms(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(KV tokens read, query x key pairs, ms, table index) of every
+    attention row, in the simulator's terms: each request's context read
+    once, each query token paired with its context (and, in prefill and
+    trees, its predecessors)."""
+    kv, pairs, ms, which = [], [], [], []
+    for k, op in enumerate(ATTENTION_OPS):
         t = profile.tables.get(op)
         if t is None:
             continue
@@ -148,28 +149,44 @@ def _attention_terms(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarr
             b, q = t["batch"].to_numpy(float), t["query_tokens"].to_numpy(float)
             kv.append(b * ctx), pairs.append(b * q * ctx + b * q * (q + 1) / 2)
         ms.append(t["median_ms"].to_numpy(float))
-    return (np.concatenate(kv), np.concatenate(pairs), np.concatenate(ms)) if ms else (None, None, None)
+        which.append(np.full(len(t), k))
+    if not ms:
+        return None, None, None, None
+    return np.concatenate(kv), np.concatenate(pairs), np.concatenate(ms), np.concatenate(which)
 
 
-def _fit_attention(kv: np.ndarray, pairs: np.ndarray, ms: np.ndarray) -> tuple[float, float, float]:
-    """(c, alpha, beta): ms = c + blend(kv * alpha, pairs * beta), per layer."""
+def _attention_s(theta, kv, pairs):
+    c, alpha, beta = theta
+    return c + ((kv * alpha) ** BLEND_P + (pairs * beta) ** BLEND_P) ** (1.0 / BLEND_P)
+
+
+def _fit_attention(kv, pairs, ms, which) -> tuple[float, float, float]:
+    """(c, alpha, beta): ms = c + blend(kv * alpha, pairs * beta), per layer;
+    each attention table weighs the same however many points it has."""
+    weight = 1.0 / np.sqrt(np.bincount(which)[which])
+
     def residual(theta):
-        c, alpha, beta = theta
-        return np.log((c + ((kv * alpha) ** BLEND_P + (pairs * beta) ** BLEND_P) ** (1.0 / BLEND_P)) / ms)
+        return weight * np.log(_attention_s(theta, kv, pairs) / ms)
 
     start = [0.5 * ms.min(), np.median(ms / kv), np.median(ms / pairs)]
     fit = optimize.least_squares(residual, start, bounds=([0, 0, 0], [np.inf, np.inf, np.inf]))
     return tuple(float(v) for v in fit.x)
 
 
-def fit_attention(profile: Profile) -> tuple[tuple[float, float, float], OpFit] | None:
-    kv, pairs, ms = _attention_terms(profile)
+def fit_attention(profile: Profile) -> tuple[tuple[float, float, float], list[OpFit]] | None:
+    """The joint attention fit, and its held-out error on each table."""
+    kv, pairs, ms, which = _attention_terms(profile)
     if ms is None:
         return None
-    held = _split(pairs)
-    c, alpha, beta = _fit_attention(kv[~held], pairs[~held], ms[~held])
-    predicted = c + ((kv * alpha) ** BLEND_P + (pairs * beta) ** BLEND_P) ** (1.0 / BLEND_P)
-    return _fit_attention(kv, pairs, ms), OpFit("attention", "blend", len(ms), _ape(predicted[held], ms[held]))
+    held = np.zeros(len(ms), dtype=bool)
+    for k in np.unique(which):
+        rows = which == k
+        held[rows] = _split(pairs[rows])
+    theta = _fit_attention(kv[~held], pairs[~held], ms[~held], which[~held])
+    errors = _ape(_attention_s(theta, kv, pairs), ms)
+    fits = [OpFit(f"{ATTENTION_OPS[k]} (attention fit)", "blend", int((which == k).sum()),
+                  errors[held & (which == k)]) for k in np.unique(which)]
+    return _fit_attention(kv, pairs, ms, which), fits
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -264,8 +281,8 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
         per_layer = None
     attention = fit_attention(profile)
     if attention is not None:
-        (c, alpha, beta), attention_fit = attention
-        fits.append(attention_fit)
+        (c, alpha, beta), attention_fits = attention
+        fits.extend(attention_fits)
         kv_s, pair_s, attn_floor = alpha * MS * model.layers, beta * MS * model.layers, c * MS * model.layers
     else:
         base = need_prior("attention")

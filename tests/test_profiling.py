@@ -1,0 +1,436 @@
+"""Operator profiling: a tiny model profiled on the CPU writes every table
+profiles/README.md documents, resumes where it stopped, records why a point
+was skipped; Vidur's real profiles import unchanged; bad input raises one
+InputError naming the flag or file."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from simspec.costs import GPUS, ModelSpec, model_spec  # noqa: E402
+from simspec.profiling import add_cli, grid, import_vidur, ops, reference, runner, store  # noqa: E402
+from simspec.profiling.grid import OPS, Grid  # noqa: E402
+from simspec.types import InputError  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "profiles" / "README.md"
+VIDUR = Path(__file__).resolve().parents[2] / "shared" / "data" / "external_profiles"
+VIDUR_FILES = ("vidur_h100_llama2_7b_mlp.csv", "vidur_a100_llama2_7b_mlp.csv")
+
+TINY = ModelSpec(name="Tiny-VLM", layers=2, hidden=64, heads=4, kv_heads=2, mlp_hidden=96, vocab=128,
+                 max_context_tokens=256, visual_tokens_per_image=16, vision_layers=2, vision_hidden=32,
+                 vision_mlp_hidden=64, vision_patches_per_image=17)
+TINY_GRID = Grid(name="tiny", tokens=(1, 7), prefill_tokens=(5,), prefill_contexts=(0, 11), contexts=(9, 33),
+                 query_tokens=(1, 4), batches=(1, 3), requests=(1, 2), draft_tokens=(1, 3), kept_tokens=(0, 4),
+                 visual_tokens=(16, 37), images=(1, 2))
+
+
+@pytest.fixture(autouse=True)
+def fast_timing(monkeypatch):
+    """Tiny ops need no 50 ms of samples each."""
+    monkeypatch.setattr(runner, "TARGET_MS", 1.0)
+    torch.manual_seed(0)
+
+
+def profile(out: Path, **kw) -> runner.ProfileRun:
+    return runner.profile_model(TINY, device="cpu", grid=TINY_GRID, out=out, progress=False, **kw)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def expected_points(name: str) -> list[tuple[int, ...]]:
+    return grid.points(OPS[name], TINY_GRID, TINY)
+
+
+def readme_meta_keys() -> set[str]:
+    block = re.search(r"```json\n(.*?)```", README.read_text(), re.S).group(1)
+    return set(json.loads(block))
+
+
+# --- the profile a run leaves ------------------------------------------------------------------
+
+def test_readme_documents_every_operator_and_its_shape_columns():
+    rows = re.findall(r"^\| `(\w+)` \| `([\w,]+)` \|", README.read_text(), re.M)
+    assert {name: tuple(columns.split(",")) for name, columns in rows} == {op.name: op.columns for op in OPS.values()}
+
+
+@pytest.mark.parametrize("kernels", ["simspec_kernels", "reference"])
+def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels):
+    if kernels == "reference":  # as if the kernel package had none of its functions yet
+        for name, (_, stand_in) in reference.REFERENCES.items():
+            monkeypatch.setitem(reference.REFERENCES, name, ("simspec_kernels.not_written_yet", stand_in))
+    elif not all(ops.kernel_sources().values()):
+        pytest.skip("simspec_kernels does not provide every kernel")
+    run = profile(tmp_path)
+    folder = run.folder
+    assert folder.parent.name.startswith("cpu-") and folder.name == TINY.name
+    assert {p.name for p in folder.glob("*.csv")} == {f"{name}.csv" for name in OPS}
+    for op in OPS.values():
+        path = folder / f"{op.name}.csv"
+        assert tuple(next(csv.reader(open(path)))) == op.columns + grid.TIMING_COLUMNS
+        rows = read_rows(path)
+        assert [tuple(int(r[c]) for c in op.columns) for r in rows] == expected_points(op.name)
+        for r in rows:
+            assert r["skipped"] == "" and int(r["samples"]) >= runner.MIN_SAMPLES, (op.name, r)
+            assert 0 < float(r["p10_ms"]) <= float(r["median_ms"]) <= float(r["p90_ms"]), (op.name, r)
+    assert run.measured_points == sum(len(expected_points(n)) for n in OPS) and run.skipped_points == 0
+    meta = json.loads((folder / "meta.json").read_text())
+    assert readme_meta_keys() | {"kernels", "notes"} == set(meta)
+    assert meta["kind"] == "cpu" and meta["dtype"] == "float32" and meta["grid"] == "tiny"
+    assert meta["model"] == TINY.name and meta["device_slug"] == folder.parent.name
+    assert meta["torch"] == torch.__version__ and meta["memory_bytes"] > 0 and meta["licence"] is None
+    assert meta["source"] == runner.SOURCE and meta["kernels"] == kernels
+    assert ("stand-ins" in meta["notes"]) == (kernels == "reference")
+
+
+def test_a_text_only_model_has_no_vision_tables():
+    text = ModelSpec(name="Tiny-LM", layers=2, hidden=64, heads=4, kv_heads=4, mlp_hidden=96, vocab=128,
+                     max_context_tokens=256, visual_tokens_per_image=0)
+    names = [op.name for op in grid.ops_for(text)]
+    assert not {"vision_encoder", "select", "int8_quantize"} & set(names)
+    assert {kept for _, kept in grid.points(OPS["drafter_step"], TINY_GRID, text)} == {0}
+
+
+# --- resuming and skipping ------------------------------------------------------------------------
+
+def counting_measure(monkeypatch) -> list:
+    """The closures a run times, in order."""
+    timed = []
+    real = runner.measure_cpu
+
+    def measure(fn):
+        timed.append(fn)
+        return real(fn)
+    monkeypatch.setattr(runner, "measure_cpu", measure)
+    return timed
+
+
+def test_a_rerun_measures_only_the_points_its_csvs_lack(tmp_path, monkeypatch):
+    folder = profile(tmp_path).folder
+    decode, head, act = (folder / f"{name}.csv" for name in ("attn_decode", "lm_head", "mlp_act"))
+    lines = decode.read_text().splitlines(keepends=True)
+    decode.write_text("".join(lines[:2] + lines[4:]))  # drop two measured rows
+    lines = head.read_text().splitlines(keepends=True)
+    head.write_text("".join(lines[:-1]))  # and one more
+    act.write_text(act.read_text()[:-3])  # killed mid-row: the partial line is dropped and redone
+    timed = counting_measure(monkeypatch)
+    rerun = profile(tmp_path)
+    assert len(timed) == rerun.measured_points == 4
+    assert rerun.kept_points == sum(len(expected_points(n)) for n in OPS) - 4
+    for name in ("attn_decode", "lm_head", "mlp_act"):
+        points = [tuple(int(r[c]) for c in OPS[name].columns) for r in read_rows(folder / f"{name}.csv")]
+        assert sorted(points) == sorted(expected_points(name)), name
+    timed.clear()
+    assert profile(tmp_path).measured_points == 0 and not timed
+
+
+def test_a_point_over_the_size_guard_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    biggest = max(expected_points("attn_decode"))
+    limit = ops.CASES["attn_decode"].nbytes(TINY, 4, *biggest) - 1
+    run = profile(tmp_path, max_bytes=limit)
+    rows = {tuple(int(r[c]) for c in OPS["attn_decode"].columns): r for r in read_rows(run.folder / "attn_decode.csv")}
+    assert rows[biggest]["skipped"].startswith("size guard: needs") and rows[biggest]["median_ms"] == ""
+    assert all(r["median_ms"] and not r["skipped"] for p, r in rows.items() if p != biggest)
+    assert run.skipped_points >= 1
+    timed = counting_measure(monkeypatch)
+    assert profile(tmp_path, max_bytes=limit).measured_points == 0 and not timed  # skipped rows count as done
+
+
+def test_out_of_memory_skips_the_point_and_the_run_goes_on(tmp_path, monkeypatch):
+    real = ops.CASES["mlp_act"]
+
+    def setup(bench):
+        make = real.setup(bench)
+
+        def make_or_fail(tokens):
+            if tokens == 7:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return make(tokens)
+        return make_or_fail
+    monkeypatch.setitem(ops.CASES, "mlp_act", ops.Case(setup, real.nbytes))
+    run = profile(tmp_path)
+    rows = read_rows(run.folder / "mlp_act.csv")
+    assert [(r["tokens"], r["skipped"]) for r in rows] == [("1", ""), ("7", "out of memory")]
+    assert run.skipped_points == 1 and (run.folder / "int8_quantize.csv").exists()
+
+
+def test_an_error_that_is_not_out_of_memory_is_raised(tmp_path, monkeypatch):
+    def setup(bench):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+    monkeypatch.setitem(ops.CASES, "add", ops.Case(setup, ops.CASES["add"].nbytes))
+    with pytest.raises(RuntimeError, match="shapes"):
+        profile(tmp_path)
+
+
+def test_a_csv_with_other_columns_is_refused(tmp_path):
+    folder = profile(tmp_path).folder
+    (folder / "add.csv").write_text("tokens,time_ms\n1,0.5\n")
+    with pytest.raises(InputError, match=r"add\.csv: columns tokens,time_ms"):
+        profile(tmp_path)
+
+
+# --- timing, grids, device names --------------------------------------------------------------------
+
+def test_cpu_timing_reports_median_and_percentiles_of_enough_samples():
+    import time
+    t = runner.measure_cpu(lambda: time.sleep(0.002))
+    assert runner.MIN_SAMPLES <= t.samples <= runner.MAX_SAMPLES
+    assert 2.0 <= t.p10_ms <= t.median_ms <= t.p90_ms
+
+
+def test_quick_grids_fit_the_cpu_and_the_full_grid_spans_the_ranges():
+    assert max(grid.QUICK_CPU.tokens + grid.QUICK_CPU.prefill_tokens + grid.QUICK_CPU.draft_tokens) <= 512
+    assert max(grid.QUICK_CPU.contexts + grid.QUICK_CPU.prefill_contexts) <= 4096
+    full = grid.FULL
+    assert (min(full.tokens), max(full.tokens)) == (1, 4096) and {48, 96, 192, 384, 768, 1536, 3072} <= set(full.tokens)
+    assert (min(full.contexts), max(full.contexts)) == (128, 16384)
+    assert full.query_tokens == (1, 8, 16, 32, 64) and full.batches == (1, 8, 32, 64)
+    assert (min(full.visual_tokens), max(full.visual_tokens)) == (576, 2880)
+    assert full.kept_tokens == (0, 8, 16, 32, 64) and full.images == (1, 2, 4)
+    llava = model_spec("LLaVA-1.5-7B")
+    for g in (grid.FULL, grid.QUICK_CUDA, grid.QUICK_CPU):
+        sizes = {name: len(grid.points(op, g, llava)) for name, op in OPS.items()}
+        assert all(sizes.values())
+        if g is not grid.FULL:
+            assert all(sizes[n] <= len(grid.points(op, grid.FULL, llava)) for n, op in OPS.items())
+
+
+@pytest.mark.parametrize("name, slug", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200"), ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+    ("NVIDIA L40S", "l40s"), ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
+])
+def test_gpu_names_map_to_the_known_slugs(name, slug):
+    assert store.device_slug(name, "cuda") == slug
+
+
+def test_every_known_gpu_and_a_cpu_get_their_slug():
+    assert {store.gpu_slug(gpu.name) for gpu in GPUS.values()} == set(GPUS)
+    assert store.device_slug("Intel(R) Xeon(R) Platinum 8480+", "cpu") == "cpu-intel-xeon-platinum-8480"
+
+
+@pytest.mark.parametrize("model, layout", [("LLaVA-1.5-7B", (1, 577, 1)), ("LLaVA-1.6-13B", (5, 577, 1)),
+                                           ("Qwen2-VL-7B", (1, 4096, 4))])
+def test_vision_encoder_sequences_follow_the_model(model, layout):
+    assert ops.vision_layout(model_spec(model)) == layout
+
+
+# --- the stand-ins are the kernels' math -----------------------------------------------------------
+
+def native(module: str, name: str):
+    fn = getattr(pytest.importorskip(module), name, None)
+    if fn is None:
+        pytest.skip(f"{module}.{name} not written yet")
+    return fn
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 8), (2, 37, 3, 16)], ids=str)
+def test_quantize_stand_in_matches_the_kernel(shape):
+    keys = torch.randn(shape)
+    theirs = native("simspec_kernels.int8_cache", "quantize_keys")(keys, impl="reference")
+    ours = reference.quantize_keys(keys)
+    assert torch.equal(ours[0], theirs[0]) and torch.allclose(ours[1], theirs[1])
+
+
+@pytest.mark.parametrize("B, N, H", [(1, 9, 1), (3, 37, 2)], ids=str)
+def test_select_stand_in_matches_the_kernel(B, N, H):
+    queries = torch.randn(B, 4, H, 8)
+    keys_q = torch.randint(-127, 128, (B, 4, N, H, 8), dtype=torch.int8)
+    scales = torch.rand(B, 4, N, H) / 127
+    lengths = torch.full((B,), N, dtype=torch.int64)
+    theirs = native("simspec_kernels.selection", "select_visual_tokens")(queries, keys_q, scales, lengths, 8,
+                                                                        impl="reference")
+    assert torch.equal(reference.select_visual_tokens(queries, keys_q, scales, lengths, 8), theirs)
+
+
+def test_cross_attention_stand_in_matches_the_kernel():
+    hidden, visual = torch.randn(3, 2, 16), torch.randn(3, 5, 16)
+    weights = [torch.randn(16, 16) / 4 for _ in range(4)]
+    gate = torch.tensor(0.7)
+    theirs = native("simspec_kernels.cross_attention", "gated_cross_attention")(hidden, visual, *weights, gate, 4,
+                                                                              impl="reference")
+    assert torch.allclose(reference.gated_cross_attention(hidden, visual, *weights, gate, 4), theirs, atol=1e-5)
+
+
+def test_tree_attention_stand_in_matches_the_kernel():
+    B, Q, H, Hkv, D, L = 2, 7, 4, 2, 8, 13
+    q = torch.randn(B, Q, H, D)
+    k_cache, v_cache, k_tree, v_tree = (torch.randn(B, n, Hkv, D) for n in (L, L, Q, Q))
+    parents = torch.tensor([[-1, 0, 0, 1, 1, 2, 5], [-1, 0, 1, 2, 3, 4, 5]])
+    lengths, sizes = torch.tensor([13, 6]), torch.tensor([7, 7])
+    theirs = native("simspec_kernels.tree_attention", "tree_attention")(q, k_cache, v_cache, lengths, k_tree, v_tree,
+                                                                      parents, sizes, impl="reference")
+    ours = reference.tree_attention(q, k_cache, v_cache, lengths, k_tree, v_tree, parents, sizes)
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+# --- Vidur import ------------------------------------------------------------------------------------
+
+needs_vidur = pytest.mark.skipif(not all((VIDUR / f).exists() for f in VIDUR_FILES), reason="shared/data missing")
+
+
+@needs_vidur
+def test_vidur_import_keeps_tensor_parallel_1_rows_with_their_medians(tmp_path):
+    folders = import_vidur(VIDUR, tmp_path)
+    assert sorted(f.relative_to(tmp_path).as_posix() for f in folders) == ["a100-80gb/Llama-2-7B",
+                                                                          "h100-sxm/Llama-2-7B"]
+    for folder, source in zip(sorted(folders), sorted(VIDUR_FILES)):
+        rows = [r for r in read_rows(VIDUR / source) if r["num_tensor_parallel_workers"] == "1"]
+        assert (folder / "LICENSE-vidur-MIT.txt").read_bytes() == (VIDUR / "LICENSE-vidur-MIT.txt").read_bytes()
+        assert {p.name for p in folder.glob("*.csv")} == {f"{op}.csv" for op in grid.VIDUR_OPS}
+        for op in grid.VIDUR_OPS:
+            got = read_rows(folder / f"{op}.csv")
+            assert tuple(got[0]) == OPS[op].header
+            want = sorted((int(r["num_tokens"]), float(r[f"time_stats.{op}.median"]), float(r[f"time_stats.{op}.min"]),
+                           float(r[f"time_stats.{op}.max"])) for r in rows)
+            assert sorted((int(r["tokens"]), float(r["median_ms"]), float(r["p10_ms"]), float(r["p90_ms"]))
+                          for r in got) == want
+            assert all(r["samples"] == "" and r["skipped"] == "" for r in got)
+        meta = json.loads((folder / "meta.json").read_text())
+        assert readme_meta_keys() | {"kernels", "notes"} == set(meta)
+        assert meta["source"].startswith("Vidur (MIT licence)") and source in meta["source"]
+        assert meta["licence"] == "LICENSE-vidur-MIT.txt" and "min and max" in meta["notes"]
+        assert meta["device_slug"] == folder.parent.name and meta["model"] == "Llama-2-7B"
+
+
+def vidur_folder(tmp_path: Path, name: str = "vidur_h100_llama2_7b_mlp.csv", text: str | None = None,
+                 licence: bool = True) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    if licence:
+        (src / "LICENSE-vidur-MIT.txt").write_text("MIT\n")
+    if text is not None:
+        (src / name).write_text(text)
+    return src
+
+
+GOOD_HEADER = ("time_stats.add.min,time_stats.add.max,time_stats.add.median,n_embd,num_tokens,"
+               "num_tensor_parallel_workers\n")
+
+
+ROW = "0.1,0.2,0.15,4096,1,1\n"
+MLP = "vidur_h100_llama2_7b_mlp.csv"
+BAD_VIDUR = {  # case: (file name, its text, licence beside it, the error)
+    "missing folder": (None, None, True, r"--import-vidur .*nowhere: no such folder"),
+    "no csvs": (None, None, True, r"--import-vidur .*src: no Vidur CSVs"),
+    "no licence": (MLP, GOOD_HEADER + ROW, False, r"no Vidur licence file"),
+    "no num_tokens": (MLP, GOOD_HEADER.replace("num_tokens,", ""), True,
+                      r"vidur_h100_llama2_7b_mlp\.csv: missing column\(s\) num_tokens"),
+    "no timing columns": (MLP, "num_tokens,num_tensor_parallel_workers\n1,1\n", True,
+                          r"vidur_h100_llama2_7b_mlp\.csv: no time_stats"),
+    "unknown gpu": ("vidur_tpu_llama2_7b_mlp.csv", GOOD_HEADER + ROW, True,
+                    r"vidur_tpu_llama2_7b_mlp\.csv: name must be vidur_<gpu>"),
+    "unknown model": ("vidur_h100_gpt5_mlp.csv", GOOD_HEADER + ROW, True, r"vidur_h100_gpt5_mlp\.csv: model 'gpt5'"),
+    "other shape": (MLP, GOOD_HEADER + ROW.replace("4096", "5120"), True,
+                    r"vidur_h100_llama2_7b_mlp\.csv line 2: n_embd 5120 does not match Llama-2-7B"),
+    "not a number": (MLP, GOOD_HEADER + ROW.replace("0.15", "fast"), True,
+                     r"vidur_h100_llama2_7b_mlp\.csv line 2: time_stats\.add\.median must be a number"),
+    "no tp1 rows": (MLP, GOOD_HEADER + ROW[:-2] + "2\n", True,
+                    r"vidur_h100_llama2_7b_mlp\.csv: no rows with num_tensor_parallel_workers = 1"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_VIDUR)
+def test_vidur_import_refuses_bad_input_naming_it(tmp_path, case):
+    name, text, licence, match = BAD_VIDUR[case]
+    src = vidur_folder(tmp_path, name or MLP, text, licence=licence)
+    if case == "missing folder":
+        src = tmp_path / "nowhere"
+    with pytest.raises(InputError, match=match):
+        import_vidur(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written half-way
+
+
+def test_vidur_import_will_not_overwrite_a_measured_profile(tmp_path):
+    src = vidur_folder(tmp_path, text=GOOD_HEADER + ROW)
+    out = tmp_path / "out"
+    (folder := out / "h100-sxm" / "Llama-2-7B").mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"source": runner.SOURCE}))
+    with pytest.raises(InputError, match="refusing to overwrite"):
+        import_vidur(src, out)
+    (folder / "meta.json").write_text(json.dumps({"source": "Vidur (MIT licence): old.csv"}))
+    assert import_vidur(src, out) == [folder]
+    assert read_rows(folder / "add.csv") == [dict(tokens="1", median_ms="0.15", p10_ms="0.1", p90_ms="0.2",
+                                                   samples="", skipped="")]
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+def invoke(argv: list[str]) -> int:
+    top = argparse.ArgumentParser(prog="simspec")
+    add_cli(top.add_subparsers(dest="command"))
+    args = top.parse_args(argv)
+    return args.handler(args)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--device", "cpu", "--model", "GPT-5"], r"model must be one of .*GPT-5"),
+    (["--import-vidur", "DIR", "--model", "LLaVA-1.5-7B"], r"--import-vidur takes no --model"),
+    (["--import-vidur", "DIR", "--quick"], r"--import-vidur takes no --quick"),
+    (["--device", "cpu", "--out", "FILE"], r"--out .*FILE: exists and is not a folder"),
+], ids=["unknown model", "import with model", "import with quick", "out is a file"])
+def test_profile_gpu_rejects_bad_flags(tmp_path, argv, match):
+    (tmp_path / "FILE").write_text("")
+    with pytest.raises(InputError, match=match):
+        invoke(["profile-gpu", *(str(tmp_path / a) if a in ("FILE", "DIR") else a for a in argv)])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("argv", [[], ["--device", "cuda"]], ids=["default device", "--device cuda"])
+def test_profile_gpu_without_a_gpu_says_use_cpu(argv):
+    with pytest.raises(InputError, match=r"^--device cuda: no CUDA device; use --device cpu$"):
+        invoke(["profile-gpu", *argv])
+
+
+def test_profile_gpu_calls_run_profile_with_the_flags(tmp_path, monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(runner, "run_profile", lambda **kw: seen.update(kw) or [tmp_path / "x"])
+    assert invoke(["profile-gpu", "--device", "cpu", "--quick", "--quiet", "--out", str(tmp_path),
+                   "--model", "llava-1.5-7b"]) == 0
+    assert seen == dict(device="cpu", models=["LLaVA-1.5-7B"], quick=True, out=tmp_path, progress=False)
+    invoke(["profile-gpu", "--device", "cpu"])
+    assert seen["models"] == list(grid.DEFAULT_MODELS) and seen["out"] == REPO / "profiles" and not seen["quick"]
+    assert f"profile {tmp_path / 'x'}" in capsys.readouterr().out
+
+
+@needs_vidur
+def test_profile_gpu_imports_vidur(tmp_path, capsys):
+    assert invoke(["profile-gpu", "--import-vidur", str(VIDUR), "--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.count("imported ") == 2
+
+
+def test_importing_the_package_and_its_command_does_not_load_torch():
+    code = ("import sys, simspec.profiling; from simspec.profiling import add_cli, import_vidur; "
+            "assert 'torch' not in sys.modules, 'torch loaded'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_run_profile_refuses_an_unknown_model_before_measuring(tmp_path):
+    with pytest.raises(InputError, match="model must be one of"):
+        runner.run_profile(device="cpu", models=["LLaVA-1.5-7B", "nope"], quick=True, out=tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_committed_profiles_follow_the_layout():
+    for meta_path in (REPO / "profiles").glob("*/*/meta.json"):
+        folder = meta_path.parent
+        meta = json.loads(meta_path.read_text())
+        assert meta["device_slug"] == folder.parent.name and meta["model"] == folder.name
+        assert re.fullmatch(r"[a-z0-9-]+", folder.parent.name)
+        for path in folder.glob("*.csv"):
+            assert tuple(next(csv.reader(open(path)))) == OPS[path.stem].header, path
+        if meta["licence"]:
+            assert (folder / meta["licence"]).exists()
