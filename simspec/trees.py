@@ -154,20 +154,20 @@ def expand(conf: np.ndarray, depth: int, topk: int) -> tuple[np.ndarray, np.ndar
     return expand_paths(conf, depth, topk)
 
 
-def best_nodes(codes: np.ndarray, values: np.ndarray, depths: np.ndarray, budget: int) -> np.ndarray:
-    """The ``budget`` best nodes of each row (unordered; parents win ties, so
-    the result is parent-closed): [B, min(budget, M)] codes."""
-    if budget >= codes.shape[1]:
-        return codes
-    key = values - _DEPTH_TIEBREAK * depths
-    best = np.argpartition(-key, budget - 1, axis=1)[:, :budget]
-    return np.take_along_axis(codes, best, axis=1)
-
-
+@jit
 def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarray:
-    """The ``budget`` best nodes of the EAGLE-2 expansion: [B, budget] codes."""
-    codes, values, depths = expand(conf, depth, topk)
-    return best_nodes(codes, values, depths, budget)
+    """EAGLE-2's dynamic tree: the ``budget`` best nodes of the expansion by
+    path confidence (parents win ties, so each row is parent-closed):
+    [B, min(budget, M)] codes, unordered."""
+    codes, values, depths = expand_paths(conf, depth, topk)
+    b, m = codes.shape
+    keep = min(budget, m)
+    out = np.empty((b, keep), dtype=np.int64)
+    for i in range(b):
+        best = top_indices(values[i] - _DEPTH_TIEBREAK * depths, keep)
+        for j in range(keep):
+            out[i, j] = codes[i, best[j]]
+    return out
 
 
 @jit

@@ -13,7 +13,7 @@ from simspec.policies.base import parse_table
 from simspec.types import InputError, PlanKind, ReplicaView
 
 
-def view(batch=2, *, depth=6, ranks=10, ctx=800, conf=None, truth=None, cost_model="roofline", remaining=100,
+def view(batch=2, *, depth=8, ranks=10, ctx=800, conf=None, truth=None, cost_model="roofline", remaining=100,
          prefill=0, seed=0):
     rng = np.random.default_rng(seed)
     if conf is None:
@@ -47,7 +47,7 @@ def test_ar_drafts_nothing():
 
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_linear_is_the_rank1_chain(k):
-    plan = policies.parse(f"linear:k={k}").plan(view())
+    plan = policies.parse(f"linear:k={k}").plan(view(depth=k))
     assert plan.codes.tolist() == [trees.chain_codes(k).tolist()] * 2
     assert plan.draft_steps.tolist() == [k, k] and plan.kind.tolist() == [PlanKind.LINEAR] * 2
 
@@ -65,6 +65,11 @@ def test_tree_keeps_budget_nodes_parent_closed_within_topk():
     best = np.sort(values, axis=1)[:, ::-1][:, :20]
     kept = [sorted(values[i][np.isin(codes[i], plan.codes[i])], reverse=True) for i in range(3)]
     assert np.allclose(kept, best)
+
+
+def test_a_view_too_shallow_for_the_policy_is_refused():
+    with pytest.raises(ValueError, match="view.conf must be"):
+        policies.parse("tree:depth=8").plan(view(depth=6))
 
 
 def test_truncate_cuts_where_path_confidence_falls_below_threshold():

@@ -48,8 +48,14 @@ class Policy(ABC):
     def plan(self, view: ReplicaView) -> StepPlan:
         """The verification plan of every decode request in this step."""
         b = view.batch
-        depth = max(self.max_depth, 1)
-        conf = view.conf if view.conf.shape[1:] >= (depth, self.max_rank) else np.ones((b, depth, self.max_rank))
+        depth, ranks = max(self.max_depth, 1), self.max_rank
+        if self.max_depth == 0:  # plans without confidences
+            conf = np.ones((b, 1, 1))
+        elif view.conf.ndim != 3 or view.conf.shape[0] != b or view.conf.shape[1] < depth or view.conf.shape[2] < ranks:
+            raise ValueError(f"view.conf must be [B={b}, D>={depth}, R>={ranks}] for {self.label} "
+                             f"(got {list(view.conf.shape)})")
+        else:
+            conf = view.conf
         truth = view.true_ranks if view.true_ranks is not None else np.zeros((b, depth), dtype=np.int64)
         batch = kernels.Batch(
             _ints(view.context_tokens), _ints(view.visual_tokens), _ints(view.kept_visual_tokens),

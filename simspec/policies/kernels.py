@@ -170,16 +170,12 @@ def _linear(batch: Batch, k: int) -> Plan:
 @jit
 def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
     b = len(batch.context_tokens)
-    codes, values, depths = trees.expand_paths(batch.conf, depth, topk)
-    keep = min(budget, codes.shape[1])
+    codes = trees.eagle_tree(batch.conf, depth, topk, budget)
+    keep = codes.shape[1]
     rows = np.empty(b * keep, dtype=np.int64)
-    chosen = np.empty(b * keep, dtype=np.int64)
     for i in range(b):
-        order = trees.top_indices(values[i] - 1e-9 * depths, keep)  # parents beat tied children
-        for j in range(keep):
-            rows[i * keep + j] = i
-            chosen[i * keep + j] = codes[i, order[j]]
-    plan = _packed(rows, chosen, b, topk)
+        rows[i * keep:(i + 1) * keep] = i
+    plan = _packed(rows, codes.ravel(), b, topk)
     steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
     return Plan(plan.codes, plan.num_nodes, steps, plan.draft_width, plan.kind)
 
