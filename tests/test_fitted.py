@@ -125,3 +125,24 @@ def test_profiled_device_without_datasheet_needs_every_piece(tmp_path):
     assert cpu.memory_bytes == 80e9
     with pytest.raises(InputError, match="no datasheet numbers"):
         costs.build("auto", LLAVA, cpu, profiles_root=tmp_path)
+
+
+def test_costs_report_command(tmp_path, capsys):
+    from simspec.cli import main
+
+    write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(0.02), **attention_ops()})
+    png = tmp_path / "fit.png"
+    assert main(["costs", "report", "--device", "h100-sxm", "--model", "LLaVA-1.5-7B", "--profiles",
+                 str(tmp_path), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out median APE" in out and "decoder layer (composed)" in out and "attn_decode" in out
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_costs_report_without_a_profile_is_one_line(tmp_path, capsys):
+    from simspec.cli import main
+
+    assert main(["costs", "report", "--device", "h100-sxm", "--model", "LLaVA-1.6-13B", "--profiles",
+                 str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("simspec: error: device h100-sxm: no profile")
