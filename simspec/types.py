@@ -178,7 +178,9 @@ class ReplicaView:
     """What a policy may look at when it plans a step: one row per decode
     request, plus the step's other work and the cost model to price plans.
 
-    Built by the simulator and by the live engine alike.
+    Callers outside the simulator (the live engine, tests) build it; the
+    simulator's compiled step loop hands the same fields to the same
+    compiled rule (simspec.policies.kernels.Batch).
     """
 
     context_tokens: np.ndarray  # [B] int tokens in each request's KV cache
