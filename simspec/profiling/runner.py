@@ -229,7 +229,7 @@ def profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, progr
         date=utc_now(), git_commit=git_commit(), model=model.name, grid=grid.name,
         dtype=str(dtype).removeprefix("torch."), source=SOURCE, licence=None,
         kernels="simspec_kernels" if all(kernels.values()) else "reference",
-        notes=_notes(kernels, device, max_bytes)))
+        notes=_notes(kernels, device, max_bytes), threads=None if cuda else torch.get_num_threads()))
 
     bench = operators.Bench(model=model, device=torch.device(device), dtype=dtype)
     measured = skipped = 0

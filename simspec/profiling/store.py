@@ -60,6 +60,7 @@ class ProfileMeta:
     licence: str | None  # licence file beside the data, for imported profiles
     kernels: str | None  # "simspec_kernels", or "reference" where plain-torch stand-ins timed them
     notes: str = ""  # conventions and approximations a reader must know
+    threads: int | None = None  # torch CPU threads while measuring (CPU timings depend on it)
 
 
 def utc_now() -> str:
