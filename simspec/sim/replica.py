@@ -11,7 +11,8 @@ arrival times; ``replica`` runs the engine loop. Each step:
 1. admit waiting requests FCFS while ``max_num_seqs`` and the KV budget allow;
 2. reserve KV for the decode batch, preempting the newest request (recompute,
    never a silent drop) when it does not fit;
-3. schedule prefill chunks in the token budget the decode batch leaves;
+3. schedule prefill chunks in the token budget the decode rounds leave (each
+   counts 1 + its last round's draft tokens, as vLLM counts spec tokens);
 4. plan: the policy decides every decode request's round from the batch's
    snapshot (the drafter's confidences of this round included);
 5. the step costs selection + drafting + one target forward + overhead (+
@@ -139,6 +140,7 @@ class Replica:
             kept=context.kept(visual).astype(np.int64),
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), recent=np.ones(n),
+            drafted=np.zeros(n, np.int64),
             difficulty=acceptance.request_logits(rng_difficulty, n),
             retention=acceptance.retention(context, visual).astype(float))
         self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
@@ -189,7 +191,10 @@ class Replica:
                 continue
             self._admit()
             decode = self._reserve_decode()
-            chunks = self._schedule_prefill(self.engine.max_num_batched_tokens - len(decode))
+            # As vLLM's scheduler: decode rounds first (1 + draft tokens each,
+            # drafts as many as the request's last round), prefill in the rest.
+            decode_tokens = len(decode) + int(self.state.drafted[decode].sum())
+            chunks = self._schedule_prefill(self.engine.max_num_batched_tokens - decode_tokens)
             start = self.env.now
             end = self._run(decode, chunks, start)
             yield self.env.timeout(end - start)
@@ -233,12 +238,12 @@ class Replica:
         prefill its prompt and the tokens it already emitted again."""
         self.prefill_target[i] = self.state.context[i] + self.state.emitted[i]
         self.state.cache[i] = 0
+        self.state.drafted[i] = 0
         self.preemptions[i] += 1
         self.waiting.appendleft(i)
 
     def _schedule_prefill(self, budget: int) -> list[tuple[int, int]]:
-        """Prefill chunks FCFS in the token budget the decode batch leaves
-        (draft tokens are not charged against it)."""
+        """Prefill chunks FCFS in the token budget the decode batch leaves."""
         chunks = []
         for i in self.running:
             if budget <= 0:

@@ -38,6 +38,7 @@ class RequestState(NamedTuple):
     emitted: np.ndarray  # [N] int tokens generated so far
     cache: np.ndarray  # [N] int tokens in the KV cache
     recent: np.ndarray  # [N] float moving average of accepted tokens per drafted round
+    drafted: np.ndarray  # [N] int draft tokens in the request's last round
     difficulty: np.ndarray  # [N] float top-1 acceptance logit of the request
     retention: np.ndarray  # [N] float acceptance kept at image-grounded positions
 
@@ -167,6 +168,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             logs.chunk_tokens[c] = emit
             logs.chunk_time_s[c] = end
             c += 1
+            state.drafted[j] = plan.num_nodes[i]
             if plan.num_nodes[i] > 0:
                 deepest = 0
                 for m in range(plan.codes.shape[1]):

@@ -1,0 +1,190 @@
+"""Deterministic CPU training and evaluation of the target VLM; checkpoints.
+
+Imports: torch, numpy and :mod:`simspec.types`.
+
+Training is cross-entropy on the answer tokens (and the closing EOS) of a
+fixed set of generated examples, with AdamW and a warmup + cosine schedule.
+It runs single-threaded with deterministic algorithms, so a run is
+bit-reproducible on one machine and ``simspec train`` regenerates the shipped
+checkpoint. Accuracy is exact match of greedy (KV-cached) answers on held-out
+examples generated from a different seed.
+
+A checkpoint folder holds ``model.pt`` (a state_dict, loadable with
+``torch.load(weights_only=True)``) and ``meta.json`` (config, seeds, data
+hash, steps, wall time, held-out accuracy, torch version).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from simspec.models.task import KINDS, Example, Vocab, default_vocab, examples_hash, generate
+from simspec.models.vlm import TargetVLM, VLMConfig
+from simspec.types import InputError, require
+
+TRAIN_EXAMPLES = 20_000
+EVAL_EXAMPLES = 500
+BATCH = 64
+LR = 2e-3
+WARMUP_STEPS = 100
+WEIGHT_DECAY = 0.01
+EVAL_SEED_OFFSET = 1_000_003
+"""Held-out examples come from ``seed + EVAL_SEED_OFFSET``."""
+IGNORE = -100
+
+
+@contextmanager
+def deterministic():
+    """One thread and deterministic kernels, restored afterwards."""
+    threads, strict = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(strict)
+
+
+def batch_tensors(examples: list[Example], vocab: Vocab) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images ``[B, P, P, 3]`` uint8, tokens ``[B, T]`` (prompt, answer, EOS,
+    right-padded) and targets ``[B, T]`` (the next token where it is an answer
+    token or EOS, else IGNORE)."""
+    sequences = [(*e.prompt_ids, *e.answer_ids, vocab.eos_id) for e in examples]
+    length = max(map(len, sequences))
+    tokens = np.full((len(examples), length), vocab.pad_id, np.int64)
+    targets = np.full((len(examples), length), IGNORE, np.int64)
+    for row, (example, seq) in enumerate(zip(examples, sequences)):
+        tokens[row, :len(seq)] = seq
+        start = len(example.prompt_ids) - 1  # position whose next token is the first answer token
+        targets[row, start:len(seq) - 1] = seq[start + 1:]
+    images = np.stack([e.image for e in examples])
+    return torch.from_numpy(images), torch.from_numpy(tokens), torch.from_numpy(targets)
+
+
+def answer(model: TargetVLM, example: Example, vocab: Vocab, max_new_tokens: int = 8) -> tuple[int, ...]:
+    """The model's greedy answer (without EOS)."""
+    out = model.generate(torch.from_numpy(example.image), example.prompt_ids, max_new_tokens, vocab.eos_id)
+    return tuple(out[:-1]) if out and out[-1] == vocab.eos_id else tuple(out)
+
+
+def accuracy(model: TargetVLM, examples: list[Example], vocab: Vocab) -> dict[str, float]:
+    """Exact-match accuracy overall (``"all"``) and per question kind."""
+    model.eval()
+    hits: dict[str, list[bool]] = {kind: [] for kind in KINDS}
+    with torch.no_grad():
+        for example in examples:
+            hits[example.question.kind].append(answer(model, example, vocab) == example.answer_ids)
+    everything = [h for kind in KINDS for h in hits[kind]]
+    result = {"all": float(np.mean(everything)) if everything else 0.0}
+    result.update({kind: float(np.mean(h)) for kind, h in hits.items() if h})
+    return result
+
+
+def eval_examples(seed: int, n: int) -> list[Example]:
+    """The held-out examples of a run trained with ``seed``."""
+    return generate(seed + EVAL_SEED_OFFSET, n)
+
+
+def train_target(out_dir: str | Path, *, steps: int, seed: int, quick: bool = False) -> dict:
+    """Train the target VLM and save ``model.pt`` + ``meta.json`` in ``out_dir``.
+
+    ``quick`` trains on 256 examples with batch 16 and evaluates 20 (tests).
+    Returns the meta record written to ``meta.json``."""
+    require(steps >= 1, f"steps must be >= 1, got {steps}")
+    n_train, n_eval, batch = (256, 20, 16) if quick else (TRAIN_EXAMPLES, EVAL_EXAMPLES, BATCH)
+    vocab = default_vocab()
+    config = VLMConfig(vocab_size=vocab.size)
+    started = time.perf_counter()
+    train = generate(seed, n_train, vocab)
+    images, tokens, targets = batch_tensors(train, vocab)
+    losses: list[float] = []
+    with deterministic():
+        torch.manual_seed(seed)
+        model = TargetVLM(config)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.95))
+        warmup = min(WARMUP_STEPS, max(1, steps // 10))
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
+            0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
+        sampler = torch.Generator().manual_seed(seed)
+        model.train()
+        for _ in range(steps):
+            rows = torch.randint(0, n_train, (batch,), generator=sampler)
+            out = model(images[rows], tokens[rows])
+            loss = F.cross_entropy(out.logits.flatten(0, 1), targets[rows].flatten(), ignore_index=IGNORE)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            losses.append(float(loss))
+        train_s = time.perf_counter() - started
+        held_out = accuracy(model, eval_examples(seed, n_eval), vocab)
+    window = max(1, min(20, steps // 4))
+    meta = {
+        "config": asdict(config),
+        "vocab": list(vocab.words),
+        "seed": seed,
+        "train_examples": n_train,
+        "data_hash": examples_hash(train),
+        "eval_seed": seed + EVAL_SEED_OFFSET,
+        "eval_examples": n_eval,
+        "steps": steps,
+        "batch": batch,
+        "lr": LR,
+        "quick": quick,
+        "loss_first": float(np.mean(losses[:window])),
+        "loss_last": float(np.mean(losses[-window:])),
+        "train_wall_s": round(train_s, 2),
+        "wall_s": round(time.perf_counter() - started, 2),
+        "heldout_accuracy": held_out["all"],
+        "heldout_accuracy_by_kind": {k: v for k, v in held_out.items() if k != "all"},
+        "torch_version": torch.__version__,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, out / "model.pt")
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, dict]:
+    """Load a checkpoint folder; a missing or corrupt file or a config that
+    does not fit the weights raises :class:`InputError` naming the file."""
+    directory = Path(directory)
+    meta_path, weights_path = directory / "meta.json", directory / "model.pt"
+    for path in (meta_path, weights_path):
+        require(path.is_file(), f"checkpoint file {path} is missing")
+    try:
+        meta = json.loads(meta_path.read_text())
+        config = VLMConfig(**meta["config"])
+        vocab = Vocab(words=tuple(meta["vocab"]))
+    except (ValueError, KeyError, TypeError) as error:
+        raise InputError(f"checkpoint file {meta_path} is corrupt: {error}") from None
+    require(vocab == default_vocab(), f"checkpoint file {meta_path}: its vocab differs from the task's")
+    require(config.vocab_size == vocab.size,
+            f"checkpoint file {meta_path}: config.vocab_size={config.vocab_size} but vocab has {vocab.size} words")
+    try:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a bad file
+        raise InputError(f"checkpoint file {weights_path} is corrupt: {type(error).__name__}") from None
+    model = TargetVLM(config)
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"checkpoint file {weights_path} does not match the config in {meta_path}: {first}") from None
+    model.eval()
+    return model, vocab, meta

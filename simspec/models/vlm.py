@@ -1,0 +1,199 @@
+"""The target VLM: patch encoder, projector, decoder-only LM, greedy decoding.
+
+Imports: torch and :mod:`simspec.types`.
+
+Layout of one sequence: N visual tokens (the projected patch features of the
+image) at positions ``0..N-1``, then the text tokens (BOS, question, answer)
+at positions ``N..N+T-1``. The LM is a pre-norm decoder (RMSNorm, RoPE,
+causal attention, gated MLP). :meth:`TargetVLM.generate` decodes greedily
+with a KV cache; :meth:`TargetVLM.forward` is the uncached spec it must
+match. Shape letters: B batch, N visual tokens, T text tokens, L context
+length, H heads, D head dim, C model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from simspec.types import require
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VLMConfig:
+    image_px: int = 32
+    patch_px: int = 8
+    vision_width: int = 96
+    vision_layers: int = 1
+    vision_heads: int = 4
+    width: int = 128
+    layers: int = 3
+    heads: int = 4
+    mlp_hidden: int = 384
+    vocab_size: int = 48
+    rope_base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        require(self.image_px > 0 and self.image_px % self.patch_px == 0,
+                f"image_px must be a positive multiple of patch_px={self.patch_px}, got {self.image_px}")
+        require(self.width % self.heads == 0 and (self.width // self.heads) % 2 == 0,
+                f"width must be a multiple of 2*heads={2 * self.heads}, got {self.width}")
+        require(self.vision_width % self.vision_heads == 0,
+                f"vision_width must be a multiple of vision_heads={self.vision_heads}, got {self.vision_width}")
+        for name in ("vision_layers", "layers", "mlp_hidden", "vocab_size"):
+            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def visual_tokens(self) -> int:
+        return (self.image_px // self.patch_px) ** 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VLMOutput:
+    logits: torch.Tensor  # [B, T, V] next-token logits at each text position
+    hidden: torch.Tensor  # [B, T, C] final-norm hidden states of the text positions
+    visual: torch.Tensor  # [B, N, C] projected visual tokens (LM input)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate ``x: [B, H, L, D]`` by its ``positions: [L]`` (half-split RoPE)."""
+    half = x.shape[-1] // 2
+    freqs = base ** (-torch.arange(half, dtype=torch.float32, device=x.device) / half)  # [D/2]
+    angles = positions.to(torch.float32)[:, None] * freqs[None, :]  # [L, D/2]
+    cos, sin = angles.cos(), angles.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int, rope_base: float | None):
+        super().__init__()
+        self.heads, self.rope_base = heads, rope_base
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
+                cache: list[torch.Tensor] | None = None, causal: bool = True) -> torch.Tensor:
+        """``x: [B, L, C]``; ``cache`` ([k, v], each ``[B, H, L_past, D]``, or
+        empty) is extended in place with this call's keys and values."""
+        b, length, width = x.shape
+        q, k, v = self.qkv(x).view(b, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        if self.rope_base is not None:
+            q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
+        if cache is not None:
+            if cache:
+                k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
+            cache[:] = [k, v]
+        past = k.shape[2] - length
+        mask = None
+        if causal and length > 1:  # query i sees keys 0..past+i
+            mask = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(past)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, L, D]
+        return self.out(y.transpose(1, 2).reshape(b, length, width))
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int, hidden: int, rope_base: float | None):
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(width), RMSNorm(width)
+        self.attn = Attention(width, heads, rope_base)
+        self.gate = nn.Linear(width, hidden, bias=False)
+        self.up = nn.Linear(width, hidden, bias=False)
+        self.down = nn.Linear(hidden, width, bias=False)
+
+    def forward(self, x, positions=None, cache=None, causal=True):
+        x = x + self.attn(self.norm1(x), positions, cache, causal)
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class TargetVLM(nn.Module):
+    def __init__(self, config: VLMConfig):
+        super().__init__()
+        self.config = c = config
+        self.patch = nn.Linear(3 * c.patch_px**2, c.vision_width)
+        self.patch_pos = nn.Parameter(torch.zeros(c.visual_tokens, c.vision_width))
+        self.vision = nn.ModuleList(Block(c.vision_width, c.vision_heads, 2 * c.vision_width, None)
+                                    for _ in range(c.vision_layers))
+        self.vision_norm = RMSNorm(c.vision_width)
+        self.projector = nn.Linear(c.vision_width, c.width)
+        self.embed = nn.Embedding(c.vocab_size, c.width)
+        self.blocks = nn.ModuleList(Block(c.width, c.heads, c.mlp_hidden, c.rope_base) for _ in range(c.layers))
+        self.norm = RMSNorm(c.width)
+        self.head = nn.Linear(c.width, c.vocab_size, bias=False)
+        self.apply(self._init)
+        nn.init.normal_(self.patch_pos, std=0.02)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def encode_image(self, images: torch.Tensor) -> torch.Tensor:
+        """``images: [B, P, P, 3]`` uint8 -> visual tokens ``[B, N, C]``."""
+        c = self.config
+        b = images.shape[0]
+        require(tuple(images.shape[1:]) == (c.image_px, c.image_px, 3),
+                f"images must be [B, {c.image_px}, {c.image_px}, 3], got {list(images.shape)}")
+        g, p = c.image_px // c.patch_px, c.patch_px
+        x = images.to(torch.float32) / 127.5 - 1.0
+        x = x.view(b, g, p, g, p, 3).permute(0, 1, 3, 2, 4, 5).reshape(b, g * g, p * p * 3)  # [B, N, 3*p*p]
+        x = self.patch(x) + self.patch_pos  # [B, N, vision_width]
+        for block in self.vision:
+            x = block(x, causal=False)
+        return self.projector(self.vision_norm(x))  # [B, N, C]
+
+    def _decode(self, x: torch.Tensor, start: int, caches=None) -> torch.Tensor:
+        """Run the LM over ``x: [B, L, C]`` at positions ``start..start+L-1``."""
+        positions = torch.arange(start, start + x.shape[1], device=x.device)
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, None if caches is None else caches[i])
+        return self.norm(x)
+
+    def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> VLMOutput:
+        """``images: [B, P, P, 3]`` uint8, ``tokens: [B, T]`` int64 (text after
+        the visual tokens; right padding is harmless under causal attention)."""
+        require(tokens.dim() == 2 and tokens.shape[0] == images.shape[0],
+                f"tokens must be [B, T] with B={images.shape[0]}, got {list(tokens.shape)}")
+        visual = self.encode_image(images)  # [B, N, C]
+        x = torch.cat([visual, self.embed(tokens)], dim=1)  # [B, N+T, C]
+        hidden = self._decode(x, 0)[:, visual.shape[1]:]  # [B, T, C]
+        return VLMOutput(logits=self.head(hidden), hidden=hidden, visual=visual)
+
+    @torch.no_grad()
+    def generate(self, image: torch.Tensor, prompt: list[int] | tuple[int, ...], max_new_tokens: int,
+                 eos_id: int | None = 2) -> list[int]:
+        """Greedy decoding with a KV cache. ``image: [P, P, 3]`` uint8; returns
+        the new tokens, stopping after ``eos_id`` (included) or the limit."""
+        require(max_new_tokens >= 0, f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        require(len(prompt) >= 1, "prompt must hold at least one token (BOS)")
+        caches: list[list[torch.Tensor]] = [[] for _ in self.blocks]
+        visual = self.encode_image(image[None])  # [1, N, C]
+        tokens = torch.tensor([list(prompt)], dtype=torch.long, device=visual.device)  # [1, T]
+        x = torch.cat([visual, self.embed(tokens)], dim=1)
+        hidden = self._decode(x, 0, caches)  # prefill
+        length = x.shape[1]
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            token = int(self.head(hidden[:, -1]).argmax(-1))
+            out.append(token)
+            if token == eos_id:
+                break
+            hidden = self._decode(self.embed(torch.tensor([[token]], device=visual.device)), length, caches)
+            length += 1
+        return out
