@@ -129,7 +129,7 @@ def train_target(out_dir: str | Path, *, steps: int, seed: int, quick: bool = Fa
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
         train_s = time.perf_counter() - started
         held_out = accuracy(model, eval_examples(seed, n_eval), vocab)
     window = max(1, min(20, steps // 4))
