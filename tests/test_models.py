@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from simspec.models import task  # noqa: E402
+from simspec.models.config import QUICK  # noqa: E402
 from simspec.models.train import accuracy, eval_examples, load_target, train_target  # noqa: E402
 from simspec.models.vlm import TargetVLM, VLMConfig  # noqa: E402
 from simspec.types import InputError  # noqa: E402
@@ -115,7 +117,7 @@ def test_cached_generation_equals_uncached_greedy(random_model, seed):
 # --- training ---------------------------------------------------------------
 
 def test_quick_training_is_bit_reproducible_and_learns(tmp_path):
-    metas = [train_target(tmp_path / name, steps=25, seed=5, quick=True) for name in ("a", "b")]
+    metas = [train_target(tmp_path / name, steps=QUICK.steps, seed=5, quick=True) for name in ("a", "b")]
     first, second = (torch.load(tmp_path / name / "model.pt", weights_only=True) for name in ("a", "b"))
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
@@ -170,5 +172,5 @@ def test_bad_checkpoint_raises_input_error_naming_the_file(tmp_path, damage):
         record["config"]["width"] = 64
         meta.write_text(json.dumps(record))
         named = weights
-    with pytest.raises(InputError, match=str(named).replace(".", r"\.")):
+    with pytest.raises(InputError, match=re.escape(str(named))):
         load_target(folder)

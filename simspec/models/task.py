@@ -118,7 +118,7 @@ class Question:
     slot: str  # colour_at/shape_at: "top left" etc.; count_*: colour/shape; repeat: the word
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)  # eq on an ndarray field is ambiguous
 class Example:
     """One task example; token ids are over :func:`default_vocab`."""
 

@@ -27,16 +27,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from simspec.models.config import QUICK, TrainConfig
 from simspec.models.task import KINDS, Example, Vocab, default_vocab, examples_hash, generate
 from simspec.models.vlm import TargetVLM, VLMConfig
 from simspec.types import InputError, require
 
-TRAIN_EXAMPLES = 20_000
-EVAL_EXAMPLES = 500
-BATCH = 64
-LR = 2e-3
-WARMUP_STEPS = 100
-WEIGHT_DECAY = 0.01
 EVAL_SEED_OFFSET = 1_000_003
 """Held-out examples come from ``seed + EVAL_SEED_OFFSET``."""
 IGNORE = -100
@@ -95,13 +90,15 @@ def eval_examples(seed: int, n: int) -> list[Example]:
     return generate(seed + EVAL_SEED_OFFSET, n)
 
 
-def train_target(out_dir: str | Path, *, steps: int, seed: int, quick: bool = False) -> dict:
+def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed: int = TrainConfig().seed,
+                 quick: bool = False) -> dict:
     """Train the target VLM and save ``model.pt`` + ``meta.json`` in ``out_dir``.
 
-    ``quick`` trains on 256 examples with batch 16 and evaluates 20 (tests).
-    Returns the meta record written to ``meta.json``."""
-    require(steps >= 1, f"steps must be >= 1, got {steps}")
-    n_train, n_eval, batch = (256, 20, 16) if quick else (TRAIN_EXAMPLES, EVAL_EXAMPLES, BATCH)
+    The other hyperparameters come from :class:`TrainConfig` (``QUICK`` when
+    ``quick``: 256 examples, batch 16, 20 held out; for tests). Returns the
+    meta record written to ``meta.json``."""
+    run = TrainConfig(**{**asdict(QUICK if quick else TrainConfig()), "steps": steps, "seed": seed})
+    n_train, n_eval, batch = run.train_examples, run.eval_examples, run.batch
     vocab = default_vocab()
     config = VLMConfig(vocab_size=vocab.size)
     started = time.perf_counter()
@@ -113,9 +110,9 @@ def train_target(out_dir: str | Path, *, steps: int, seed: int, quick: bool = Fa
         model = TargetVLM(config)
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=(0.9, 0.95))
-        warmup = min(WARMUP_STEPS, max(1, steps // 10))
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=run.lr, betas=(0.9, 0.95))
+        warmup = min(run.warmup_steps, max(1, steps // 10))
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) * (
             0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / steps)))))
         sampler = torch.Generator().manual_seed(seed)
@@ -143,7 +140,9 @@ def train_target(out_dir: str | Path, *, steps: int, seed: int, quick: bool = Fa
         "eval_examples": n_eval,
         "steps": steps,
         "batch": batch,
-        "lr": LR,
+        "lr": run.lr,
+        "warmup_steps": run.warmup_steps,
+        "weight_decay": run.weight_decay,
         "quick": quick,
         "loss_first": float(np.mean(losses[:window])),
         "loss_last": float(np.mean(losses[-window:])),
