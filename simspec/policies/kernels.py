@@ -49,26 +49,44 @@ class Batch(NamedTuple):
 class Plan(NamedTuple):
     codes: np.ndarray  # [B, M] int64, -1 unused
     num_nodes: np.ndarray  # [B] int64
-    draft_steps: np.ndarray  # [B] int64
+    depth: np.ndarray  # [B] int64 depth of the deepest planned node
+    draft_steps: np.ndarray  # [B] int64 drafter steps run (may exceed depth)
     draft_width: np.ndarray  # [B] int64
     kind: np.ndarray  # [B] int8
 
 
 # -- pricing ----------------------------------------------------------------
 
+class Pricing(NamedTuple):
+    """A step without drafts, and what each draft token and depth adds."""
+
+    tokens0: int  # query tokens through the target without drafts
+    logits0: int  # logit rows without drafts
+    kv_tokens: int  # KV tokens attention reads
+    pairs0: int  # query x key pairs without drafts
+    fixed_s: float  # overhead + vision encoder
+    draft_s: np.ndarray  # [MAX_DEPTH + 1] drafting d levels, selection included
+    rate0: float  # tokens per second of the step without drafts
+
+
 @jit
-def _base(batch: Batch):
-    """Tokens, logit rows, KV read and attention pairs of the step without drafts."""
+def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     b = len(batch.context_tokens)
     ctx = batch.context_tokens.sum()
-    return (batch.prefill_tokens + b, batch.prefill_requests + b, batch.prefill_kv_tokens + ctx,
-            batch.prefill_attn_pairs + ctx)
+    tokens0, logits0 = batch.prefill_tokens + b, batch.prefill_requests + b
+    kv, pairs0 = batch.prefill_kv_tokens + ctx, batch.prefill_attn_pairs + ctx
+    vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
+    fixed = costs.overhead_s + vision
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0))
+    return Pricing(tokens0, logits0, kv, pairs0, fixed, _draft_table(batch, costs, width), rate0)
 
 
 @jit
-def _fixed_s(batch: Batch, costs: CostTables) -> float:
-    vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
-    return costs.overhead_s + vision
+def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> float:
+    """Seconds of the step with ``n`` draft tokens adding ``pairs`` attention
+    pairs, drafted ``deepest`` levels deep."""
+    return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n) + \
+        p.draft_s[deepest]
 
 
 @jit
@@ -107,7 +125,7 @@ def _chain(batch: Batch, k: np.ndarray, steps: np.ndarray) -> Plan:
             kind[i] = KIND_LINEAR
         if steps[i] > 0:
             draft_width[i] = 1
-    return Plan(codes, k.copy(), steps.copy(), draft_width, kind)
+    return Plan(codes, k.copy(), k.copy(), steps.copy(), draft_width, kind)
 
 
 @jit
@@ -119,7 +137,7 @@ def _packed(rows: np.ndarray, codes: np.ndarray, b: int, width: int) -> Plan:
             draft_width[i] = width
         elif num[i] > 0:
             draft_width[i] = 1
-    return Plan(plan_codes, num, depth, draft_width, kind)
+    return Plan(plan_codes, num, depth, depth.copy(), draft_width, kind)
 
 
 # -- the load-adaptive rule ---------------------------------------------------
@@ -140,22 +158,18 @@ def _best_prefix(batch: Batch, costs: CostTables, values: np.ndarray, codes: np.
     cost convex in tokens they can never raise the step's tokens per second.
     """
     b = len(batch.context_tokens)
-    tokens0, logits0, kv, pairs0 = _base(batch)
-    fixed = _fixed_s(batch, costs)
-    drafting = _draft_table(batch, costs, width)
-    base_s = fixed + forward_cost(costs, tokens0, kv, pairs0, logits0)
-    rate0 = b / base_s
-    slope = forward_cost(costs, tokens0 + 1, kv, pairs0, logits0 + 1) - (base_s - fixed)
+    p = _pricing(batch, costs, width)
+    slope = _step_s(costs, p, 1, 0, 0) - _step_s(costs, p, 0, 0, 0)
     rows, chosen, value, depth = trees.ranked_candidates(values, codes, depths, batch.remaining_tokens,
-                                                         rate0 * max(slope, 0.0), max_nodes)
-    gain, pairs, deepest, best, take = float(b), 0, 0, rate0, 0
+                                                         p.rate0 * max(slope, 0.0), max_nodes)
+    gain, pairs, deepest, best, take = float(b), 0, 0, p.rate0, 0
     for t in range(len(rows)):
         gain += value[t]
         pairs += batch.context_tokens[rows[t]]
         deepest = max(deepest, depth[t])
-        cost = fixed + forward_cost(costs, tokens0 + t + 1, kv, pairs0 + pairs, logits0 + t + 1) + drafting[deepest]
-        if gain / cost > best:
-            best, take = gain / cost, t + 1
+        rate = gain / _step_s(costs, p, t + 1, pairs, deepest)
+        if rate > best:
+            best, take = rate, t + 1
     return _packed(rows[:take], chosen[:take], b, width)
 
 
@@ -177,7 +191,7 @@ def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
         rows[i * keep:(i + 1) * keep] = i
     plan = _packed(rows, codes.ravel(), b, topk)
     steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
-    return Plan(plan.codes, plan.num_nodes, steps, plan.draft_width, plan.kind)
+    return Plan(plan.codes, plan.num_nodes, plan.depth, steps, plan.draft_width, plan.kind)
 
 
 @jit
@@ -246,10 +260,7 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
     raise the step's tokens per second: every later node is worth at most
     the one just popped and costs at least the current per-token slope."""
     b = len(batch.context_tokens)
-    tokens0, logits0, kv, pairs0 = _base(batch)
-    fixed = _fixed_s(batch, costs)
-    drafting = _draft_table(batch, costs, topk)
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0))
+    p = _pricing(batch, costs, topk)
     heap = [(0.0, 0, np.int64(0), 0, 0, 0.0)]  # (-value, request, code, depth, rank, parent value)
     heap.pop()
     for i in range(b):
@@ -258,23 +269,21 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
     heapq.heapify(heap)
     rows = np.empty(max_nodes, dtype=np.int64)
     chosen = np.empty(max_nodes, dtype=np.int64)
-    gain, pairs, deepest, best, take, n = float(b), 0, 0, rate0, 0, 0
+    gain, pairs, deepest, best, take, n = float(b), 0, 0, p.rate0, 0, 0
     while heap and n < max_nodes:
         neg, i, code, d, r, parent = heapq.heappop(heap)
         value = -neg
-        n_next = n + 1
-        tokens = tokens0 + n_next
-        slope = forward_cost(costs, tokens + 1, kv, pairs0 + pairs, logits0 + n_next + 1) - \
-            forward_cost(costs, tokens, kv, pairs0 + pairs, logits0 + n_next)
-        if slope > 0 and value / slope < best and gain / (fixed + forward_cost(costs, tokens - 1, kv, pairs0 + pairs,
-                                                                                  logits0 + n) + drafting[deepest]) <= best:
+        # Later nodes are worth at most this one and cost at least the
+        # forward's slope here; best is already the highest rate seen.
+        slope = _step_s(costs, p, n + 2, pairs, 0) - _step_s(costs, p, n + 1, pairs, 0)
+        if slope > 0 and value / slope < best:
             break
         rows[n], chosen[n] = i, code
-        n = n_next
+        n += 1
         gain += value
         pairs += batch.context_tokens[i]
         deepest = max(deepest, d)
-        rate = gain / (fixed + forward_cost(costs, tokens, kv, pairs0 + pairs, logits0 + n) + drafting[deepest])
+        rate = gain / _step_s(costs, p, n, pairs, deepest)
         if rate > best:
             best, take = rate, n
         if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child

@@ -86,15 +86,6 @@ class Logs(NamedTuple):
 
 
 @jit
-def _depth(code) -> int:
-    d = 0
-    while code > 0:
-        code >>= 4
-        d += 1
-    return d
-
-
-@jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, policy: PolicyCall,
               costs: CostTables, prefill: Prefill, start_s: float, stop_s: float, max_steps: int,
               kv_room: int, rand: Randoms, logs: Logs):
@@ -170,11 +161,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             c += 1
             state.drafted[j] = plan.num_nodes[i]
             if plan.num_nodes[i] > 0:
-                deepest = 0
-                for m in range(plan.codes.shape[1]):
-                    deepest = max(deepest, _depth(plan.codes[i, m]))
                 logs.round_accepted[r] = accepted[i]
-                logs.round_depth[r] = deepest
+                logs.round_depth[r] = plan.depth[i]
                 logs.round_drafted[r] = plan.num_nodes[i]
                 r += 1
                 state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * accepted[i]
