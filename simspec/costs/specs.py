@@ -116,6 +116,10 @@ MODELS: dict[str, ModelSpec] = {
         # Text-only language models (LLaVA-1.5-7B's LM; Vidur's profiled shape).
         ModelSpec(name="Vicuna-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
         ModelSpec(name="Llama-2-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
+        # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
+        ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
+                  max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,
+                  vision_layers=1, vision_hidden=96, vision_mlp_hidden=192, dtype_bytes=4),
     )
 }
 
