@@ -74,7 +74,9 @@ def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels
             monkeypatch.setitem(reference.REFERENCES, name, ("simspec_kernels.not_written_yet", stand_in))
     elif not all(ops.kernel_sources().values()):
         pytest.skip("simspec_kernels does not provide every kernel")
+    threads = torch.get_num_threads()
     run = profile(tmp_path)
+    assert torch.get_num_threads() == threads  # the profiler's one thread is not left behind
     folder = run.folder
     assert folder.parent.name.startswith("cpu-") and folder.name == TINY.name
     assert {p.name for p in folder.glob("*.csv")} == {f"{name}.csv" for name in OPS}
@@ -93,6 +95,7 @@ def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels
     assert meta["model"] == TINY.name and meta["device_slug"] == folder.parent.name
     assert meta["torch"] == torch.__version__ and meta["memory_bytes"] > 0 and meta["licence"] is None
     assert meta["source"] == runner.SOURCE and meta["kernels"] == kernels
+    assert meta["threads"] == runner.CPU_THREADS == 1
     assert ("stand-ins" in meta["notes"]) == (kernels == "reference")
 
 
@@ -200,12 +203,33 @@ def test_quick_grids_fit_the_cpu_and_the_full_grid_spans_the_ranges():
     assert full.query_tokens == (1, 8, 16, 32, 64) and full.batches == (1, 8, 32, 64)
     assert (min(full.visual_tokens), max(full.visual_tokens)) == (576, 2880)
     assert full.kept_tokens == (0, 8, 16, 32, 64) and full.images == (1, 2, 4)
-    llava = model_spec("LLaVA-1.5-7B")
+    qwen = model_spec("Qwen2-VL-7B")  # a context long enough for every grid point
     for g in (grid.FULL, grid.QUICK_CUDA, grid.QUICK_CPU):
-        sizes = {name: len(grid.points(op, g, llava)) for name, op in OPS.items()}
+        sizes = {name: len(grid.points(op, g, qwen)) for name, op in OPS.items()}
         assert all(sizes.values())
         if g is not grid.FULL:
-            assert all(sizes[n] <= len(grid.points(op, grid.FULL, llava)) for n, op in OPS.items())
+            assert all(sizes[n] <= len(grid.points(op, grid.FULL, qwen)) for n, op in OPS.items())
+
+
+@pytest.mark.parametrize("model", ["simspec-tiny-vlm", "LLaVA-1.5-7B"])
+def test_grid_points_fit_the_model_context(model):
+    spec = model_spec(model)
+    limit = spec.max_context_tokens
+    for name, op in OPS.items():
+        pts = grid.points(op, grid.QUICK_CPU, spec)
+        assert pts and len(set(pts)) == len(pts), name
+        for point in pts:
+            shape = dict(zip(op.columns, point))
+            if name == "attn_prefill":
+                assert shape["tokens"] + shape["context_tokens"] <= limit
+            elif name == "attn_tree_verify":
+                assert shape["query_tokens"] + shape["context_tokens"] <= limit
+            elif name == "attn_decode":
+                assert shape["context_tokens"] <= limit
+            elif "visual_tokens" in shape:
+                assert shape["visual_tokens"] <= limit
+    if spec.max_context_tokens < max(grid.QUICK_CPU.visual_tokens):  # a small model: one image measured too
+        assert (spec.visual_tokens_per_image,) in grid.points(OPS["int8_quantize"], grid.QUICK_CPU, spec)
 
 
 @pytest.mark.parametrize("name, slug", [

@@ -92,12 +92,37 @@ def ops_for(model: ModelSpec) -> list[Op]:
     return [op for op in OPS.values() if model.multimodal or not op.multimodal]
 
 
+CONTEXT_AXES = ("prefill_tokens", "prefill_contexts", "contexts", "query_tokens", "visual_tokens")
+"""Axes whose values are tokens of one request's context: clipped to the model's max_context_tokens."""
+
+
+def _clip(op: Op, model: ModelSpec, point: tuple[int, ...]) -> tuple[int, ...]:
+    """``point`` within the model's context: one request's context tokens
+    plus its queries (prefill chunk, tree nodes) at most max_context_tokens;
+    a visual-token axis cut at the context also measures one image."""
+    limit = model.max_context_tokens
+    values = dict(zip(op.axes, point))
+    for axis in CONTEXT_AXES:
+        if axis in values:
+            values[axis] = min(values[axis], limit)
+    if "contexts" in values and "query_tokens" in values:
+        values["contexts"] = min(values["contexts"], limit - values["query_tokens"])
+    if "prefill_contexts" in values:
+        values["prefill_contexts"] = min(values["prefill_contexts"], limit - values["prefill_tokens"])
+    return tuple(values[axis] for axis in op.axes)
+
+
 def points(op: Op, grid: Grid, model: ModelSpec) -> list[tuple[int, ...]]:
-    """``op``'s shape points on ``grid``, in measuring order (small first)."""
+    """``op``'s shape points on ``grid`` clipped to the model's context
+    (duplicates dropped), in measuring order (small first)."""
     axes = [getattr(grid, axis) for axis in op.axes]
     if not model.multimodal:  # a text-only drafter has no visual tokens to cross-attend to
         axes = [(0,) if axis == "kept_tokens" else values for axis, values in zip(op.axes, axes)]
-    return sorted(itertools.product(*axes), key=lambda p: (sum(p), p))
+    if "visual_tokens" in op.axes and max(grid.visual_tokens) > model.max_context_tokens and model.multimodal:
+        k = op.axes.index("visual_tokens")  # a small model's context holds fewer: measure one image too
+        axes[k] = (*axes[k], model.visual_tokens_per_image)
+    clipped = {_clip(op, model, point) for point in itertools.product(*axes)}
+    return sorted(clipped, key=lambda p: (sum(p), p))
 
 
 _TOKENS_FULL = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)

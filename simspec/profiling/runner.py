@@ -11,7 +11,9 @@ about ``TARGET_MS`` of measured time, at least ``MIN_SAMPLES`` and at most
 that does not fit (CUDA out of memory, or on a CPU more than
 ``CPU_MAX_BYTES`` of tensors) gets a row whose ``skipped`` says why, and the
 run goes on. Rows are flushed one by one; a rerun measures only the points
-its CSVs lack.
+its CSVs lack. A CPU is profiled with ``CPU_THREADS`` torch threads (recorded
+in meta.json): with torch's default, intra-op threading switches on at some
+sizes and not others, and shared cores make the timings jump.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ MAX_SAMPLES = 200
 CPU_MAX_BYTES = 4 << 30  # CPU size guard: points needing more tensor bytes are skipped
 CUDA_WARMUP_CALLS = 3
 CPU_WARMUP_MS = 5.0  # warm-up calls on a CPU until this much time has passed (at least one)
+CPU_THREADS = 1  # torch threads while profiling a CPU: one core gives timings without threading cliffs
 SOURCE = "measured by simspec profile-gpu"
 
 
@@ -209,10 +212,24 @@ class _Operator:
 
 
 def profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, progress: bool = True,
-                  max_bytes: int | None = None) -> ProfileRun:
+                  max_bytes: int | None = None, threads: int = CPU_THREADS) -> ProfileRun:
     """Measure ``model``'s operators on ``grid`` into ``out/<device-slug>/<model>/``,
     resuming from the CSVs already there. ``max_bytes`` is the size guard
-    (default: ``CPU_MAX_BYTES`` on a CPU, none on a GPU)."""
+    (default: ``CPU_MAX_BYTES`` on a CPU, none on a GPU); ``threads`` the
+    torch CPU threads while measuring a CPU (restored afterwards)."""
+    cuda = device == "cuda"
+    if not cuda:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return _profile_model(model, device=device, grid=grid, out=out, progress=progress, max_bytes=max_bytes)
+        finally:
+            torch.set_num_threads(before)
+    return _profile_model(model, device=device, grid=grid, out=out, progress=progress, max_bytes=max_bytes)
+
+
+def _profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, progress: bool,
+                   max_bytes: int | None) -> ProfileRun:
     cuda = device == "cuda"
     if max_bytes is None and not cuda:
         max_bytes = CPU_MAX_BYTES
