@@ -105,6 +105,7 @@ class StepShape:
     forward_tokens: int = 0  # query tokens through the target (prefill + verify)
     kv_read_tokens: int = 0  # KV-cache tokens read by attention (each request's context once)
     attn_pairs: int = 0  # sum over requests of query tokens x context tokens
+    attn_requests: int = 0  # sequences attention runs over (prefill chunks + decode requests)
     logit_tokens: int = 0  # positions whose logits are computed (LM head)
     vision_tokens: int = 0  # visual tokens produced by the vision encoder this step
     draft_level_tokens: tuple[int, ...] = ()  # drafter tokens at each draft depth

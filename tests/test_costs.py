@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -44,13 +46,25 @@ def test_constant_and_affine_closed_forms():
     assert [affine.step_s(s) for s in shapes] == pytest.approx([0.004 + 1e-5 * n for n in (1, 100, 5000)])
 
 
-def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline):
-    shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, vision_tokens=1152,
-                      draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32, select_visual_tokens=2304,
-                      select_requests=4)
-    parts = (roofline.overhead_s + roofline.forward_s(300, 9000, 90000, 40) + roofline.vision_s(1152)
-             + sum(roofline.draft_level_s(t, 32) for t in (4, 16, 16)) + roofline.select_s(4, 2304))
-    assert roofline.step_s(shape) == pytest.approx(parts, rel=1e-12)
+def with_attention_terms(model):
+    """``model`` with per-sequence and per-query attention terms (a fitted model's form)."""
+    return dataclasses.replace(model, attn_s_per_request=3e-5, attn_s_per_query=2e-6)
+
+
+@pytest.mark.parametrize("terms", [False, True], ids=["roofline", "with-request-and-query-terms"])
+def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
+    model = with_attention_terms(roofline) if terms else roofline
+    shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
+                      vision_tokens=1152, draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32,
+                      select_visual_tokens=2304, select_requests=4)
+    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12) + model.vision_s(1152)
+             + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
+    assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
+    tables = model.tables
+    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12)
+    assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12), rel=1e-12)
+    extra = 12 * 3e-5 + 300 * 2e-6 if terms else 0.0
+    assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12) + extra, rel=1e-12)
 
 
 def test_tables_extrapolate_past_their_end(roofline):

@@ -2,13 +2,18 @@
 
 Imports: numpy and simspec.types. Every cost model is one shape: per-token
 tables for what depends on a token count alone (the target's decoder
-layers, the LM head, the vision encoder, a drafter step) and two
+layers, the LM head, the vision encoder, a drafter step) and four
 coefficients for attention, whose cost depends on the context it reads:
 
-    forward(T, kv, P, L) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
+    forward(T, kv, P, L, R) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
+                              + R * request_s + T * query_s
 
 with T query tokens, kv context tokens read, P query x key pairs, L logit
-rows, and ``blend`` the smooth maximum of memory and compute time. Roofline
+rows, R sequences attended (prefill chunks + decode requests), and
+``blend`` the smooth maximum of memory and compute time. The per-sequence
+and per-query terms are what a kernel spends on each sequence and each
+query row besides reading keys and computing scores (setup, softmax
+rows); the roofline prior and closed forms leave them 0. Roofline
 priors, closed forms and (later) fitted profiles all render to this form,
 so the simulator and planners price any of them by table lookups, also
 inside compiled loops (``StepPrice``).
@@ -67,15 +72,18 @@ class CostModel:
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
     kv_s_per_token: float = 0.0  # attention reading one context token's K/V in every layer
     attn_s_per_pair: float = 0.0  # attention compute of one query x key pair in every layer
+    attn_s_per_request: float = 0.0  # attention of one sequence (prefill chunk or decode request) in every layer
+    attn_s_per_query: float = 0.0  # attention of one query token in every layer
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
     draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
     select_s_per_key: float = 0.0  # ... and per visual key scored
 
-    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens):
-        """One target forward over ``tokens`` query tokens."""
-        attention = blend(kv_read_tokens * self.kv_s_per_token, attn_pairs * self.attn_s_per_pair)
+    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0):
+        """One target forward over ``tokens`` query tokens of ``requests`` sequences."""
+        attention = (blend(kv_read_tokens * self.kv_s_per_token, attn_pairs * self.attn_s_per_pair)
+                     + requests * self.attn_s_per_request + tokens * self.attn_s_per_query)
         return lookup(self.layers_s, tokens) + lookup(self.head_s, logit_tokens) + attention
 
     def vision_s(self, vision_tokens):
@@ -99,14 +107,14 @@ class CostModel:
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
-                          self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
+                          self.attn_s_per_request, self.attn_s_per_query, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
                           self.select_s_per_key)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
         levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
         return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                         shape.logit_tokens, shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
+                         shape.logit_tokens, shape.attn_requests, shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
                          shape.select_requests, shape.select_visual_tokens)
 
     def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
@@ -114,7 +122,9 @@ class CostModel:
         ``context_tokens`` of context) in a step of this shape: near zero in
         the memory-bound region, the compute slope beyond the knee."""
         t, kv, pairs, logits = shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens
-        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1) - self.forward_s(t, kv, pairs, logits))
+        r = shape.attn_requests
+        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r)
+                     - self.forward_s(t, kv, pairs, logits, r))
 
 
 class CostTables(NamedTuple):
@@ -125,6 +135,8 @@ class CostTables(NamedTuple):
     head_s: np.ndarray
     kv_s_per_token: float
     attn_s_per_pair: float
+    attn_s_per_request: float
+    attn_s_per_query: float
     vision_s: np.ndarray
     draft_s: np.ndarray
     draft_s_per_kept: float
@@ -145,8 +157,9 @@ def table_at(table: np.ndarray, tokens: int) -> float:
 
 
 @jit
-def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int) -> float:
+def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int) -> float:
     attention = ((kv_tokens * t.kv_s_per_token) ** BLEND_P + (pairs * t.attn_s_per_pair) ** BLEND_P) ** (1.0 / BLEND_P)
+    attention += requests * t.attn_s_per_request + tokens * t.attn_s_per_query
     return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
 
 
@@ -161,10 +174,11 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 
 
 @jit
-def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, vision_tokens: int,
-              level_tokens: np.ndarray, kept: int, select_requests: int, select_keys: int) -> float:
+def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
+              vision_tokens: int, level_tokens: np.ndarray, kept: int, select_requests: int,
+              select_keys: int) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits)
+    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests)
     if vision_tokens > 0:
         total += table_at(t.vision_s, vision_tokens)
     for level in range(len(level_tokens)):

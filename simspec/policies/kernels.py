@@ -77,7 +77,7 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     kv, pairs0 = batch.prefill_kv_tokens + ctx, batch.prefill_attn_pairs + ctx
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
     fixed = costs.overhead_s + vision
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0))
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0))
     return Pricing(tokens0, logits0, kv, pairs0, fixed, _draft_table(batch, costs, width), rate0)
 
 
@@ -85,8 +85,8 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
 def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> float:
     """Seconds of the step with ``n`` draft tokens adding ``pairs`` attention
     pairs, drafted ``deepest`` levels deep."""
-    return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n) + \
-        p.draft_s[deepest]
+    return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n,
+                                    p.logits0) + p.draft_s[deepest]
 
 
 @jit

@@ -140,8 +140,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                     select_requests += 1
                     select_keys += visual[i]
         duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
-                             pf.requests + verify, pf.vision_tokens, level_tokens, drafted_kept, select_requests,
-                             select_keys)
+                             pf.requests + verify, pf.requests + b, pf.vision_tokens, level_tokens, drafted_kept,
+                             select_requests, select_keys)
         end = t + duration
 
         # Accept and log.
