@@ -146,3 +146,61 @@ def test_costs_report_without_a_profile_is_one_line(tmp_path, capsys):
                  str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("simspec: error: device h100-sxm: no profile")
+
+
+TRUE_ATTENTION = fitted.AttentionFit(floor_ms=0.01, kv_ms=2e-6, pair_ms=1e-8, request_ms=0.004, query_ms=3e-5)
+
+
+def attention_tables(truth: fitted.AttentionFit) -> dict[str, pd.DataFrame]:
+    """Every attention table, timed by ``truth`` exactly."""
+    tables = {
+        "attn_decode": pd.DataFrame([(b, c) for b in (1, 8, 32, 64) for c in (128, 512, 2048, 8192)],
+                                    columns=["batch", "context_tokens"]),
+        "attn_prefill": pd.DataFrame([(t, c) for t in (16, 64, 256, 1024, 4096) for c in (0, 1024, 4096)],
+                                     columns=["tokens", "context_tokens"]),
+        "attn_tree_verify": pd.DataFrame([(b, q, c) for b in (1, 8, 64) for q in (1, 8, 64) for c in (128, 2048)],
+                                         columns=["batch", "query_tokens", "context_tokens"]),
+    }
+    for table in tables.values():
+        table["median_ms"] = 1.0
+    profile = profiles.Profile(folder=None, meta={}, tables=tables)
+    ms = truth(fitted.attention_terms(profile))
+    start = 0
+    for table in tables.values():
+        table["median_ms"] = ms[start:start + len(table)]
+        start += len(table)
+    return tables
+
+
+def test_attention_fit_recovers_known_coefficients(tmp_path):
+    write_profile(tmp_path / "test-gpu" / "Llama-2-7B", attention_tables(TRUE_ATTENTION))
+    found, fits = fitted.fit_attention(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B"))
+    for name in fitted.AttentionFit.__slots__:
+        assert getattr(found, name) == pytest.approx(getattr(TRUE_ATTENTION, name), rel=1e-3), name
+    assert all(fit.p95_ape < 1e-3 for fit in fits)
+
+
+def test_fitted_attention_terms_reach_the_simulators_forward(tmp_path):
+    write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(), **attention_tables(TRUE_ATTENTION)})
+    model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
+    per_model = 1e-3 * LLAVA.layers
+    assert model.attn_s_per_request == pytest.approx(TRUE_ATTENTION.request_ms * per_model, rel=1e-3)
+    assert model.attn_s_per_query == pytest.approx(TRUE_ATTENTION.query_ms * per_model, rel=1e-3)
+    # 8 decode requests over 1000 tokens each: one more request costs its sequence, query and context
+    base = model.forward_s(8, 8000, 8000, 8, 8)
+    more = model.forward_s(9, 9000, 9000, 9, 9)
+    assert more - base > model.attn_s_per_request + model.attn_s_per_query
+    tokens = np.arange(1, 2049)
+    for requests in (1, 64):  # monotone in tokens at any request count
+        assert np.all(np.diff(model.forward_s(tokens, 1000 * requests, tokens * 1000, tokens, requests)) >= 0)
+    assert model.forward_s(64, 64000, 64000, 64, 64) > model.forward_s(64, 64000, 64000, 64, 1)
+
+
+def test_a_gpu_gemm_is_fitted_in_whole_row_tiles():
+    tokens = np.arange(8, 1025, 8)
+    ms = 0.02 + 0.01 * np.ceil(tokens / 64)  # a staircase: each 64-row tile costs the same
+    curve, fit = fitted.fit_curve(tokens, ms, "mlp_up_proj", tile=64)
+    assert fit.p95_ape < 0.01 and fit.kind.endswith("tile 64")
+    grid = np.arange(1, 4097)
+    assert np.all(np.diff(curve(grid)) >= 0)
+    assert curve(65) == curve(128) and curve(129) > curve(128)

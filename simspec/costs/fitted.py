@@ -8,7 +8,8 @@ in it: either a *roofline* form, c + (a^p + (b x)^p)^(1/p) (flat while
 weights stream, then a compute slope), or a *monotone* interpolant
 (isotonic regression, then PCHIP through the result), whichever predicts
 held-out points better. Attention is fitted once over every attention table
-in the cost model's own form, c + blend(kv x alpha, pairs x beta). The
+in the cost model's own form (costs.base), c + blend(kv x alpha, pairs x
+beta) + requests x rho + queries x gamma, all coefficients >= 0. The
 fits are rendered into a :class:`CostModel`'s tables; operators a profile
 lacks come from the roofline prior, and the label says which.
 
@@ -32,6 +33,8 @@ from simspec.types import InputError
 
 MS = 1e-3
 ATTENTION_OPS = ("attn_decode", "attn_prefill", "attn_tree_verify")
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "lm_head")
+GEMM_TILE_TOKENS = 64  # on a GPU a GEMM runs whole row tiles: 65 rows cost what 128 do
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +45,10 @@ class Curve:
     params: tuple[float, ...]  # roofline: (c, a, b, p)
     xs: np.ndarray  # monotone: knots
     ys: np.ndarray
+    tile: int = 1  # sizes above one tile are padded to whole tiles (GEMM row tiles on a GPU)
 
     def __call__(self, x) -> np.ndarray:
-        x = np.asarray(x, dtype=float)
+        x = pad(x, self.tile)
         if self.kind == "roofline":
             c, a, b, p = self.params
             return c + (a**p + (b * x) ** p) ** (1.0 / p)
@@ -54,6 +58,12 @@ class Curve:
             slope = max((self.ys[-1] - self.ys[-2]) / (self.xs[-1] - self.xs[-2]), 0.0)
             y = y + slope * np.maximum(x - self.xs[-1], 0.0)
         return y
+
+
+def pad(x, tile: int) -> np.ndarray:
+    """Sizes above one tile rounded up to whole tiles (monotone, so curves of it stay monotone)."""
+    x = np.asarray(x, dtype=float)
+    return x if tile <= 1 else np.where(x > tile, np.ceil(x / tile) * tile, x)
 
 
 def _unique_mean(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,29 +121,70 @@ class OpFit:
         return float(np.percentile(self.heldout, 95)) if len(self.heldout) else float("nan")
 
 
-def fit_curve(x, y, op: str = "") -> tuple[Curve, OpFit]:
-    """The better of the two curve forms on held-out points, refitted on all."""
+def fit_curve(x, y, op: str = "", tile: int = 1) -> tuple[Curve, OpFit]:
+    """The better of the two curve forms on held-out points, refitted on
+    all; with ``tile`` > 1 both forms are fitted against padded sizes."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     held = _split(x)
-    forms = (_fit_roofline, _fit_monotone)
+
+    def form(k, xs, ys):
+        curve = (_fit_roofline, _fit_monotone)[k](pad(xs, tile), ys)
+        return Curve(curve.kind, curve.params, curve.xs, curve.ys, tile)
+
     if held.any():
-        errors = [_ape(form(x[~held], y[~held])(x[held]), y[held]) for form in forms]
+        errors = [_ape(form(k, x[~held], y[~held])(x[held]), y[held]) for k in (0, 1)]
         choice = int(np.argmin([np.median(e) for e in errors]))
         heldout = errors[choice]
     else:
         choice, heldout = 1, np.zeros(0)
-    curve = forms[choice](x, y)
-    return curve, OpFit(op, curve.kind, len(x), heldout)
+    curve = form(choice, x, y)
+    kind = curve.kind + (f", tile {tile}" if tile > 1 else "")
+    return curve, OpFit(op, kind, len(x), heldout)
+
+
+def tile_for(profile: Profile, op: str) -> int:
+    """GEMM_TILE_TOKENS for a GEMM measured on a GPU, else 1."""
+    return GEMM_TILE_TOKENS if op in GEMM_OPS and profile.meta.get("kind", "cuda") == "cuda" else 1
 
 
 # -- attention ----------------------------------------------------------------
 
-def _attention_terms(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(KV tokens read, query x key pairs, ms, table index) of every
-    attention row, in the simulator's terms: each request's context read
-    once, each query token paired with its context (and, in prefill and
-    trees, its predecessors)."""
-    kv, pairs, ms, which = [], [], [], []
+@dataclass(frozen=True, slots=True)
+class AttentionTerms:
+    """Every attention row of a profile in the simulator's terms: each
+    request's context read once, each query token paired with its context
+    (and, in prefill and trees, its predecessors), one sequence per request
+    or prefill chunk."""
+
+    kv: np.ndarray  # [N] context tokens read
+    pairs: np.ndarray  # [N] query x key pairs
+    requests: np.ndarray  # [N] sequences attended
+    queries: np.ndarray  # [N] query tokens
+    ms: np.ndarray  # [N] measured, per layer
+    which: np.ndarray  # [N] index into ATTENTION_OPS
+
+    def __getitem__(self, rows) -> "AttentionTerms":
+        return AttentionTerms(self.kv[rows], self.pairs[rows], self.requests[rows], self.queries[rows],
+                              self.ms[rows], self.which[rows])
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionFit:
+    """ms per layer = floor + blend(kv x kv_ms, pairs x pair_ms) + requests x request_ms + queries x query_ms."""
+
+    floor_ms: float
+    kv_ms: float
+    pair_ms: float
+    request_ms: float
+    query_ms: float
+
+    def __call__(self, a: AttentionTerms) -> np.ndarray:
+        return (self.floor_ms + ((a.kv * self.kv_ms) ** BLEND_P + (a.pairs * self.pair_ms) ** BLEND_P) ** (1.0 / BLEND_P)
+                + a.requests * self.request_ms + a.queries * self.query_ms)
+
+
+def attention_terms(profile: Profile) -> AttentionTerms | None:
+    parts = []
     for k, op in enumerate(ATTENTION_OPS):
         t = profile.tables.get(op)
         if t is None:
@@ -141,52 +192,46 @@ def _attention_terms(profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarr
         ctx = t["context_tokens"].to_numpy(float)
         if op == "attn_decode":
             b = t["batch"].to_numpy(float)
-            kv.append(b * ctx), pairs.append(b * ctx)
+            kv, pairs, requests, queries = b * ctx, b * ctx, b, b
         elif op == "attn_prefill":
             q = t["tokens"].to_numpy(float)
-            kv.append(ctx + q), pairs.append(q * ctx + q * (q + 1) / 2)
+            kv, pairs, requests, queries = ctx + q, q * ctx + q * (q + 1) / 2, np.ones_like(q), q
         else:
             b, q = t["batch"].to_numpy(float), t["query_tokens"].to_numpy(float)
-            kv.append(b * ctx), pairs.append(b * q * ctx + b * q * (q + 1) / 2)
-        ms.append(t["median_ms"].to_numpy(float))
-        which.append(np.full(len(t), k))
-    if not ms:
-        return None, None, None, None
-    return np.concatenate(kv), np.concatenate(pairs), np.concatenate(ms), np.concatenate(which)
+            kv, pairs, requests, queries = b * ctx, b * q * ctx + b * q * (q + 1) / 2, b, b * q
+        parts.append((kv, pairs, requests, queries, t["median_ms"].to_numpy(float), np.full(len(t), k)))
+    if not parts:
+        return None
+    return AttentionTerms(*(np.concatenate(column) for column in zip(*parts)))
 
 
-def _attention_s(theta, kv, pairs):
-    c, alpha, beta = theta
-    return c + ((kv * alpha) ** BLEND_P + (pairs * beta) ** BLEND_P) ** (1.0 / BLEND_P)
-
-
-def _fit_attention(kv, pairs, ms, which) -> tuple[float, float, float]:
-    """(c, alpha, beta): ms = c + blend(kv * alpha, pairs * beta), per layer;
-    each attention table weighs the same however many points it has."""
-    weight = 1.0 / np.sqrt(np.bincount(which)[which])
+def _fit_attention(a: AttentionTerms) -> AttentionFit:
+    """Least squares in log time; each attention table weighs the same
+    however many points it has."""
+    weight = 1.0 / np.sqrt(np.bincount(a.which)[a.which])
 
     def residual(theta):
-        return weight * np.log(_attention_s(theta, kv, pairs) / ms)
+        return weight * np.log(AttentionFit(*theta)(a) / a.ms)
 
-    start = [0.5 * ms.min(), np.median(ms / kv), np.median(ms / pairs)]
-    fit = optimize.least_squares(residual, start, bounds=([0, 0, 0], [np.inf, np.inf, np.inf]))
-    return tuple(float(v) for v in fit.x)
+    start = [0.5 * a.ms.min(), np.median(a.ms / a.kv), np.median(a.ms / a.pairs),
+             0.01 * np.median(a.ms / a.requests), 0.01 * np.median(a.ms / a.queries)]
+    fit = optimize.least_squares(residual, start, bounds=(0, np.inf), x_scale="jac")
+    return AttentionFit(*(float(v) for v in fit.x))
 
 
-def fit_attention(profile: Profile) -> tuple[tuple[float, float, float], list[OpFit]] | None:
+def fit_attention(profile: Profile) -> tuple[AttentionFit, list[OpFit]] | None:
     """The joint attention fit, and its held-out error on each table."""
-    kv, pairs, ms, which = _attention_terms(profile)
-    if ms is None:
+    a = attention_terms(profile)
+    if a is None:
         return None
-    held = np.zeros(len(ms), dtype=bool)
-    for k in np.unique(which):
-        rows = which == k
-        held[rows] = _split(pairs[rows])
-    theta = _fit_attention(kv[~held], pairs[~held], ms[~held], which[~held])
-    errors = _ape(_attention_s(theta, kv, pairs), ms)
-    fits = [OpFit(f"{ATTENTION_OPS[k]} (attention fit)", "blend", int((which == k).sum()),
-                  errors[held & (which == k)]) for k in np.unique(which)]
-    return _fit_attention(kv, pairs, ms, which), fits
+    held = np.zeros(len(a.ms), dtype=bool)
+    for k in np.unique(a.which):
+        rows = a.which == k
+        held[rows] = _split(a.pairs[rows])
+    errors = _ape(_fit_attention(a[~held])(a), a.ms)
+    fits = [OpFit(f"{ATTENTION_OPS[k]} (attention fit)", "attention", int((a.which == k).sum()),
+                  errors[held & (a.which == k)]) for k in np.unique(a.which)]
+    return _fit_attention(a), fits
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -222,7 +267,7 @@ def _layer_curves(profile: Profile):
     for op in LAYER_OPS:
         t = profile.tables.get(op)
         if t is not None:
-            curves[op], fit = fit_curve(t["tokens"], t["median_ms"], op)
+            curves[op], fit = fit_curve(t["tokens"], t["median_ms"], op, tile_for(profile, op))
             fits.append(fit)
     return curves, fits
 
@@ -244,7 +289,7 @@ def _composed_layer(profile: Profile, curves: dict) -> OpFit | None:
     for op, t in zip(curves, tables):
         times = t.groupby("tokens")["median_ms"].mean()
         train = ~np.isin(t["tokens"].to_numpy(float), held)
-        curve, _ = fit_curve(t["tokens"][train], t["median_ms"][train])
+        curve, _ = fit_curve(t["tokens"][train], t["median_ms"][train], tile=tile_for(profile, op))
         weight = 2 if op == "add" else 1
         predicted += weight * curve(held)
         measured += weight * times.loc[held].to_numpy()
@@ -281,12 +326,15 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
         per_layer = None
     attention = fit_attention(profile)
     if attention is not None:
-        (c, alpha, beta), attention_fits = attention
+        attn, attention_fits = attention
         fits.extend(attention_fits)
-        kv_s, pair_s, attn_floor = alpha * MS * model.layers, beta * MS * model.layers, c * MS * model.layers
+        per_model = MS * model.layers
+        kv_s, pair_s, attn_floor = attn.kv_ms * per_model, attn.pair_ms * per_model, attn.floor_ms * per_model
+        request_s, query_s = attn.request_ms * per_model, attn.query_ms * per_model
     else:
         base = need_prior("attention")
         kv_s, pair_s, attn_floor = base.kv_s_per_token, base.attn_s_per_pair, 0.0
+        request_s, query_s = base.attn_s_per_request, base.attn_s_per_query
     if per_layer is not None:
         layers = per_layer * model.layers + attn_floor * (TOKENS > 0)
     else:
@@ -296,7 +344,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
         t = profile.tables.get(op)
         if t is None:
             return getattr(need_prior(piece), fallback)
-        curve, fit = fit_curve(t[x_column], t["median_ms"], op)
+        curve, fit = fit_curve(t[x_column], t["median_ms"], op, tile_for(profile, op))
         fits.append(fit)
         return curve(TOKENS) * MS
 
@@ -311,7 +359,8 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     cost = CostModel(label=label, calibrated=not used_prior, partly_calibrated=bool(used_prior),
                      overhead_s=STEP_OVERHEAD_S,
                      layers_s=frozen_table(layers), head_s=frozen_table(head), kv_s_per_token=kv_s,
-                     attn_s_per_pair=pair_s, vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
+                     attn_s_per_pair=pair_s, attn_s_per_request=request_s, attn_s_per_query=query_s,
+                     vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
                      draft_s_per_kept=per_kept, select_launch_s=select_launch, select_s_per_key=per_key)
     return Fitted(cost_model=cost, fits=tuple(fits), layer=composed, measured=measured, prior=tuple(used_prior))
 

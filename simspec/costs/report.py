@@ -53,14 +53,15 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
     fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
     for k, op in enumerate(ops):
         ax = fig.add_subplot(rows, cols, k + 1)
-        t = next(p.tables[op] for p in found if op in p.tables)
+        profile = next(p for p in found if op in p.tables)
+        t = profile.tables[op]
         x = t[X_COLUMN[op]].to_numpy(float)
         if op == "drafter_step":
             keep = t["kept_tokens"] == t["kept_tokens"].min()
             x, y = x[keep], t["median_ms"].to_numpy(float)[keep]
         else:
             y = t["median_ms"].to_numpy(float)
-        curve = fitted.fit_curve(x, y)[0] if X_COLUMN[op] == "tokens" else None
+        curve = fitted.fit_curve(x, y, tile=fitted.tile_for(profile, op))[0] if X_COLUMN[op] == "tokens" else None
         ax.plot(x, y, "o", ms=3, label="measured")
         if curve is not None:
             grid = np.geomspace(max(x.min(), 1), x.max(), 200)
