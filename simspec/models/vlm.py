@@ -58,6 +58,23 @@ class VLMOutput:
     visual: torch.Tensor  # [B, N, C] projected visual tokens (LM input)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VLMTrace:
+    logits: torch.Tensor  # [B, T, V]
+    hidden: torch.Tensor  # [B, T, C] final-norm hidden states of the text positions (drafter features)
+    visual_hidden: torch.Tensor  # [B, N, C] final-norm hidden states of the visual positions
+    queries: torch.Tensor  # [B, layers, T, H, D] queries at the text positions (RoPE applied)
+    visual_keys: torch.Tensor  # [B, layers, N, H, D] keys at the visual positions
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeOutput:
+    hidden: torch.Tensor  # [B, Q, C] final-norm hidden states of the nodes
+    keys: list[torch.Tensor]  # per layer [B, Q, H, D] the nodes' keys (RoPE applied)
+    values: list[torch.Tensor]  # per layer [B, Q, H, D]
+    queries: list[torch.Tensor]  # per layer [B, Q, H, D] (selection's voting queries)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, width: int, eps: float = 1e-6):
         super().__init__()
@@ -69,10 +86,13 @@ class RMSNorm(nn.Module):
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate ``x: [B, H, L, D]`` by its ``positions: [L]`` (half-split RoPE)."""
+    """Rotate ``x: [B, H, L, D]`` by its ``positions``: ``[L]`` shared by the
+    batch or ``[B, L]`` per row (half-split RoPE)."""
     half = x.shape[-1] // 2
     freqs = base ** (-torch.arange(half, dtype=torch.float32, device=x.device) / half)  # [D/2]
-    angles = positions.to(torch.float32)[:, None] * freqs[None, :]  # [L, D/2]
+    angles = positions.to(torch.float32)[..., None] * freqs  # [L, D/2] or [B, L, D/2]
+    if angles.dim() == 3:
+        angles = angles[:, None]  # [B, 1, L, D/2]
     cos, sin = angles.cos(), angles.sin()
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
@@ -85,14 +105,24 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.out = nn.Linear(width, width, bias=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
-                cache: list[torch.Tensor] | None = None, causal: bool = True) -> torch.Tensor:
-        """``x: [B, L, C]``; ``cache`` ([k, v], each ``[B, H, L_past, D]``, or
-        empty) is extended in place with this call's keys and values."""
+    def project(self, x: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+        """Queries, keys, values ``[B, H, L, D]`` of ``x: [B, L, C]`` (RoPE applied)."""
         b, length, width = x.shape
         q, k, v = self.qkv(x).view(b, length, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
         if self.rope_base is not None:
             q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None,
+                cache: list[torch.Tensor] | None = None, causal: bool = True,
+                record: list | None = None) -> torch.Tensor:
+        """``x: [B, L, C]``; ``cache`` ([k, v], each ``[B, H, L_past, D]``, or
+        empty) is extended in place with this call's keys and values;
+        ``record`` (a list) gets this call's ``(q, k)``."""
+        b, length, width = x.shape
+        q, k, v = self.project(x, positions)
+        if record is not None:
+            record.append((q, k))
         if cache is not None:
             if cache:
                 k, v = torch.cat([cache[0], k], dim=2), torch.cat([cache[1], v], dim=2)
@@ -114,8 +144,12 @@ class Block(nn.Module):
         self.up = nn.Linear(width, hidden, bias=False)
         self.down = nn.Linear(hidden, width, bias=False)
 
-    def forward(self, x, positions=None, cache=None, causal=True):
-        x = x + self.attn(self.norm1(x), positions, cache, causal)
+    def forward(self, x, positions=None, cache=None, causal=True, record=None):
+        x = x + self.attn(self.norm1(x), positions, cache, causal, record)
+        return self.mlp(x)
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's second half: ``x`` plus the gated MLP of its norm."""
         h = self.norm2(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
@@ -161,12 +195,51 @@ class TargetVLM(nn.Module):
             x = block(x, causal=False)
         return self.projector(self.vision_norm(x))  # [B, N, C]
 
-    def _decode(self, x: torch.Tensor, start: int, caches=None) -> torch.Tensor:
+    def _decode(self, x: torch.Tensor, start: int, caches=None, record=None) -> torch.Tensor:
         """Run the LM over ``x: [B, L, C]`` at positions ``start..start+L-1``."""
         positions = torch.arange(start, start + x.shape[1], device=x.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, positions, None if caches is None else caches[i])
+            x = block(x, positions, None if caches is None else caches[i], record=record)
         return self.norm(x)
+
+    def trace(self, images: torch.Tensor, tokens: torch.Tensor) -> VLMTrace:
+        """:meth:`forward` plus what the drafter learns from: the final hidden
+        states of the visual positions, and every layer's queries at the text
+        positions and keys at the visual positions (what selection scores)."""
+        visual = self.encode_image(images)  # [B, N, C]
+        n = visual.shape[1]
+        record: list = []
+        hidden = self._decode(torch.cat([visual, self.embed(tokens)], dim=1), 0, record=record)  # [B, N+T, C]
+        text = hidden[:, n:]
+        return VLMTrace(logits=self.head(text), hidden=text, visual_hidden=hidden[:, :n],
+                        queries=torch.stack([q[:, :, n:].transpose(1, 2) for q, _ in record], 1),
+                        visual_keys=torch.stack([k[:, :, :n].transpose(1, 2) for _, k in record], 1))
+
+    def tree_forward(self, x: torch.Tensor, positions: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor,
+                     k_cache: list[torch.Tensor], v_cache: list[torch.Tensor], cache_lengths: torch.Tensor,
+                     impl: str = "auto") -> TreeOutput:
+        """One LM forward over a ragged batch of token trees, each after its
+        request's cached context (the live engine's step: prefill chunks are
+        chains, verification rounds are draft trees).
+
+        x: [B, Q, C] input embeddings; positions: [B, Q]; parents: [B, Q]
+        (-1: child of the last cached token); sizes: [B] valid nodes;
+        k_cache / v_cache: per layer ``[B, L, H, D]``; cache_lengths: [B].
+        Attention is :func:`simspec_kernels.tree_attention.tree_attention`.
+        """
+        from simspec_kernels.tree_attention import tree_attention  # the kernels package needs torch only
+
+        b, q_len, width = x.shape
+        keys, values, queries = [], [], []
+        for i, block in enumerate(self.blocks):
+            q, k, v = (t.transpose(1, 2) for t in block.attn.project(block.norm1(x), positions))  # [B, Q, H, D]
+            y = tree_attention(q.contiguous(), k_cache[i], v_cache[i], cache_lengths, k.contiguous(), v.contiguous(),
+                               parents, sizes, impl=impl)
+            x = block.mlp(x + block.attn.out(y.reshape(b, q_len, width)))
+            keys.append(k)
+            values.append(v)
+            queries.append(q)
+        return TreeOutput(hidden=self.norm(x), keys=keys, values=values, queries=queries)
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> VLMOutput:
         """``images: [B, P, P, 3]`` uint8, ``tokens: [B, T]`` int64 (text after

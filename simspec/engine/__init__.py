@@ -1,0 +1,10 @@
+"""The live engine: real batched speculative decoding with the project's own
+target VLM and drafter, the same policies as the simulator, wall-clock
+replay of a workload (DESIGN.md "Live engine and the real models").
+
+Imports: torch (this package is never imported by the simulator core).
+"""
+
+from simspec.engine.live import LiveConfig, LiveEngine, LiveResult, StepRecord
+
+__all__ = ["LiveConfig", "LiveEngine", "LiveResult", "StepRecord"]

@@ -1,0 +1,617 @@
+"""The live engine: real batched speculative decoding with the shipped models.
+
+Imports: torch, numpy, simspec.models, simspec.policies, simspec.costs,
+simspec.types, simspec_kernels (through the models). DESIGN.md "Live engine".
+
+It serves a workload in wall-clock time with the same scheduling rules as
+the simulator's replica (FCFS admission under ``max_num_seqs`` and the KV
+budget, decode rounds first, prefill chunks in the token budget they leave,
+draft tokens counted as the request's last round drafted) and the same
+policy objects (``Policy.plan(ReplicaView)``). Each step:
+
+1. **draft** (incremental): the policy plans with the confidences known so
+   far (unknown depths optimistic: rank 1 certain); every request whose plan
+   wants a deeper drafter step than it has gets one more (its rank-1 chain),
+   and the policy plans again, until no plan wants more. A drafter step on a
+   request first absorbs its new true entries (the target's features of the
+   tokens it accepted) and selects its kept visual tokens from the int8 key
+   cache with the verifier's last queries;
+2. **draft the rest of the plan**: tree nodes off the rank-1 chain that have
+   children are run through the drafter, depth by depth, for their children's
+   tokens;
+3. **verify**: one target forward over the prefill chunks (chains) and every
+   round's tree (the pending token as root) with the tree-attention kernel;
+4. **accept** greedily: follow the target's argmax down the tree; emit the
+   accepted tokens and the target's bonus token.
+
+Output is exactly the target's greedy decoding (``ignore_eos``: a request
+generates its workload output length), whatever the policy: the test
+compares it request by request. Every step's shape and duration, and every
+round's acceptance trace (the target token's rank among the drafter's
+candidates per depth, the drafter's confidences) are recorded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from simspec.acceptance import DraftContext
+from simspec.costs import CostModel
+from simspec.models.drafter import Drafter, chain_attention, select_visual
+from simspec.models.task import Example
+from simspec.models.vlm import TargetVLM
+from simspec.policies import Policy
+from simspec.types import InputError, MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
+
+RECENT_WEIGHT = 0.3  # as the simulator (sim/steps.py)
+TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveConfig:
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    drafter_context: str = "selected:8"
+    impl: str = "auto"  # simspec_kernels implementation
+
+    def __post_init__(self):
+        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
+        require(self.max_num_batched_tokens >= 16,
+                f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
+        DraftContext.parse(self.drafter_context)
+
+
+@dataclass(slots=True)
+class _Seq:
+    """One request's live state."""
+
+    index: int
+    request: Request
+    example: Example
+    prompt: list[int]  # text token ids (BOS + question)
+    slot: int = -1
+    cache: int = 0  # target KV entries (visual tokens first, then text)
+    emitted: list[int] = field(default_factory=list)
+    entries: list[tuple[torch.Tensor, int, int]] = field(default_factory=list)  # (feature, next token, position) not yet in the drafter cache
+    draft_cache: int = 0  # drafter KV entries
+    visual_hidden: torch.Tensor | None = None  # [N, C]
+    visual_keys: torch.Tensor | None = None  # [layers, N, H, D]
+    queries: torch.Tensor | None = None  # [layers, H, D] verifier's last queries
+    prefill_hidden: list[torch.Tensor] = field(default_factory=list)
+    recent: float = 1.0
+    drafted: int = 0
+    visual_embeds: torch.Tensor | None = None  # [N, C] LM inputs of the image
+    cand: list[int] | None = None  # drafter's candidates after the pending token, best first
+    conf_pending: np.ndarray | None = None  # their probabilities
+    pending_out: torch.Tensor | None = None  # drafter's predicted feature after the pending token
+    draft_position: int = 0  # position of the pending token's entry
+
+    @property
+    def prefill_target(self) -> int:
+        return self.request.context_tokens
+
+    @property
+    def remaining(self) -> int:
+        return self.request.output_tokens - len(self.emitted)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One engine step's work (the cost model's inputs) and its wall time."""
+
+    start_s: float
+    duration_s: float
+    forward_tokens: int
+    kv_read_tokens: int
+    attn_pairs: int
+    logit_tokens: int
+    vision_tokens: int
+    draft_level_tokens: tuple[int, ...]
+    draft_kept_visual_tokens: int
+    select_requests: int
+    select_visual_tokens: int
+    batch: int
+    plans: tuple[int, int, int]
+
+
+@dataclass(slots=True)
+class LiveResult:
+    log: RunLog
+    steps: list[StepRecord]
+    traces: list[dict]  # per drafted round: request, round, depth ranks and confidences
+    outputs: dict[int, list[int]]  # request id -> generated tokens
+
+
+class _Node:
+    __slots__ = ("code", "depth", "parent", "token", "feature", "k", "v", "conf", "cand")
+
+    def __init__(self, code, depth, parent, token):
+        self.code, self.depth, self.parent, self.token = code, depth, parent, token
+        self.feature = self.k = self.v = self.conf = self.cand = None
+
+
+class LiveEngine:
+    """Serve requests with the target and drafter (see the module docstring)."""
+
+    def __init__(self, target: TargetVLM, drafter: Drafter, policy: Policy, costs: CostModel,
+                 config: LiveConfig = LiveConfig()):
+        self.target, self.drafter, self.policy, self.costs, self.config = target, drafter, policy, costs, config
+        self.context = DraftContext.parse(config.drafter_context)
+        c = target.config
+        self.n_visual = c.visual_tokens
+        self.max_len = 2 * 1024
+        self.heads, self.head_dim = c.heads, c.width // c.heads
+        slots = config.max_num_seqs
+        self.k_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim) for _ in target.blocks]
+        self.v_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim) for _ in target.blocks]
+        dh = drafter.config.heads
+        self.dk = torch.zeros(slots, self.max_len, dh, drafter.config.width // dh)
+        self.dv = torch.zeros_like(self.dk)
+        self.free_slots = list(range(slots - 1, -1, -1))
+
+    # -- public ----------------------------------------------------------------
+    @torch.no_grad()
+    def serve(self, requests: Sequence[Request], examples: Sequence[Example], *, label: str | None = None,
+              clock: Callable[[], float] = time.perf_counter, progress: Callable[[int], None] | None = None,
+              realtime: bool = True) -> LiveResult:
+        """Serve ``requests`` (sorted by arrival; ``examples[i]`` gives request
+        i's image and prompt) in wall-clock time. With ``realtime=False``
+        arrivals are ignored (all wait at t=0): for tests of the outputs."""
+        require(len(requests) == len(examples), "requests and examples must have the same length")
+        for r, e in zip(requests, examples):
+            if r.context_tokens + r.output_tokens + self.policy.max_depth + 2 > self.max_len:
+                raise InputError(f"request {r.id}: prompt + output ({r.context_tokens + r.output_tokens} tokens) "
+                                 f"exceeds the engine's context limit {self.max_len}")
+        seqs = [_Seq(index=i, request=r, example=e, prompt=list(e.prompt_ids)) for i, (r, e) in enumerate(zip(requests, examples))]
+        n = len(seqs)
+        admitted, first, finish = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        chunks_log: list[tuple[int, float, int]] = []
+        rounds: list[tuple[int, int, int]] = []  # accepted, depth, drafted
+        steps: list[StepRecord] = []
+        traces: list[dict] = []
+        waiting: deque[int] = deque()
+        running: list[int] = []
+        arrived = finished = 0
+        start = clock()
+        now = lambda: clock() - start  # noqa: E731
+        while finished < n:
+            t = now()
+            while arrived < n and (not realtime or requests[arrived].arrival_s <= t):
+                waiting.append(arrived)
+                arrived += 1
+            if not running and not waiting:
+                time.sleep(max(0.0, requests[arrived].arrival_s - now()))
+                continue
+            while waiting and len(running) < self.config.max_num_seqs:
+                i = waiting.popleft()
+                running.append(i)
+                seqs[i].slot = self.free_slots.pop()
+                admitted[i] = t
+            decode = [seqs[i] for i in running if seqs[i].cache >= seqs[i].prefill_target]
+            budget = self.config.max_num_batched_tokens - len(decode) - sum(s.drafted for s in decode)
+            chunks = []
+            for i in running:
+                s = seqs[i]
+                left = s.prefill_target - s.cache
+                if left > 0 and budget > 0:
+                    take = min(left, budget)
+                    chunks.append((s, take))
+                    budget -= take
+            step_start = now()
+            record, outcome = self._step(decode, chunks, traces)
+            end = now()
+            steps.append(StepRecord(start_s=step_start, duration_s=end - step_start, **record))
+            for s, emitted, drafted, accepted, depth in outcome:
+                chunks_log.append((s.index, end, emitted))
+                if drafted > 0:
+                    rounds.append((accepted, depth, drafted))
+            for s, take in chunks:
+                if s.cache >= s.prefill_target:
+                    first[s.index] = end
+                    chunks_log.append((s.index, end, 1))
+            done = [i for i in running if seqs[i].remaining <= 0]
+            for i in done:
+                finish[i] = end
+                running.remove(i)
+                self.free_slots.append(seqs[i].slot)
+                finished += 1
+            if done and progress is not None:
+                progress(finished)
+        log = self._run_log(label or self.policy.label, requests, seqs, admitted, first, finish, chunks_log, rounds,
+                            steps)
+        return LiveResult(log=log, steps=steps, traces=traces,
+                          outputs={r.id: seqs[i].emitted for i, r in enumerate(requests)})
+
+    # -- one step ----------------------------------------------------------------
+    def _step(self, decode: list[_Seq], chunks: list[tuple[_Seq, int]], traces: list[dict]):
+        b = len(decode)
+        prefill_tokens = sum(take for _, take in chunks)
+        prefill_pairs = sum(take * s.cache + take * (take + 1) // 2 for s, take in chunks)
+        prefill_kv = sum(s.cache + take for s, take in chunks)
+        vision_tokens = sum(self.n_visual for s, _ in chunks if s.cache == 0)
+        for s, _ in chunks:
+            if s.cache == 0:
+                s.visual_embeds = self.target.encode_image(torch.from_numpy(s.example.image)[None])[0]
+
+        # 1. incremental drafting of the rank-1 chains, planning in between
+        depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
+        levels: list[int] = []
+        select = [0, 0]
+        chains: list[list[_Node]] = [[] for _ in decode]
+        conf = np.zeros((b, max(depth, 1), ranks))
+        conf[:, :, 0] = 1.0
+        known = np.zeros(b, dtype=np.int64)
+        kept = np.array([self.context.kept(np.array([s.request.visual_tokens]))[0] for s in decode], dtype=np.int64)
+        visual_ctx: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
+        plan = self.policy.plan(view) if b else None
+        while b and depth > 0:
+            want = [i for i in range(b) if plan.draft_steps[i] > known[i] and known[i] < depth]
+            if not want:
+                break
+            levels.append(self._draft_level(decode, want, known, chains, visual_ctx, select))
+            for i in want:
+                probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
+                conf[i, known[i], :] = probs[:ranks]
+                known[i] += 1
+            view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
+            plan = self.policy.plan(view)
+
+        # 2. the plan's trees: draft off-chain parents depth by depth
+        trees = self._trees(decode, chains, plan, levels, visual_ctx) if b else []
+
+        # 3. verify: one target forward over prefill chains and round trees
+        rows_x, rows_pos, rows_par, rows_len, rows_slot = [], [], [], [], []
+        for s, take in chunks:
+            full = torch.cat([s.visual_embeds, self.target.embed(torch.tensor(s.prompt))], 0)
+            rows_x.append(full[s.cache:s.cache + take])
+            rows_pos.append(torch.arange(s.cache, s.cache + take))
+            rows_par.append(torch.arange(-1, take - 1))
+            rows_len.append(s.cache)
+            rows_slot.append(s.slot)
+        for s, nodes in zip(decode, trees):
+            tokens = torch.tensor([s.emitted[-1]] + [nd.token for nd in nodes])
+            rows_x.append(self.target.embed(tokens))
+            rows_pos.append(torch.tensor([s.cache] + [s.cache + nd.depth for nd in nodes]))
+            rows_par.append(torch.tensor([-1] + [nd.parent for nd in nodes]))
+            rows_len.append(s.cache)
+            rows_slot.append(s.slot)
+        out = self._forward(rows_x, rows_pos, rows_par, rows_len, rows_slot)
+        verify_tokens = sum(1 + len(t) for t in trees)
+        pairs = sum((1 + len(t)) * s.cache for s, t in zip(decode, trees))
+
+        # 4. prefill bookkeeping, then accept
+        for row, (s, take) in enumerate(chunks):
+            self._commit(s, out, row, list(range(take)))
+            s.prefill_hidden.append(out.hidden[row, :take])
+            s.cache += take
+            if s.cache >= s.prefill_target:
+                hidden = torch.cat(s.prefill_hidden, 0)  # [P, C]
+                s.prefill_hidden = []
+                n = self.n_visual
+                s.visual_hidden = hidden[:n]
+                s.visual_keys = torch.stack([self.k_cache[l][s.slot, :n] for l in range(len(self.k_cache))], 0)
+                s.queries = torch.stack([q[row, take - 1] for q in out.queries], 0)
+                token = int(self.target.head(hidden[-1]).argmax())
+                s.emitted.append(token)
+                text = hidden[n:]
+                ids = s.prompt[1:] + [token]
+                s.entries = [(text[t], ids[t], n + t) for t in range(len(s.prompt))]
+        outcome = []
+        for i, (s, nodes) in enumerate(zip(decode, trees)):
+            row = len(chunks) + i
+            logits = self.target.head(out.hidden[row, :1 + len(nodes)])  # [1+M, V]
+            best = logits.argmax(-1).tolist()
+            path, at = [0], 0  # node indices in the row (0 = root)
+            children: dict[int, list[int]] = {}
+            for j, nd in enumerate(nodes):
+                children.setdefault(nd.parent, []).append(j + 1)
+            while True:
+                nxt = [c for c in children.get(at, []) if nodes[c - 1].token == best[at]]
+                if not nxt:
+                    break
+                at = nxt[0]
+                path.append(at)
+            accepted = len(path) - 1
+            emit = min(accepted + 1, s.remaining)
+            new_tokens = [nodes[j - 1].token for j in path[1:]] + [best[at]]
+            self._commit(s, out, row, path)
+            hidden = out.hidden[row]
+            base = s.cache
+            for step_i, j in enumerate(path):
+                nxt_token = new_tokens[step_i]
+                s.entries.append((hidden[j], nxt_token, base + step_i))
+            s.cache += len(path)
+            s.emitted.extend(new_tokens[:emit])
+            s.queries = torch.stack([q[row, at] for q in out.queries], 0)
+            s.drafted = len(nodes)
+            if nodes:
+                s.recent = (1 - RECENT_WEIGHT) * s.recent + RECENT_WEIGHT * accepted
+                traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted))
+            outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
+        kinds = plan.kind if b else np.zeros(0, dtype=np.int8)
+        record = dict(
+            forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
+            attn_pairs=prefill_pairs + pairs,
+            logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
+            vision_tokens=vision_tokens, draft_level_tokens=tuple(levels),
+            draft_kept_visual_tokens=int(sum(kept[i] for i in range(b) if known[i] > 0)),
+            select_requests=select[0], select_visual_tokens=select[1], batch=b,
+            plans=tuple(int((kinds == k).sum()) for k in range(3)))
+        return record, outcome
+
+    # -- drafting ----------------------------------------------------------------
+    def _visual(self, s: _Seq, visual_ctx: dict, select: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        if s.index not in visual_ctx:
+            if self.context.kind == "selected" and self.context.kept_tokens < s.visual_hidden.shape[0]:
+                select[0] += 1
+                select[1] += s.visual_hidden.shape[0]
+            kept, length = select_visual(self.context, s.visual_hidden[None], s.queries[None], s.visual_keys[None],
+                                         impl=self.config.impl)
+            visual_ctx[s.index] = (kept[0], length[0])
+        return visual_ctx[s.index]
+
+    def _draft_level(self, decode, want, known, chains, visual_ctx, select) -> int:
+        """One drafter step for the requests in ``want``: level 1 absorbs the
+        new true entries; deeper levels run the rank-1 chain node."""
+        first = [i for i in want if known[i] == 0]
+        deeper = [i for i in want if known[i] > 0]
+        rows = 0
+        if first:
+            rows += self._absorb([decode[i] for i in first], visual_ctx, select)
+            for i in first:
+                chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
+        if deeper:
+            parents = [chains[i][-1] for i in deeper]
+            self._run_nodes([decode[i] for i in deeper], parents, visual_ctx, select)
+            rows += len(deeper)
+            for i, parent in zip(deeper, parents):
+                code = parent.code + (1 << (RANK_BITS * parent.depth))
+                chains[i].append(_Node(code, parent.depth + 1, parent, int(parent.cand[0])))
+        return rows
+
+    def _absorb(self, seqs: list[_Seq], visual_ctx, select) -> int:
+        """Run each request's new true entries through the drafter (a chain
+        after its cache), commit them, and keep the last one's candidates."""
+        from simspec_kernels.tree_attention import tree_attention
+
+        lengths = [len(s.entries) for s in seqs]
+        width = max(lengths)
+        c = self.drafter.config.width
+        feats = torch.zeros(len(seqs), width, c)
+        tokens = torch.zeros(len(seqs), width, dtype=torch.long)
+        positions = torch.zeros(len(seqs), width, dtype=torch.long)
+        for r, s in enumerate(seqs):
+            for j, (f, tok, pos) in enumerate(s.entries):
+                feats[r, j], tokens[r, j], positions[r, j] = f, tok, pos
+        x, q, k, v = self.drafter.project(feats, tokens, positions)
+        slots = torch.tensor([s.slot for s in seqs])
+        cache_len = torch.tensor([s.draft_cache for s in seqs])
+        top = int(cache_len.max()) if len(seqs) else 0
+        parents = torch.arange(-1, width - 1).expand(len(seqs), -1).contiguous()
+        y = tree_attention(q.contiguous(), self.dk[slots, :top].contiguous(), self.dv[slots, :top].contiguous(), cache_len,
+                           k.contiguous(), v.contiguous(), parents, torch.tensor(lengths), impl=self.config.impl)
+        visual = [self._visual(s, visual_ctx, select) for s in seqs]
+        kept, kept_len = self._stack_visual(visual)
+        last = torch.tensor(lengths) - 1
+        rows = torch.arange(len(seqs))
+        feats_out, logits = self.drafter.finish(x[rows, last][:, None], y[rows, last][:, None], kept, kept_len,
+                                                impl=self.config.impl)
+        for r, s in enumerate(seqs):
+            n = lengths[r]
+            self.dk[s.slot, s.draft_cache:s.draft_cache + n] = k[r, :n]
+            self.dv[s.slot, s.draft_cache:s.draft_cache + n] = v[r, :n]
+            s.draft_cache += n
+            s.entries = []
+            probs = logits[r, 0].softmax(-1)
+            p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
+            s.cand, s.conf_pending, s.pending_out = cand.tolist(), p.numpy().astype(float), feats_out[r, 0]
+            s.draft_position = int(positions[r, n - 1])
+        return sum(lengths)
+
+    @staticmethod
+    def _stack_visual(visual):
+        k = max(v[0].shape[0] for v in visual)
+        c = visual[0][0].shape[-1]
+        kept = torch.zeros(len(visual), k, c)
+        for r, (v, _) in enumerate(visual):
+            kept[r, :v.shape[0]] = v
+        return kept, torch.stack([v[1] for v in visual])
+
+    @staticmethod
+    def _ancestors(node: _Node) -> list[_Node]:
+        """``node`` and its ancestors below the pending token, depth 1 first."""
+        out = [node]
+        while out[-1].parent is not None:
+            out.append(out[-1].parent)
+        return out[::-1]
+
+    def _run_nodes(self, seqs: list[_Seq], nodes: list[_Node], visual_ctx, select) -> None:
+        """Drafter step on draft nodes (one per row): each attends to its
+        request's drafter cache and its own chain; stores its features,
+        keys, candidates and confidences on the node."""
+        rows = len(nodes)
+        paths = [self._ancestors(nd) for nd in nodes]
+        feats = torch.stack([s.pending_out if nd.parent is None else nd.parent.feature
+                             for s, nd in zip(seqs, nodes)])[:, None]
+        tokens = torch.tensor([[nd.token] for nd in nodes])
+        positions = torch.tensor([[s.draft_position + nd.depth] for s, nd in zip(seqs, nodes)])
+        x, q, k, v = self.drafter.project(feats, tokens, positions)
+        for r, nd in enumerate(nodes):
+            nd.k, nd.v = k[r, 0], v[r, 0]
+        a = max(len(p) for p in paths)
+        hd = q.shape[-2:]
+        k_chain = torch.zeros(rows, 1, a, *hd)
+        v_chain = torch.zeros(rows, 1, a, *hd)
+        for r, path in enumerate(paths):  # front-aligned; masked past each row's chain length
+            for j, p in enumerate(path):
+                k_chain[r, 0, j], v_chain[r, 0, j] = p.k, p.v
+        slots = torch.tensor([s.slot for s in seqs])
+        lens = torch.tensor([s.draft_cache for s in seqs])
+        top = int(lens.max())
+        y = _chain_attention_ragged(q, self.dk[slots, :top], self.dv[slots, :top], lens, k_chain, v_chain,
+                                    torch.tensor([len(p) for p in paths]))
+        visual = [self._visual(s, visual_ctx, select) for s in seqs]
+        kept, kept_len = self._stack_visual(visual)
+        feats_out, logits = self.drafter.finish(x, y, kept, kept_len, impl=self.config.impl)
+        probs = logits[:, 0].softmax(-1)
+        p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
+        for r, nd in enumerate(nodes):
+            nd.feature, nd.cand, nd.conf = feats_out[r, 0], cand[r].tolist(), p[r].numpy().astype(float)
+
+    def _trees(self, decode: list[_Seq], chains: list[list[_Node]], plan, levels: list[int],
+               visual_ctx) -> list[list[_RowNode]]:
+        """Every request's plan as verification rows (parents before
+        children, tokens filled in); plan nodes whose parent was never run
+        through the drafter (off the rank-1 chain, or the chain's last node)
+        get a drafter step first, batched across requests depth by depth."""
+        nodes: list[dict[int, _Node]] = [{nd.code: nd for nd in chain} for chain in chains]
+        codes = [sorted((int(c) for c in plan.codes[i, :plan.num_nodes[i]]), key=lambda c: (_depth(c), c))
+                 for i in range(len(decode))]
+        deepest = max((_depth(c[-1]) for c in codes if c), default=0)
+        rows: list[list[_RowNode]] = [[] for _ in decode]
+        index: list[dict[int, int]] = [{} for _ in decode]
+        for d in range(1, deepest + 1):
+            at_depth = [(i, c) for i in range(len(decode)) for c in codes[i] if _depth(c) == d]
+            if d > 1:  # parents (depth d-1) that still need their drafter step
+                parents = {(i, c & ((1 << (RANK_BITS * (d - 1))) - 1)) for i, c in at_depth}
+                todo = [(i, nodes[i][pc]) for i, pc in sorted(parents) if nodes[i][pc].cand is None]
+                if todo:
+                    self._run_nodes([decode[i] for i, _ in todo], [nd for _, nd in todo], visual_ctx, [0, 0])
+                    while len(levels) < d:
+                        levels.append(0)
+                    levels[d - 1] += len(todo)
+            for i, code in at_depth:
+                rank = (code >> (RANK_BITS * (d - 1))) & MAX_RANK
+                parent = nodes[i][code & ((1 << (RANK_BITS * (d - 1))) - 1)] if d > 1 else None
+                cand = decode[i].cand if parent is None else parent.cand
+                node = nodes[i].get(code)
+                if node is None:
+                    node = nodes[i][code] = _Node(code, d, parent, int(cand[rank - 1]))
+                index[i][code] = len(rows[i]) + 1  # row 0 is the pending token
+                parent_row = 0 if parent is None else index[i][parent.code]
+                rows[i].append(_RowNode(node.token, d, parent_row))
+        return rows
+
+    # -- target ------------------------------------------------------------------
+    def _forward(self, xs, positions, parents, lengths, slots):
+        b = len(xs)
+        q_len = max(x.shape[0] for x in xs)
+        c = self.target.config.width
+        x = torch.zeros(b, q_len, c)
+        pos = torch.zeros(b, q_len, dtype=torch.long)
+        par = torch.full((b, q_len), -1, dtype=torch.long)
+        for r in range(b):
+            n = xs[r].shape[0]
+            x[r, :n], pos[r, :n], par[r, :n] = xs[r], positions[r], parents[r]
+        sizes = torch.tensor([xx.shape[0] for xx in xs])
+        cache_len = torch.tensor(lengths)
+        top = int(cache_len.max())
+        idx = torch.tensor(slots)
+        kc = [k[idx, :top] for k in self.k_cache]
+        vc = [v[idx, :top] for v in self.v_cache]
+        return self.target.tree_forward(x, pos, par, sizes, kc, vc, cache_len, impl=self.config.impl)
+
+    def _commit(self, s: _Seq, out, row: int, nodes: list[int]) -> None:
+        """Write the target keys/values of ``nodes`` (row indices) after the request's cache."""
+        idx = torch.tensor(nodes)
+        for l in range(len(self.k_cache)):
+            self.k_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.keys[l][row, idx]
+            self.v_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.values[l][row, idx]
+
+    # -- views, traces, logs ---------------------------------------------------------
+    def _view(self, decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, prefill_requests, vision_tokens):
+        return ReplicaView(
+            context_tokens=np.array([s.cache for s in decode], dtype=np.int64),
+            visual_tokens=np.array([s.request.visual_tokens for s in decode], dtype=np.int64),
+            kept_visual_tokens=kept, remaining_tokens=np.array([s.remaining for s in decode], dtype=np.int64),
+            recent_accepted=np.array([s.recent for s in decode]), conf=conf, prefill_tokens=prefill_tokens,
+            prefill_attn_pairs=prefill_pairs, prefill_kv_tokens=prefill_kv, prefill_requests=prefill_requests,
+            vision_tokens=vision_tokens, costs=self.costs)
+
+    @staticmethod
+    def _trace(s: _Seq, chain: list[_Node], known: int, new_tokens: list[int], accepted: int) -> dict:
+        """The target token's rank among the candidates the drafter proposed
+        along its rank-1 chain (0: not among the top TRACE_RANKS), depth by
+        depth while the chain is the target's path and the target's token is
+        known, with the drafter's confidences at each depth."""
+        ranks, confs = [], []
+        for d in range(known):
+            if d > accepted:  # the target's token at this depth was never computed
+                break
+            cands, conf = (s.cand, s.conf_pending) if d == 0 else (chain[d - 1].cand, chain[d - 1].conf)
+            if cands is None:
+                break
+            truth = new_tokens[d]
+            top = cands[:TRACE_RANKS]
+            rank = top.index(truth) + 1 if truth in top else 0
+            ranks.append(rank)
+            confs.append([round(float(c), 5) for c in conf[:TRACE_RANKS]])
+            if rank != 1:
+                break
+        return {"request": s.request.id, "context": s.cache, "ranks": ranks, "conf": confs}
+
+    @staticmethod
+    def _run_log(label, requests, seqs, admitted, first, finish, chunks_log, rounds, steps) -> RunLog:
+        records = tuple(
+            RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(admitted[i]), first_token_s=float(first[i]),
+                          finish_s=float(finish[i]), prompt_tokens=r.prompt_tokens,
+                          output_tokens=min(len(seqs[i].emitted), r.output_tokens), images=r.images,
+                          visual_tokens=r.visual_tokens)
+            for i, r in enumerate(requests))
+        ids = np.array([r.id for r in requests], dtype=np.int64)
+        idx = np.array([c[0] for c in chunks_log], dtype=np.int64)
+        times = np.array([c[1] for c in chunks_log])
+        tokens = np.array([c[2] for c in chunks_log], dtype=np.int64)
+        order = np.argsort(times, kind="stable")
+        rd = np.array(rounds, dtype=np.int64).reshape(-1, 3)
+        return RunLog(
+            policy=label, requests=records, chunk_request=ids[idx[order]] if len(idx) else idx,
+            chunk_time_s=times[order], chunk_tokens=tokens[order], round_accepted=rd[:, 0], round_depth=rd[:, 1],
+            round_drafted=rd[:, 2], step_start_s=np.array([s.start_s for s in steps]),
+            step_duration_s=np.array([s.duration_s for s in steps]),
+            step_plans=np.array([s.plans for s in steps], dtype=np.int64).reshape(-1, 3),
+            step_batch=np.array([s.batch for s in steps], dtype=np.int64),
+            start_s=float(min((r.arrival_s for r in requests), default=0.0)),
+            end_s=float(np.nanmax(finish)) if len(requests) else 0.0,
+            rounds_total=int(sum(s.batch for s in steps)), complete=bool(np.isfinite(finish).all()))
+
+
+class _RowNode:
+    """A plan node in a verification row: its token, depth and parent's row (0: the pending token)."""
+
+    __slots__ = ("token", "depth", "parent")
+
+    def __init__(self, token: int, depth: int, parent: int):
+        self.token, self.depth, self.parent = token, depth, parent
+
+
+def _depth(code: int) -> int:
+    d = 0
+    while code:
+        code >>= RANK_BITS
+        d += 1
+    return d
+
+
+def _chain_attention_ragged(q, k_true, v_true, true_len, k_chain, v_chain, chain_len):
+    """:func:`chain_attention` with a different chain length per row (front-aligned, masked past ``chain_len``)."""
+    import math
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s_true = torch.einsum("bwhd,blhd->bhwl", q, k_true) * scale
+    valid = torch.arange(k_true.shape[1]) < true_len[:, None]
+    s_true = s_true.masked_fill(~valid[:, None, None, :], float("-inf"))
+    s_chain = torch.einsum("bwhd,bwahd->bhwa", q, k_chain) * scale
+    chain_ok = torch.arange(k_chain.shape[2]) < chain_len[:, None]  # [B, A]
+    s_chain = s_chain.masked_fill(~chain_ok[:, None, None, :], float("-inf"))
+    p = torch.softmax(torch.cat([s_true, s_chain], -1), -1)
+    length = k_true.shape[1]
+    return (torch.einsum("bhwl,blhd->bwhd", p[..., :length], v_true)
+            + torch.einsum("bhwa,bwahd->bwhd", p[..., length:], v_chain))
