@@ -390,7 +390,12 @@ def preset(name: str) -> AcceptanceModel:
 
 
 def build(spec: str) -> AcceptanceModel:
-    """``--acceptance``: a preset name, or ``iid:P`` for i.i.d. acceptance."""
+    """``--acceptance``: a preset name, ``iid:P`` for i.i.d. acceptance, or
+    the path of a calibrated model file (``simspec validate`` writes one)."""
+    if spec.lower().endswith(".json") or "/" in spec:
+        from simspec.calibration import load_acceptance  # calibration imports this module
+
+        return load_acceptance(spec)
     if spec.lower().startswith("iid:"):
         try:
             p = float(spec[4:])

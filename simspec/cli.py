@@ -176,12 +176,82 @@ def cmd_costs_report(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from simspec.models.train import train_target  # imports torch only when asked
+    from simspec.models.drafter_train import DrafterTrainConfig, train_drafter  # torch only when asked
+    from simspec.models.train import train_target
 
-    meta = train_target(Path(args.out), steps=args.steps, seed=args.seed, quick=args.quick)
-    print(f"held-out accuracy {meta['heldout_accuracy']:.3f} after {meta['steps']} steps "
-          f"({meta['train_wall_s']:.0f} s); wrote {args.out}/model.pt and meta.json")
+    if args.what in ("all", "target"):
+        meta = train_target(Path(args.target), steps=args.steps, seed=args.seed, quick=args.quick)
+        print(f"target: held-out accuracy {meta['heldout_accuracy']:.3f} after {meta['steps']} steps "
+              f"({meta['train_wall_s']:.0f} s); wrote {args.target}/model.pt and meta.json")
+    if args.what in ("all", "drafter"):
+        config = None if args.quick else DrafterTrainConfig(seed=args.seed)
+        meta = train_drafter(Path(args.drafter), Path(args.target), config=config, quick=args.quick,
+                             progress=not args.quiet)
+        acc = meta["acceptance_teacher_forced"]
+        depth = str(meta["train"]["depth"])
+        print(f"drafter: {meta['train']['steps']} steps ({meta['train_wall_s']:.0f} s); teacher-forced acceptance "
+              f"length of linear:k={depth}: " + ", ".join(
+                  f"{v} {acc[v]['acceptance_length_linear'][depth]:.2f}" for v in acc)
+              + f"; wrote {args.drafter}/drafter.pt and meta.json")
     return 0
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    from simspec.engine import validate as live  # torch only when asked
+    from simspec import calibration, metrics, policies
+
+    specs = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for spec in specs:
+        policies.parse(spec)
+    cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else live.affine(1.0, 0.05)
+    config = live.LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                             drafter_context=args.drafter_context)
+    workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
+                              num_requests=args.num_requests, output_mean_tokens=args.output_mean)
+    requests, examples = live.live_workload(workload, args.seed)
+    models = live.load_models(args.target, args.drafter)
+    live.warm_up(models, specs, config)
+    logs, table, traces = [], {}, []
+    for spec in specs:
+        result = live.serve_live(models, spec, requests, examples, cost_model, config)
+        logs.append(result.log)
+        table[spec] = metrics.summarize(result.log)
+        traces += [{"policy": spec, **t} for t in result.traces]
+    print(runfolder.format_table(table, list(experiment.TABLE_COLUMNS)))
+    if args.out:
+        import json
+
+        runfolder.write_run(args.out, logs=logs, metrics=table, config_toml="", meta={
+            "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context})
+        path = Path(args.out) / "acceptance_traces.jsonl"
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(t) + "\n" for t in traces))
+        tmp.replace(path)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from simspec.engine import validate as live  # torch only when asked
+
+    v = live.QUICK if args.quick else live.ValidateConfig()
+    if args.policies:
+        v = live.replace(v, policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()))
+    models = live.load_models(args.target, args.drafter)
+    report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
+    print(live.format_report(report))
+    print(f"cost fit on the calibration steps: median {report['calibration']['cost_fit']['median_abs_pct_error']:.1f}%"
+          f" per step; live AR saturation {report['ar_saturation_req_s']:.1f} req/s; {report['wall_s']:.0f} s")
+    if args.out:
+        print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json")
+    return 0
+
+
+def _add_live_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", metavar="DIR", default="checkpoints/target", help="target checkpoint folder")
+    p.add_argument("--drafter", metavar="DIR", default="checkpoints/drafter", help="drafter checkpoint folder")
+    p.add_argument("--out", metavar="DIR", help="write results here")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -204,12 +274,37 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--profiles", metavar="DIR", help="profiles folder (default: the repository's profiles/)")
     rep.add_argument("--png", metavar="FILE", help="where to draw measured vs fitted (default: in the profile)")
     rep.set_defaults(handler=cmd_costs_report)
-    train = sub.add_parser("train", help="train the target VLM checkpoint on CPU (deterministic)")
-    train.add_argument("--out", metavar="DIR", default="checkpoints/target", help="checkpoint folder")
-    train.add_argument("--steps", type=int, default=TrainConfig().steps, help="optimizer steps")
+    train = sub.add_parser("train", help="train the shipped checkpoints (target VLM, drafter) on CPU, deterministically")
+    train.add_argument("what", nargs="?", choices=("all", "target", "drafter"), default="all",
+                       help="which checkpoints (default: all, the target first)")
+    train.add_argument("--target", metavar="DIR", default="checkpoints/target", help="target checkpoint folder")
+    train.add_argument("--drafter", metavar="DIR", default="checkpoints/drafter", help="drafter checkpoint folder")
+    train.add_argument("--steps", type=int, default=TrainConfig().steps, help="target optimizer steps")
     train.add_argument("--seed", type=int, default=TrainConfig().seed, help="data and init seed")
-    train.add_argument("--quick", action="store_true", help="seconds-long run on 256 examples (tests)")
+    train.add_argument("--quick", action="store_true", help="seconds-long runs on a few examples (tests)")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
     train.set_defaults(handler=cmd_train)
+    live_cmd = sub.add_parser("live", help="serve a workload with the live engine (real models, wall clock)")
+    _add_live_flags(live_cmd)
+    live_cmd.add_argument("--policies", default="ar,linear:k=3,marginal", help="comma-separated policies")
+    live_cmd.add_argument("--arrival", default="gamma", help="poisson, gamma or onoff")
+    live_cmd.add_argument("--rate", type=float, default=20.0, help="mean request rate, requests/s")
+    live_cmd.add_argument("--burstiness", type=float, default=0.25, help="Gamma shape (CV = 1/sqrt)")
+    live_cmd.add_argument("--num-requests", type=int, default=60, help="requests to serve")
+    live_cmd.add_argument("--output-mean", type=float, default=40.0, help="mean output tokens")
+    live_cmd.add_argument("--seed", type=int, default=0, help="workload seed")
+    live_cmd.add_argument("--max-num-seqs", type=int, default=16, help="requests in the running batch")
+    live_cmd.add_argument("--max-num-batched-tokens", type=int, default=512, help="token budget per step")
+    live_cmd.add_argument("--drafter-context", default="selected:8", help="none, full, selected:K or pooled:K")
+    live_cmd.add_argument("--step-costs", metavar="FILE", help="cost model the policies price with "
+                          "(a step_costs.json from `simspec validate`; default a rough affine guess)")
+    live_cmd.set_defaults(handler=cmd_live)
+    val = sub.add_parser("validate", help="calibrate on one workload, then compare live and simulated serving "
+                         "on another")
+    _add_live_flags(val)
+    val.add_argument("--quick", action="store_true", help="the CI-sized validation (a few minutes)")
+    val.add_argument("--policies", help="comma-separated policies (default: five)")
+    val.set_defaults(handler=cmd_validate)
     add_profile_cli(sub)
     return top
 

@@ -8,6 +8,7 @@ user's ``--cost-model`` string into a model:
   else the roofline prior.
 - ``roofline``: datasheet prior, uncalibrated.
 - ``profile:DIR``: fitted to the profile in DIR.
+- ``steps:FILE``: fitted to live engine steps (simspec.calibration, ``simspec validate``).
 - ``constant:STEP_MS``: every step costs STEP_MS.
 - ``affine:BASE_MS,PER_TOKEN_MS``: BASE_MS per step + PER_TOKEN_MS per target token.
 """
@@ -35,7 +36,7 @@ def gpu_spec(slug: str, profiles_root: Path | None = None) -> GpuSpec:
 __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
            "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]
 
-COST_MODEL_FORMS = "auto, roofline, profile:DIR, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
+COST_MODEL_FORMS = "auto, roofline, profile:DIR, steps:FILE, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
 def _numbers(text: str, count: int, form: str) -> list[float]:
@@ -58,6 +59,10 @@ def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None 
         return fitted.fit_profiles(found, model, gpu).cost_model if found else roofline(model, gpu)
     if kind == "profile" and args:
         return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
+    if kind == "steps" and args:
+        from simspec.calibration import load_step_costs  # fitted to live engine steps
+
+        return load_step_costs(args)
     if kind == "roofline" and not args:
         return roofline(model, gpu)
     if kind == "constant":

@@ -112,7 +112,8 @@ class StepRecord:
     attn_pairs: int
     logit_tokens: int
     vision_tokens: int
-    draft_level_tokens: tuple[int, ...]
+    draft_level_tokens: tuple[int, ...]  # drafter rows per level as the simulator accounts them
+    draft_rows: tuple[int, ...]  # drafter rows per level the engine actually ran
     draft_kept_visual_tokens: int
     select_requests: int
     select_visual_tokens: int
@@ -336,13 +337,23 @@ class LiveEngine:
                 traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted))
             outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
         kinds = plan.kind if b else np.zeros(0, dtype=np.int8)
+        # The drafter work as the simulator accounts it (sim/steps.py): level 1
+        # one row per drafting request, deeper levels its plan's width.
+        accounted: list[int] = []
+        drafting = [i for i in range(b) if plan.draft_steps[i] > 0]
+        for i in drafting:
+            for level in range(int(plan.draft_steps[i])):
+                if len(accounted) <= level:
+                    accounted.append(0)
+                accounted[level] += 1 if level == 0 else int(plan.draft_width[i])
+        selecting = [i for i in drafting if 0 < kept[i] < decode[i].request.visual_tokens]
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
-            vision_tokens=vision_tokens, draft_level_tokens=tuple(levels),
-            draft_kept_visual_tokens=int(sum(kept[i] for i in range(b) if known[i] > 0)),
-            select_requests=select[0], select_visual_tokens=select[1], batch=b,
+            vision_tokens=vision_tokens, draft_level_tokens=tuple(accounted), draft_rows=tuple(levels),
+            draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
+            select_visual_tokens=int(sum(decode[i].request.visual_tokens for i in selecting)), batch=b,
             plans=tuple(int((kinds == k).sum()) for k in range(3)))
         return record, outcome
 
@@ -364,7 +375,8 @@ class LiveEngine:
         deeper = [i for i in want if known[i] > 0]
         rows = 0
         if first:
-            rows += self._absorb([decode[i] for i in first], visual_ctx, select)
+            self._absorb([decode[i] for i in first], visual_ctx, select)
+            rows += len(first)
             for i in first:
                 chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
         if deeper:

@@ -283,7 +283,7 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
         gain += value
         pairs += batch.context_tokens[i]
         deepest = max(deepest, d)
-        rate = gain / _step_s(costs, p, n, pairs, deepest)
+        rate = gain / _step_s(costs, p, n, pairs, min(deepest + 1, depth))
         if rate > best:
             best, take = rate, n
         if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child
@@ -292,7 +292,15 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
         if r < topk:  # next sibling
             sibling = parent * batch.conf[i, d - 1, r]
             heapq.heappush(heap, (-sibling, i, code + (np.int64(1) << (RANK_BITS * (d - 1))), d, r + 1, parent))
-    return _packed(rows[:take], chosen[:take], b, topk)
+    plan = _packed(rows[:take], chosen[:take], b, topk)
+    if take > 0:
+        # Drafting is incremental: a request's confidences at one level past
+        # its deepest planned node are what told the rule to stop there, so
+        # the drafter ran that level too (every request that could draft).
+        for i in range(b):
+            if batch.remaining_tokens[i] > 1:
+                plan.draft_steps[i] = min(plan.depth[i] + 1, depth)
+    return plan
 
 
 @jit

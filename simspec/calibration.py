@@ -1,0 +1,212 @@
+"""Calibration from live runs: an acceptance model fitted to acceptance
+traces, and a cost model fitted to measured engine steps.
+
+Imports: numpy, scipy, simspec.acceptance, simspec.costs, simspec.types (no
+torch: the simulator loads what this module writes).
+
+**Acceptance.** A trace row is one drafted round: the target token's rank
+among the drafter's candidates at each depth along the rank-1 chain (0: not
+among them), while the chain is the target's path, and the drafter's
+confidences. The rank-based model (simspec.acceptance) is fitted by
+simulated moments with common random numbers: per-depth conditional top-1
+rates, the spread of per-request top-1 rates, the rank tail, and the
+calibration of confidence against acceptance. The drafter's visual context
+is the one the traces were recorded with, so ``visual_share`` is 0: the
+model already holds that context's acceptance.
+
+**Costs.** Each live step records the simulator's step shape and its wall
+time; a non-negative least-squares fit of the cost model's own terms
+(per-step overhead, per target token, per logit row, per attention pair,
+the vision encoder, per drafter level and row, per kept visual token,
+selection) gives a :class:`CostModel` the simulator prices steps with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import minimize, nnls
+
+from simspec.acceptance import AcceptanceModel, draw_round
+from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table
+from simspec.types import InputError, require
+
+ACCEPTANCE_FORMAT = "simspec-acceptance/1"
+COST_FORMAT = "simspec-step-costs/1"
+
+
+# -- acceptance -----------------------------------------------------------------
+
+def _trace_stats(traces: Sequence[dict], depth: int, bins: np.ndarray) -> dict[str, np.ndarray]:
+    """Moments of traces: per-depth conditional top-1 rate, the rank-2/3
+    shares among misses at depth 1, the spread of per-request top-1 rates,
+    and top-1 acceptance per confidence bin."""
+    hits = np.zeros(depth)
+    seen = np.zeros(depth)
+    tail = np.zeros(3)  # misses at depth 1 that were rank 2, rank 3, not ranked
+    per_request: dict[int, list[int]] = {}
+    conf_hits = np.zeros(len(bins) - 1)
+    conf_seen = np.zeros(len(bins) - 1)
+    for row in traces:
+        for d, rank in enumerate(row["ranks"][:depth]):
+            seen[d] += 1
+            hits[d] += rank == 1
+            c = row["conf"][d][0]
+            k = min(max(int(np.searchsorted(bins, c, side="right")) - 1, 0), len(bins) - 2)
+            conf_seen[k] += 1
+            conf_hits[k] += rank == 1
+            if d == 0:
+                per_request.setdefault(row["request"], []).append(int(rank == 1))
+                if rank != 1:
+                    tail[0 if rank == 2 else 1 if rank == 3 else 2] += 1
+    rates = np.array([np.mean(v) for v in per_request.values() if len(v) >= 4])
+    return {"rate": hits / np.maximum(seen, 1), "seen": seen, "tail": tail / max(tail.sum(), 1),
+            "spread": np.array([rates.std() if len(rates) > 1 else 0.0]),
+            "calibration": conf_hits / np.maximum(conf_seen, 1), "conf_seen": conf_seen}
+
+
+def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int, rng_seed: int = 0) -> list[dict]:
+    """Traces the model would record, in the live engine's format (CRN: fixed seed)."""
+    rng = np.random.default_rng(rng_seed)
+    logits = model.top1_logit + model.request_sigma * rng.standard_normal(requests)
+    rows = []
+    n = requests * depth
+    ones = np.ones(requests)
+    for r in range(rounds):
+        conf, ranks, _ = draw_round(logits, ones, depth, 3, model.depth_decay_logit, model.token_sigma,
+                                    model.confidence_sigma, 0.0, model.tail, rng.standard_normal(2 * n),
+                                    rng.random(2 * n))
+        for i in range(requests):
+            got = []
+            for d in range(depth):
+                got.append(int(ranks[i, d]) if ranks[i, d] <= 3 else 0)
+                if ranks[i, d] != 1:
+                    break
+            rows.append({"request": i, "ranks": got, "conf": [list(conf[i, d]) for d in range(len(got))]})
+    return rows
+
+
+def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int | None = None) -> AcceptanceModel:
+    """Fit the rank-based acceptance model to live acceptance traces."""
+    require(len(traces) >= 50, f"acceptance traces must hold >= 50 drafted rounds to fit (got {len(traces)})")
+    depth = depth or max(1, min(6, max(len(t["ranks"]) for t in traces)))
+    bins = np.array([0.0, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0001])
+    live = _trace_stats(traces, depth, bins)
+    weight = np.minimum(live["seen"], 2000) / 2000
+    misses = 1.0 - live["rate"][0]
+    # Tail: P(rank 2 | miss) and P(rank 3 | miss) give mass and decay of the geometric tail.
+    r2, r3 = live["tail"][0], live["tail"][1]
+    tail_decay = float(np.clip(r3 / r2 if r2 > 0 else 0.5, 0.05, 0.95))
+    shape = tail_decay ** np.arange(14)
+    tail_mass = float(np.clip(r2 / (shape[0] / shape.sum()), 0.0, 1.0)) if misses > 0 else 0.6
+    requests = 400
+
+    def model_of(x):
+        return AcceptanceModel(name=name, top1_logit=float(x[0]), depth_decay_logit=float(abs(x[1])),
+                               request_sigma=float(abs(x[2])), token_sigma=float(abs(x[3])),
+                               confidence_sigma=float(abs(x[4])), tail_mass=tail_mass, tail_decay=tail_decay,
+                               visual_share=0.0)
+
+    def loss(x):
+        sim = _trace_stats(_model_traces(model_of(x), requests, 12, depth), depth, bins)
+        err = np.sum(weight * (sim["rate"] - live["rate"]) ** 2)
+        err += (sim["spread"][0] - live["spread"][0]) ** 2
+        cw = np.minimum(live["conf_seen"], 500) / 500
+        err += 0.5 * np.sum(cw * (sim["calibration"] - live["calibration"]) ** 2) / max(cw.sum(), 1)
+        return err
+
+    p1 = float(np.clip(live["rate"][0], 0.02, 0.98))
+    start = np.array([np.log(p1 / (1 - p1)), 0.1, 0.5, 1.0, 0.5])
+    best = minimize(loss, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-7})
+    return model_of(best.x)
+
+
+def save_acceptance(model: AcceptanceModel, path: str | Path, source: dict | None = None) -> None:
+    path = Path(path)
+    record = {"format": ACCEPTANCE_FORMAT, "model": asdict(model), "source": source or {}}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def load_acceptance(path: str | Path) -> AcceptanceModel:
+    """An acceptance model file written by :func:`save_acceptance` (``--acceptance PATH``)."""
+    path = Path(path)
+    require(path.is_file(), f"acceptance file {path} does not exist")
+    try:
+        record = json.loads(path.read_text())
+        require(record.get("format") == ACCEPTANCE_FORMAT,
+                f"acceptance file {path} has format {record.get('format')!r}, expected {ACCEPTANCE_FORMAT!r}")
+        return AcceptanceModel(**record["model"])
+    except InputError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise InputError(f"acceptance file {path} is corrupt: {error}") from None
+
+
+# -- step costs -------------------------------------------------------------------
+
+FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "vision_call", "vision_token", "draft_level",
+            "draft_row", "draft_kept", "select_call", "select_key")
+
+
+def step_features(step) -> np.ndarray:
+    """The cost model's terms for one step record (any object with the StepShape fields)."""
+    levels = list(step.draft_level_tokens)
+    return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, float(step.vision_tokens > 0),
+                     step.vision_tokens, len(levels), sum(levels), len(levels) * step.draft_kept_visual_tokens,
+                     float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
+
+
+def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
+    """Non-negative least squares of step wall times on the cost model's
+    terms. Returns the model and a report (coefficients, fit error)."""
+    require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
+    x = np.array([step_features(s) for s in steps])
+    y = np.array([s.duration_s for s in steps])
+    coef, _ = nnls(x, y)
+    c = dict(zip(FEATURES, coef.tolist()))
+    model = cost_model_from(c, label)
+    predicted = x @ coef
+    error = np.abs(predicted - y) / y
+    report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "steps": len(steps),
+              "median_abs_pct_error": float(np.median(error) * 100), "p95_abs_pct_error": float(np.percentile(error, 95) * 100),
+              "total_time_error_pct": float((predicted.sum() / y.sum() - 1) * 100)}
+    return model, report
+
+
+def cost_model_from(c: dict, label: str) -> CostModel:
+    tokens = np.arange(TABLE_TOKENS, dtype=float)
+    return CostModel(
+        label=label, calibrated=True, overhead_s=c["overhead"],
+        layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
+        attn_s_per_pair=c["attn_pair"],
+        vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
+        draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),
+        draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])
+
+
+def save_step_costs(report: dict, path: str | Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def load_step_costs(path: str | Path) -> CostModel:
+    """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
+    path = Path(path)
+    require(path.is_file(), f"step-cost file {path} does not exist")
+    try:
+        record = json.loads(path.read_text())
+        require(record.get("format") == COST_FORMAT,
+                f"step-cost file {path} has format {record.get('format')!r}, expected {COST_FORMAT!r}")
+        return cost_model_from({k: float(record["coefficients_s"][k]) for k in FEATURES}, record["label"])
+    except InputError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise InputError(f"step-cost file {path} is corrupt: {error}") from None

@@ -1,0 +1,259 @@
+"""``simspec live`` and ``simspec validate``: live runs, calibration, and the
+comparison of simulation against live serving.
+
+Imports: torch (through the engine and models), numpy, matplotlib,
+simspec's modules. DESIGN.md "Validation".
+
+Validation: calibrate on one workload (its own seed: different images,
+questions, output lengths and arrivals), then serve a **different** workload
+live and in simulation with every policy at several loads, and compare every
+metric. The simulator gets the cost model fitted to the calibration run's
+steps and the acceptance model fitted to its acceptance traces; the
+validation run's measurements never reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from simspec import calibration, metrics, policies, workloads
+from simspec.acceptance import AcceptanceModel
+from simspec.costs import CostModel, affine
+from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
+from simspec.models.drafter_train import load_drafter
+from simspec.models.task import Example, generate
+from simspec.models.train import load_target
+from simspec.sim import EngineConfig, simulate
+from simspec.types import InputError, Request, RunLog, require
+
+EXAMPLE_SEED_OFFSET = 4_000_037
+COMPARED = [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "e2el") for stat in ("mean", "median", "p95", "p99")] + [
+    "request_throughput", "output_throughput", "spec_decode_acceptance_length"]
+BOUNDS = {"mean_e2el_ms": 0.05, "mean_tpot_ms": 0.05, "output_throughput": 0.05, "p95_e2el_ms": 0.10,
+          "mean_ttft_ms": 0.10}
+"""The issue's bounds on |sim / live - 1|, per metric."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Models:
+    target: torch.nn.Module
+    drafter: torch.nn.Module
+    target_dir: str
+    drafter_dir: str
+
+
+def load_models(target_dir: str = "checkpoints/target", drafter_dir: str = "checkpoints/drafter") -> Models:
+    target, _, _ = load_target(target_dir)
+    drafter, _ = load_drafter(drafter_dir, target, target_dir)
+    return Models(target=target, drafter=drafter, target_dir=target_dir, drafter_dir=drafter_dir)
+
+
+def live_workload(cfg: workloads.WorkloadConfig, seed: int, max_output_tokens: int = 96,
+                  visual_tokens: int = 16) -> tuple[list[Request], list[Example]]:
+    """Requests of the synthetic task: arrivals and output lengths from the
+    workload config (its seed's streams), prompts and images from task
+    examples drawn with the same seed. Every request carries one image."""
+    require(cfg.arrival != "trace", "live workloads need a synthetic arrival process (poisson, gamma or onoff)")
+    streams = workloads.WorkloadStreams.from_seed_sequence(np.random.SeedSequence(seed, spawn_key=(0,)))
+    base = workloads.make_requests(replace(cfg, multimodal_share=1.0, images_min=1, images_max=1), streams,
+                                   visual_tokens_per_image=visual_tokens, max_context_tokens=4096)
+    examples = generate(seed + EXAMPLE_SEED_OFFSET, len(base))
+    requests = [replace(r, prompt_tokens=len(e.prompt_ids), image_tokens=(visual_tokens,),
+                        output_tokens=int(min(max(r.output_tokens, 2), max_output_tokens)))
+                for r, e in zip(base, examples)]
+    return requests, examples
+
+
+def engine_config(live: LiveConfig) -> EngineConfig:
+    """The simulator's engine settings for the live engine's."""
+    return EngineConfig(max_num_seqs=live.max_num_seqs, max_num_batched_tokens=live.max_num_batched_tokens,
+                        kv_cache_tokens=1 << 20, drafter_context=live.drafter_context)
+
+
+def serve_live(models: Models, policy: str, requests: Sequence[Request], examples: Sequence[Example],
+               costs: CostModel, live: LiveConfig, progress: Callable[[int], None] | None = None) -> LiveResult:
+    engine = LiveEngine(models.target, models.drafter, policies.parse(policy), costs, live)
+    return engine.serve(requests, examples, label=policy, progress=progress)
+
+
+def warm_up(models: Models, policy_specs: Sequence[str], live: LiveConfig) -> None:
+    """Compile the policies' kernels and warm torch before anything is timed."""
+    requests, examples = live_workload(workloads.WorkloadConfig(arrival="poisson", rate_per_s=1000.0,
+                                                                num_requests=4, output_mean_tokens=8), 99)
+    for spec in policy_specs:
+        serve_live(models, spec, requests, examples, affine(1.0, 0.01), live)
+
+
+def simulate_mean(requests: Sequence[Request], policy: str, costs: CostModel, acceptance: AcceptanceModel,
+                  engine: EngineConfig, seeds: int) -> tuple[dict[str, float], RunLog]:
+    """The simulator's metrics averaged over ``seeds`` acceptance seeds (the
+    live run is one draw of the models' acceptance; the simulator's mean is
+    its prediction), and the first seed's log."""
+    logs = [simulate(list(requests), policy=policies.parse(policy), label=policy, costs=costs,
+                     acceptance=acceptance, engine=engine, kv_budget_tokens=1 << 20, seed=s) for s in range(seeds)]
+    rows = [metrics.summarize(log) for log in logs]
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}, logs[0]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidateConfig:
+    policies: tuple[str, ...] = ("ar", "linear:k=3", "tree:depth=4,topk=3,budget=12", "truncate", "marginal")
+    loads: tuple[float, ...] = (0.25, 0.55, 0.85)  # x the live engine's AR saturation rate
+    burstiness: float = 0.25  # Gamma shape: CV 2 arrivals
+    requests: int = 80  # per validation run
+    calibration_requests: int = 60  # per policy in the calibration run
+    calibration_load: float = 0.6
+    output_mean_tokens: float = 40.0
+    output_cv: float = 0.6
+    sim_seeds: int = 5
+    seed: int = 1  # validation workloads; calibration uses seed + 1000
+    live: LiveConfig = LiveConfig()
+
+
+QUICK = ValidateConfig(policies=("ar", "linear:k=3", "marginal"), loads=(0.3, 0.8), requests=40,
+                       calibration_requests=40)
+
+
+def _workload(v: ValidateConfig, rate: float, n: int, arrival: str) -> workloads.WorkloadConfig:
+    return workloads.WorkloadConfig(arrival=arrival, rate_per_s=rate, burstiness=v.burstiness, num_requests=n,
+                                    output_mean_tokens=v.output_mean_tokens, output_cv=v.output_cv)
+
+
+def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple[CostModel, AcceptanceModel, dict]:
+    """Serve the calibration workload live with every policy (Poisson arrivals
+    at ``calibration_load`` of a first guess of capacity, then a burst); fit
+    the step costs and the acceptance model."""
+    steps, traces = [], []
+    guess = affine(1.0, 0.05)
+    # A first capacity estimate from a short AR burst (all requests at t=0).
+    requests, examples = live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+    burst = serve_live(models, "ar", requests, examples, guess, v.live)
+    capacity = len(requests) / burst.log.end_s
+    requests, examples = live_workload(_workload(v, v.calibration_load * capacity, v.calibration_requests, "poisson"),
+                                       v.seed + 1000)
+    bar = tqdm(v.policies, desc="calibrate", disable=not progress, leave=False)
+    for spec in bar:
+        result = serve_live(models, spec, requests, examples, guess, v.live)
+        steps += result.steps + burst.steps if spec == "ar" else result.steps
+        traces += result.traces
+    cost_model, cost_report = calibration.fit_step_costs(steps, "fitted to live engine steps (cpu)")
+    acceptance = calibration.fit_acceptance(traces, name="calibrated:live")
+    return cost_model, acceptance, {"cost_fit": cost_report, "traces": len(traces), "steps": len(steps),
+                                    "capacity_guess_req_s": capacity}
+
+
+def ar_saturation(requests: Sequence[Request], costs: CostModel, acceptance: AcceptanceModel,
+                  engine: EngineConfig) -> float:
+    """Requests per second the simulated replica sustains with AR (all arrive at once; 90% over their time)."""
+    queue = [replace(r, arrival_s=0.0) for r in requests]
+    log = simulate(queue, policy=policies.parse("ar"), costs=costs, acceptance=acceptance, engine=engine,
+                   kv_budget_tokens=1 << 20, seed=0)
+    finish = np.sort([r.finish_s for r in log.requests])
+    k = int(0.9 * len(finish))
+    return k / finish[k - 1]
+
+
+def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> dict:
+    """Calibrate, then compare live and simulated serving (module docstring)."""
+    started = time.perf_counter()
+    warm_up(models, v.policies, v.live)
+    costs, acceptance, cal = calibrate(models, v, progress)
+    engine = engine_config(v.live)
+    probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), v.seed + 3000)
+    saturation = ar_saturation(probe, costs, acceptance, engine)
+    table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    cdf_logs: list[tuple[str, RunLog, RunLog]] = []
+    bar = tqdm(total=len(v.loads) * len(v.policies), desc="validate", disable=not progress, leave=False)
+    for load in v.loads:
+        rate = load * saturation
+        name = f"load={load:g}"
+        requests, examples = live_workload(_workload(v, rate, v.requests, "gamma"), v.seed)
+        table[name] = {}
+        for spec in v.policies:
+            result = serve_live(models, spec, requests, examples, costs, v.live)
+            live_metrics = metrics.summarize(result.log)
+            sim_metrics, sim_log = simulate_mean(requests, spec, costs, acceptance, engine, v.sim_seeds)
+            table[name][spec] = {m: {"live": live_metrics[m], "sim": sim_metrics[m],
+                                     "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")}
+                                 for m in COMPARED}
+            cdf_logs.append((f"{name} {spec}", result.log, sim_log))
+            bar.update(1)
+    bar.close()
+    ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
+                      "sim": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["sim"])}
+               for name, rows in table.items()}
+    report = {"validation": table, "ranking_by_mean_e2el": ranking, "calibration": cal,
+              "acceptance_model": {k: getattr(acceptance, k) for k in acceptance.__dataclass_fields__},
+              "ar_saturation_req_s": saturation, "config": _jsonable(v), "wall_s": time.perf_counter() - started,
+              "bounds": BOUNDS}
+    if out is not None:
+        _write(out, report, cdf_logs, costs, cal, acceptance)
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = []
+    for load, rows in report["validation"].items():
+        lines.append(f"{load}  (live / sim / error)")
+        header = f"  {'policy':34s}" + "".join(f"{m:>26s}" for m in BOUNDS) + f"{'acc. length':>22s}"
+        lines.append(header)
+        for spec, cells in rows.items():
+            parts = [f"  {spec:34s}"]
+            for m in list(BOUNDS) + ["spec_decode_acceptance_length"]:
+                c = cells[m]
+                parts.append(f"{c['live']:>9.4g}/{c['sim']:<9.4g}{c['rel_error'] * 100:+6.1f}%")
+            lines.append("".join(parts))
+        rank = report["ranking_by_mean_e2el"][load]
+        same = "same" if rank["live"] == rank["sim"] else "DIFFERENT"
+        lines.append(f"  ranking by mean e2el: live {rank['live']}  sim {rank['sim']}  ({same})")
+    return "\n".join(lines)
+
+
+def _jsonable(x):
+    if hasattr(x, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(x, k)) for k in x.__dataclass_fields__}
+    if isinstance(x, (tuple, list)):
+        return [_jsonable(i) for i in x]
+    return x
+
+
+def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, acceptance: AcceptanceModel) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    calibration.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
+    calibration.save_step_costs(cal["cost_fit"], out / "step_costs.json")
+    tmp = out / "validation.json.tmp"
+    tmp.write_text(json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
+    tmp.replace(out / "validation.json")
+    tmp = out / "report.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=float) + "\n")
+    tmp.replace(out / "report.json")
+    cols = min(3, len(cdf_logs))
+    rows = (len(cdf_logs) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    for ax, (title, live_log, sim_log) in zip(axes.ravel(), cdf_logs):
+        for log, style, label in ((live_log, "-", "live"), (sim_log, "--", "sim")):
+            e2el = np.sort([(r.finish_s - r.arrival_s) * 1e3 for r in log.requests])
+            ax.plot(e2el, np.arange(1, len(e2el) + 1) / len(e2el), style, label=label)
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("e2el (ms)", fontsize=8)
+        ax.legend(fontsize=7)
+    for ax in axes.ravel()[len(cdf_logs):]:
+        ax.axis("off")
+    fig.tight_layout()
+    tmp = out / "latency_cdf.png.tmp"
+    fig.savefig(tmp, format="png", dpi=90)
+    plt.close(fig)
+    tmp.replace(out / "latency_cdf.png")
