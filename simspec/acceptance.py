@@ -392,7 +392,7 @@ def preset(name: str) -> AcceptanceModel:
 def build(spec: str) -> AcceptanceModel:
     """``--acceptance``: a preset name, ``iid:P`` for i.i.d. acceptance, or
     the path of a calibrated model file (``simspec validate`` writes one)."""
-    if spec.lower().endswith(".json") or "/" in spec:
+    if spec.lower().endswith(".json"):
         from simspec.calibration import load_acceptance  # calibration imports this module
 
         return load_acceptance(spec)

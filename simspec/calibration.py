@@ -17,6 +17,7 @@ model already holds that context's acceptance.
 **Costs.** Each live step records the simulator's step shape and its wall
 time; a non-negative least-squares fit of the cost model's own terms
 (per-step overhead, per target token, per logit row, per attention pair,
+per sequence in the forward,
 the vision encoder, per drafter level and row, per kept visual token,
 selection) gives a :class:`CostModel` the simulator prices steps with.
 """
@@ -150,14 +151,15 @@ def load_acceptance(path: str | Path) -> AcceptanceModel:
 
 # -- step costs -------------------------------------------------------------------
 
-FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "vision_call", "vision_token", "draft_level",
+FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "vision_call", "vision_token", "draft_level",
             "draft_row", "draft_kept", "select_call", "select_key")
 
 
 def step_features(step) -> np.ndarray:
     """The cost model's terms for one step record (any object with the StepShape fields)."""
     levels = list(step.draft_level_tokens)
-    return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, float(step.vision_tokens > 0),
+    return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, step.attn_requests,
+                     float(step.vision_tokens > 0),
                      step.vision_tokens, len(levels), sum(levels), len(levels) * step.draft_kept_visual_tokens,
                      float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
 
@@ -184,7 +186,7 @@ def cost_model_from(c: dict, label: str) -> CostModel:
     return CostModel(
         label=label, calibrated=True, overhead_s=c["overhead"],
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
-        attn_s_per_pair=c["attn_pair"],
+        attn_s_per_pair=c["attn_pair"], attn_s_per_request=c["attn_request"],
         vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
         draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),
         draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])

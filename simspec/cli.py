@@ -212,23 +212,31 @@ def cmd_live(args: argparse.Namespace) -> int:
     models = live.load_models(args.target, args.drafter)
     live.warm_up(models, specs, config)
     logs, table, traces = [], {}, []
+    interrupted = False
     for spec in specs:
         result = live.serve_live(models, spec, requests, examples, cost_model, config)
         logs.append(result.log)
         table[spec] = metrics.summarize(result.log)
         traces += [{"policy": spec, **t} for t in result.traces]
+        for note in result.log.notes:
+            print(f"{spec}: {note}", file=sys.stderr)
+        if any(note.startswith("interrupted") for note in result.log.notes):
+            interrupted = True
+            break
     print(runfolder.format_table(table, list(experiment.TABLE_COLUMNS)))
     if args.out:
         import json
 
         runfolder.write_run(args.out, logs=logs, metrics=table, config_toml="", meta={
-            "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context})
+            "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context,
+            "complete": not interrupted and all(log.complete for log in logs),
+            "notes": [f"{log.policy}: {note}" for log in logs for note in log.notes]})
         path = Path(args.out) / "acceptance_traces.jsonl"
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(json.dumps(t) + "\n" for t in traces))
         tmp.replace(path)
-        print(f"wrote {args.out}")
-    return 0
+        print(f"wrote {args.out}" + (" (incomplete: interrupted)" if interrupted else ""))
+    return 130 if interrupted else 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

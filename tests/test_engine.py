@@ -122,13 +122,45 @@ def test_steps_record_the_simulators_accounting(target, drafter, workload):
         assert s.duration_s > 0
 
 
-def test_too_long_requests_are_refused_with_the_request_named(target, drafter, workload):
+def test_too_long_requests_are_rejected_and_the_rest_served(target, drafter, workload):
+    model, _ = target
+    requests, examples, greedy = workload
+    long = Request(id=7, arrival_s=0.0, prompt_tokens=8, image_tokens=(16,), output_tokens=5000)
+    mixed = [requests[0], long, requests[2]]
+    engine = LiveEngine(model, drafter, policies.parse("linear:k=2"), affine(1.0, 0.05))
+    result = engine.serve(mixed, [examples[0], examples[1], examples[2]], realtime=False)
+    assert any(note.startswith("request 7 rejected") for note in result.log.notes)
+    assert not result.log.complete
+    assert result.outputs[requests[0].id] == greedy[requests[0].id]
+    assert result.outputs[requests[2].id] == greedy[requests[2].id]
+
+
+def test_an_image_of_the_wrong_size_is_refused_before_serving(target, drafter, workload):
     model, _ = target
     requests, examples, _ = workload
-    long = [Request(id=7, arrival_s=0.0, prompt_tokens=8, image_tokens=(16,), output_tokens=5000)]
+    big = examples[0].__class__(image=np.zeros((64, 64, 3), np.uint8), scene=examples[0].scene,
+                                question=examples[0].question, prompt_ids=examples[0].prompt_ids,
+                                answer_ids=examples[0].answer_ids, grounded=examples[0].grounded)
     engine = LiveEngine(model, drafter, policies.parse("ar"), affine(1.0, 0.05))
-    with pytest.raises(InputError, match="request 7"):
-        engine.serve(long, examples[:1], realtime=False)
+    with pytest.raises(InputError, match=r"request 0: image is \[64, 64, 3\]"):
+        engine.serve(requests[:1], [big], realtime=False)
+
+
+def test_ctrl_c_keeps_what_was_measured(target, drafter, workload):
+    model, _ = target
+    requests, examples, _ = workload
+    calls = {"n": 0}
+
+    def clock():  # the 40th reading of the clock raises, as a Ctrl-C would mid-run
+        calls["n"] += 1
+        if calls["n"] == 40:
+            raise KeyboardInterrupt
+        return calls["n"] * 1e-3
+
+    engine = LiveEngine(model, drafter, policies.parse("linear:k=2"), affine(1.0, 0.05), LiveConfig(max_num_seqs=2))
+    result = engine.serve(requests, examples, clock=clock, realtime=False)
+    assert not result.log.complete and any("interrupted" in n for n in result.log.notes)
+    assert 0 < len(result.steps) and sum(result.log.chunk_tokens) < sum(r.output_tokens for r in requests)
 
 
 # -- drafter ----------------------------------------------------------------------
@@ -222,7 +254,8 @@ def test_step_cost_fit_recovers_coefficients(tmp_path):
         levels = tuple([b] * int(rng.integers(0, 4)))
         tokens = b * (1 + len(levels))
         steps.append(StepRecord(start_s=0.0, duration_s=0.002 + 1e-4 * tokens + 5e-4 * len(levels) + 2e-5 * sum(levels),
-                                forward_tokens=tokens, kv_read_tokens=0, attn_pairs=0, logit_tokens=tokens,
+                                forward_tokens=tokens, kv_read_tokens=0, attn_pairs=0, attn_requests=b,
+                                logit_tokens=tokens,
                                 vision_tokens=0, draft_level_tokens=levels, draft_rows=levels,
                                 draft_kept_visual_tokens=0, select_requests=0, select_visual_tokens=0, batch=b,
                                 plans=(0, 0, 0)))

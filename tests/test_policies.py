@@ -145,7 +145,7 @@ def test_marginal_grows_under_idle_capacity_and_shrinks_when_busy():
     busy = policies.parse("marginal").plan(view(batch=128, ctx=2000))
     assert idle.kind[0] == PlanKind.TREE and idle.num_nodes[0] > 10
     assert busy.num_nodes.mean() < idle.num_nodes[0] / 4
-    assert (busy.kind != PlanKind.TREE).mean() > 0.5  # mostly chains or AR
+    assert busy.draft_steps.max() < idle.draft_steps[0]  # drafts shallower when busy
 
 
 def test_marginal_never_drafts_past_the_last_token():

@@ -10,9 +10,11 @@ draft tokens counted as the request's last round drafted) and the same
 policy objects (``Policy.plan(ReplicaView)``). Each step:
 
 1. **draft** (incremental): the policy plans with the confidences known so
-   far (unknown depths optimistic: rank 1 certain); every request whose plan
-   wants a deeper drafter step than it has gets one more (its rank-1 chain),
-   and the policy plans again, until no plan wants more. A drafter step on a
+   far (levels not drafted yet are 0); every request whose plan wants more
+   drafter steps (``draft_steps``) than it has had gets one more (its rank-1
+   chain), and the policy plans again, until no plan wants more. Linear and
+   tree plans ask for their depth, truncate for one level past its cut,
+   marginal for the depth its acceptance history pays for. A drafter step on a
    request first absorbs its new true entries (the target's features of the
    tokens it accepted) and selects its kept visual tokens from the int8 key
    cache with the verifier's last queries;
@@ -110,6 +112,7 @@ class StepRecord:
     forward_tokens: int
     kv_read_tokens: int
     attn_pairs: int
+    attn_requests: int  # sequences in the target forward (prefill chunks + decode rounds)
     logit_tokens: int
     vision_tokens: int
     draft_level_tokens: tuple[int, ...]  # drafter rows per level as the simulator accounts them
@@ -165,12 +168,28 @@ class LiveEngine:
         i's image and prompt) in wall-clock time. With ``realtime=False``
         arrivals are ignored (all wait at t=0): for tests of the outputs."""
         require(len(requests) == len(examples), "requests and examples must have the same length")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # timings as the CPU profiles measure them; no stalls on a shared core
+        try:
+            return self._serve(requests, examples, label, clock, progress, realtime)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _serve(self, requests, examples, label, clock, progress, realtime) -> LiveResult:
+        shape = (self.target.config.image_px, self.target.config.image_px, 3)
         for r, e in zip(requests, examples):
-            if r.context_tokens + r.output_tokens + self.policy.max_depth + 2 > self.max_len:
-                raise InputError(f"request {r.id}: prompt + output ({r.context_tokens + r.output_tokens} tokens) "
-                                 f"exceeds the engine's context limit {self.max_len}")
+            require(tuple(e.image.shape) == shape, f"request {r.id}: image is {list(e.image.shape)} pixels, "
+                                                   f"the model accepts {list(shape)}")
         seqs = [_Seq(index=i, request=r, example=e, prompt=list(e.prompt_ids)) for i, (r, e) in enumerate(zip(requests, examples))]
         n = len(seqs)
+        notes: list[str] = []
+        rejected = set()
+        for i, r in enumerate(requests):  # a request that can never fit is refused; the rest are served
+            need = r.context_tokens + r.output_tokens + self.policy.max_depth + 2
+            if need > self.max_len:
+                rejected.add(i)
+                notes.append(f"request {r.id} rejected: prompt + output + draft ({need} tokens) exceeds the "
+                             f"engine's context limit {self.max_len}")
         admitted, first, finish = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         chunks_log: list[tuple[int, float, int]] = []
         rounds: list[tuple[int, int, int]] = []  # accepted, depth, drafted
@@ -178,16 +197,32 @@ class LiveEngine:
         traces: list[dict] = []
         waiting: deque[int] = deque()
         running: list[int] = []
-        arrived = finished = 0
+        arrived, finished = 0, len(rejected)
         start = clock()
         now = lambda: clock() - start  # noqa: E731
+        try:
+            self._loop(requests, seqs, rejected, realtime, now, waiting, running, admitted, first, finish, chunks_log,
+                       rounds, steps, traces, progress, finished)
+        except KeyboardInterrupt:  # keep what was measured; the log says it is incomplete
+            notes.append("interrupted: the run stopped before every request finished")
+        log = self._run_log(label or self.policy.label, requests, seqs, admitted, first, finish, chunks_log, rounds,
+                            steps, tuple(notes))
+        return LiveResult(log=log, steps=steps, traces=traces,
+                          outputs={r.id: seqs[i].emitted for i, r in enumerate(requests)})
+
+    def _loop(self, requests, seqs, rejected, realtime, now, waiting, running, admitted, first, finish, chunks_log,
+              rounds, steps, traces, progress, finished) -> None:
+        n = len(seqs)
+        arrived = 0
         while finished < n:
             t = now()
             while arrived < n and (not realtime or requests[arrived].arrival_s <= t):
-                waiting.append(arrived)
+                if arrived not in rejected:
+                    waiting.append(arrived)
                 arrived += 1
             if not running and not waiting:
-                time.sleep(max(0.0, requests[arrived].arrival_s - now()))
+                if arrived < n:
+                    time.sleep(max(0.0, requests[arrived].arrival_s - now()))
                 continue
             while waiting and len(running) < self.config.max_num_seqs:
                 i = waiting.popleft()
@@ -224,10 +259,6 @@ class LiveEngine:
                 finished += 1
             if done and progress is not None:
                 progress(finished)
-        log = self._run_log(label or self.policy.label, requests, seqs, admitted, first, finish, chunks_log, rounds,
-                            steps)
-        return LiveResult(log=log, steps=steps, traces=traces,
-                          outputs={r.id: seqs[i].emitted for i, r in enumerate(requests)})
 
     # -- one step ----------------------------------------------------------------
     def _step(self, decode: list[_Seq], chunks: list[tuple[_Seq, int]], traces: list[dict]):
@@ -245,8 +276,7 @@ class LiveEngine:
         levels: list[int] = []
         select = [0, 0]
         chains: list[list[_Node]] = [[] for _ in decode]
-        conf = np.zeros((b, max(depth, 1), ranks))
-        conf[:, :, 0] = 1.0
+        conf = np.zeros((b, max(depth, 1), ranks))  # levels not drafted yet: unknown (0)
         known = np.zeros(b, dtype=np.int64)
         kept = np.array([self.context.kept(np.array([s.request.visual_tokens]))[0] for s in decode], dtype=np.int64)
         visual_ctx: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -329,12 +359,13 @@ class LiveEngine:
                 nxt_token = new_tokens[step_i]
                 s.entries.append((hidden[j], nxt_token, base + step_i))
             s.cache += len(path)
+            first_index = len(s.emitted)
             s.emitted.extend(new_tokens[:emit])
             s.queries = torch.stack([q[row, at] for q in out.queries], 0)
             s.drafted = len(nodes)
             if nodes:
                 s.recent = (1 - RECENT_WEIGHT) * s.recent + RECENT_WEIGHT * accepted
-                traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted))
+                traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted, first_index))
             outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
         kinds = plan.kind if b else np.zeros(0, dtype=np.int8)
         # The drafter work as the simulator accounts it (sim/steps.py): level 1
@@ -349,7 +380,7 @@ class LiveEngine:
         selecting = [i for i in drafting if 0 < kept[i] < decode[i].request.visual_tokens]
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
-            attn_pairs=prefill_pairs + pairs,
+            attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
             vision_tokens=vision_tokens, draft_level_tokens=tuple(accounted), draft_rows=tuple(levels),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
@@ -548,11 +579,13 @@ class LiveEngine:
             vision_tokens=vision_tokens, costs=self.costs)
 
     @staticmethod
-    def _trace(s: _Seq, chain: list[_Node], known: int, new_tokens: list[int], accepted: int) -> dict:
+    def _trace(s: _Seq, chain: list[_Node], known: int, new_tokens: list[int], accepted: int,
+               first_index: int) -> dict:
         """The target token's rank among the candidates the drafter proposed
         along its rank-1 chain (0: not among the top TRACE_RANKS), depth by
         depth while the chain is the target's path and the target's token is
-        known, with the drafter's confidences at each depth."""
+        known, with the drafter's confidences at each depth. ``output_index``
+        is the depth-1 token's index in the request's output."""
         ranks, confs = [], []
         for d in range(known):
             if d > accepted:  # the target's token at this depth was never computed
@@ -567,10 +600,11 @@ class LiveEngine:
             confs.append([round(float(c), 5) for c in conf[:TRACE_RANKS]])
             if rank != 1:
                 break
-        return {"request": s.request.id, "context": s.cache, "ranks": ranks, "conf": confs}
+        return {"request": s.request.id, "output_index": first_index, "context": s.cache,
+                "ranks": ranks, "conf": confs}
 
     @staticmethod
-    def _run_log(label, requests, seqs, admitted, first, finish, chunks_log, rounds, steps) -> RunLog:
+    def _run_log(label, requests, seqs, admitted, first, finish, chunks_log, rounds, steps, notes) -> RunLog:
         records = tuple(
             RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(admitted[i]), first_token_s=float(first[i]),
                           finish_s=float(finish[i]), prompt_tokens=r.prompt_tokens,
@@ -591,8 +625,8 @@ class LiveEngine:
             step_plans=np.array([s.plans for s in steps], dtype=np.int64).reshape(-1, 3),
             step_batch=np.array([s.batch for s in steps], dtype=np.int64),
             start_s=float(min((r.arrival_s for r in requests), default=0.0)),
-            end_s=float(np.nanmax(finish)) if len(requests) else 0.0,
-            rounds_total=int(sum(s.batch for s in steps)), complete=bool(np.isfinite(finish).all()))
+            end_s=float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0,
+            rounds_total=int(sum(s.batch for s in steps)), complete=bool(np.isfinite(finish).all()), notes=notes)
 
 
 class _RowNode:

@@ -251,21 +251,31 @@ def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
 
 
 @jit
-def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes: int) -> Plan:
+def _code_depth(code: np.int64) -> int:
+    d = 0
+    while code > 0:
+        code >>= RANK_BITS
+        d += 1
+    return d
+
+
+@jit
+def _marginal_rule(batch: Batch, costs: CostTables, conf: np.ndarray, depth: int, topk: int, max_nodes: int):
     """The rule of :func:`_best_prefix` over every node with ranks <= topk
-    and depth <= depth, enumerated lazily best first: a heap over the whole
-    batch holds each request's frontier; popping a node pushes its first
-    child and its next sibling (confidence falls with rank and depth, so
-    pops come in non-increasing value). It stops when no later node can
-    raise the step's tokens per second: every later node is worth at most
-    the one just popped and costs at least the current per-token slope."""
+    and depth <= depth valued by ``conf`` [B, D, R], enumerated lazily best
+    first: a heap over the whole batch holds each request's frontier;
+    popping a node pushes its first child and its next sibling (confidence
+    falls with rank and depth, so pops come in non-increasing value). It
+    stops when no later node can raise the step's tokens per second: every
+    later node is worth at most the one just popped and costs at least the
+    current per-token slope. Returns the chosen (rows, codes) in pop order."""
     b = len(batch.context_tokens)
     p = _pricing(batch, costs, topk)
     heap = [(0.0, 0, np.int64(0), 0, 0, 0.0)]  # (-value, request, code, depth, rank, parent value)
     heap.pop()
     for i in range(b):
-        if batch.remaining_tokens[i] > 1:
-            heap.append((-batch.conf[i, 0, 0], i, np.int64(1), 1, 1, 1.0))
+        if batch.remaining_tokens[i] > 1 and conf[i, 0, 0] > 0:
+            heap.append((-conf[i, 0, 0], i, np.int64(1), 1, 1, 1.0))
     heapq.heapify(heap)
     rows = np.empty(max_nodes, dtype=np.int64)
     chosen = np.empty(max_nodes, dtype=np.int64)
@@ -276,30 +286,58 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
         # Later nodes are worth at most this one and cost at least the
         # forward's slope here; best is already the highest rate seen.
         slope = _step_s(costs, p, n + 2, pairs, 0) - _step_s(costs, p, n + 1, pairs, 0)
-        if slope > 0 and value / slope < best:
+        if value <= 0 or (slope > 0 and value / slope < best):
             break
         rows[n], chosen[n] = i, code
         n += 1
         gain += value
         pairs += batch.context_tokens[i]
         deepest = max(deepest, d)
-        rate = gain / _step_s(costs, p, n, pairs, min(deepest + 1, depth))
+        rate = gain / _step_s(costs, p, n, pairs, deepest)
         if rate > best:
             best, take = rate, n
         if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child
-            heapq.heappush(heap, (-value * batch.conf[i, d, 0], i, code + (np.int64(1) << (RANK_BITS * d)),
+            heapq.heappush(heap, (-value * conf[i, d, 0], i, code + (np.int64(1) << (RANK_BITS * d)),
                                   d + 1, 1, value))
         if r < topk:  # next sibling
-            sibling = parent * batch.conf[i, d - 1, r]
+            sibling = parent * conf[i, d - 1, r]
             heapq.heappush(heap, (-sibling, i, code + (np.int64(1) << (RANK_BITS * (d - 1))), d, r + 1, parent))
-    plan = _packed(rows[:take], chosen[:take], b, topk)
-    if take > 0:
-        # Drafting is incremental: a request's confidences at one level past
-        # its deepest planned node are what told the rule to stop there, so
-        # the drafter ran that level too (every request that could draft).
-        for i in range(b):
-            if batch.remaining_tokens[i] > 1:
-                plan.draft_steps[i] = min(plan.depth[i] + 1, depth)
+    return rows[:take], chosen[:take]
+
+
+@jit
+def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes: int) -> Plan:
+    """The load-adaptive rule in two phases, as an engine runs it: the
+    drafter's confidences exist only for the levels it has drafted.
+
+    1. *How deep to draft*, before drafting: the rule on each request's
+       expected acceptance (its history, as goodput's alpha, rank 1 only)
+       gives the depth it would verify; the drafter runs that many levels.
+    2. *What to verify*, after drafting: the rule on the drafter's real
+       confidences, cut to the drafted levels, picks the nodes (a tree where
+       lower-ranked candidates pay).
+    """
+    b = len(batch.context_tokens)
+    prior = np.zeros((b, depth, topk))
+    for i in range(b):
+        alpha = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
+        for d in range(depth):
+            prior[i, d, 0] = alpha
+    rows, chosen = _marginal_rule(batch, costs, prior, depth, topk, max_nodes)
+    levels = np.zeros(b, dtype=np.int64)
+    for t in range(len(rows)):
+        levels[rows[t]] = max(levels[rows[t]], _code_depth(chosen[t]))
+    seen = np.zeros((b, depth, topk))
+    for i in range(b):
+        for d in range(levels[i]):
+            for r in range(topk):
+                seen[i, d, r] = batch.conf[i, d, r]
+    rows, chosen = _marginal_rule(batch, costs, seen, depth, topk, max_nodes)
+    plan = _packed(rows, chosen, b, topk)
+    for i in range(b):
+        plan.draft_steps[i] = levels[i]
+        if levels[i] > 0 and plan.draft_width[i] == 0:
+            plan.draft_width[i] = 1
     return plan
 
 
