@@ -15,7 +15,7 @@ is the one the traces were recorded with, so ``visual_share`` is 0: the
 model already holds that context's acceptance.
 
 **Costs.** Each live step records the simulator's step shape and its wall
-time; a non-negative least-squares fit of the cost model's own terms
+time; a non-negative least-squares fit (of relative error) of the cost model's own terms
 (per-step overhead, per target token, per logit row, per attention pair,
 per sequence in the forward,
 the vision encoder, per drafter level and row, per kept visual token,
@@ -126,27 +126,36 @@ def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int 
     return model_of(best.x)
 
 
-def save_acceptance(model: AcceptanceModel, path: str | Path, source: dict | None = None) -> None:
+def _save(record: dict, path: str | Path) -> None:
+    """Write JSON to a temp file, then rename: never a half-written file."""
     path = Path(path)
-    record = {"format": ACCEPTANCE_FORMAT, "model": asdict(model), "source": source or {}}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
 
 
-def load_acceptance(path: str | Path) -> AcceptanceModel:
-    """An acceptance model file written by :func:`save_acceptance` (``--acceptance PATH``)."""
+def _load(path: str | Path, what: str, expected: str, build):
+    """Read a file :func:`_save` wrote and ``build`` its object; errors name the file."""
     path = Path(path)
-    require(path.is_file(), f"acceptance file {path} does not exist")
+    require(path.is_file(), f"{what} file {path} does not exist")
     try:
         record = json.loads(path.read_text())
-        require(record.get("format") == ACCEPTANCE_FORMAT,
-                f"acceptance file {path} has format {record.get('format')!r}, expected {ACCEPTANCE_FORMAT!r}")
-        return AcceptanceModel(**record["model"])
+        require(record.get("format") == expected,
+                f"{what} file {path} has format {record.get('format')!r}, expected {expected!r}")
+        return build(record)
     except InputError:
         raise
     except (ValueError, KeyError, TypeError) as error:
-        raise InputError(f"acceptance file {path} is corrupt: {error}") from None
+        raise InputError(f"{what} file {path} is corrupt: {error}") from None
+
+
+def save_acceptance(model: AcceptanceModel, path: str | Path, source: dict | None = None) -> None:
+    _save({"format": ACCEPTANCE_FORMAT, "model": asdict(model), "source": source or {}}, path)
+
+
+def load_acceptance(path: str | Path) -> AcceptanceModel:
+    """An acceptance model file written by :func:`save_acceptance` (``--acceptance PATH``)."""
+    return _load(path, "acceptance", ACCEPTANCE_FORMAT, lambda record: AcceptanceModel(**record["model"]))
 
 
 # -- step costs -------------------------------------------------------------------
@@ -164,13 +173,40 @@ def step_features(step) -> np.ndarray:
                      float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
 
 
+TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "vision_call", "vision_token")
+DRAFT_FEATURES = ("draft_level", "draft_row", "draft_kept", "select_call", "select_key")
+
+
+def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of relative error (short steps weigh as much as long ones)."""
+    keep = y > 0
+    coef, _ = nnls(x[keep] / y[keep, None], np.ones(int(keep.sum())))
+    return coef
+
+
 def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
-    """Non-negative least squares of step wall times on the cost model's
-    terms. Returns the model and a report (coefficients, fit error)."""
+    """Fit the cost model's terms to live step records. Where steps also
+    record how long drafting (``draft_s``) and the target's part
+    (``target_s``) took, each part is fitted on its own terms and the rest
+    of the step is the per-step overhead; that keeps correlated terms (more
+    requests: more target tokens *and* more drafter rows) apart. Otherwise
+    the whole step is fitted at once. Returns the model and a report."""
     require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
     x = np.array([step_features(s) for s in steps])
     y = np.array([s.duration_s for s in steps])
-    coef, _ = nnls(x, y)
+    index = {name: i for i, name in enumerate(FEATURES)}
+    parts = np.array([[getattr(s, "draft_s", 0.0), getattr(s, "target_s", 0.0)] for s in steps])
+    if parts.sum() > 0:
+        coef = np.zeros(len(FEATURES))
+        t_cols = [index["overhead"]] + [index[n] for n in TARGET_FEATURES]  # with the forward's fixed cost
+        coef[t_cols] = _nnls_relative(x[:, t_cols], parts[:, 1])
+        drafted = parts[:, 0] > 0
+        d_cols = [index[n] for n in DRAFT_FEATURES]
+        if drafted.sum() >= 10:
+            coef[d_cols] = _nnls_relative(x[drafted][:, d_cols], parts[drafted, 0])
+        coef[index["overhead"]] += max(float(np.median(y - x @ coef)), 0.0)  # scheduling, outside both parts
+    else:
+        coef = _nnls_relative(x, y)
     c = dict(zip(FEATURES, coef.tolist()))
     model = cost_model_from(c, label)
     predicted = x @ coef
@@ -193,22 +229,10 @@ def cost_model_from(c: dict, label: str) -> CostModel:
 
 
 def save_step_costs(report: dict, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(path)
+    _save(report, path)
 
 
 def load_step_costs(path: str | Path) -> CostModel:
     """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
-    path = Path(path)
-    require(path.is_file(), f"step-cost file {path} does not exist")
-    try:
-        record = json.loads(path.read_text())
-        require(record.get("format") == COST_FORMAT,
-                f"step-cost file {path} has format {record.get('format')!r}, expected {COST_FORMAT!r}")
-        return cost_model_from({k: float(record["coefficients_s"][k]) for k in FEATURES}, record["label"])
-    except InputError:
-        raise
-    except (ValueError, KeyError, TypeError) as error:
-        raise InputError(f"step-cost file {path} is corrupt: {error}") from None
+    return _load(path, "step-cost", COST_FORMAT, lambda record: cost_model_from(
+        {k: float(record["coefficients_s"][k]) for k in FEATURES}, record["label"]))

@@ -51,7 +51,7 @@ from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy
 from simspec.types import InputError, MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
 
-RECENT_WEIGHT = 0.3  # as the simulator (sim/steps.py)
+from simspec.sim.steps import POPULATION_WEIGHT, RECENT_WEIGHT, censored_accepted  # as the simulator
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
 
 
@@ -61,11 +61,13 @@ class LiveConfig:
     max_num_batched_tokens: int = 512
     drafter_context: str = "selected:8"
     impl: str = "auto"  # simspec_kernels implementation
+    prior_top1: float = 0.5  # top-1 acceptance assumed before any history (the simulator uses its model's)
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
         require(self.max_num_batched_tokens >= 16,
                 f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
+        require(0.0 < self.prior_top1 < 1.0, f"prior_top1 must be in (0, 1) (got {self.prior_top1})")
         DraftContext.parse(self.drafter_context)
 
 
@@ -122,6 +124,8 @@ class StepRecord:
     select_visual_tokens: int
     batch: int
     plans: tuple[int, int, int]
+    draft_s: float = 0.0  # of duration_s: drafting (selection and planning included)
+    target_s: float = 0.0  # ... the vision encoder, the target forward and acceptance
 
 
 @dataclass(slots=True)
@@ -158,6 +162,8 @@ class LiveEngine:
         self.dk = torch.zeros(slots, self.max_len, dh, drafter.config.width // dh)
         self.dv = torch.zeros_like(self.dk)
         self.free_slots = list(range(slots - 1, -1, -1))
+        p = config.prior_top1  # moving average of accepted tokens per drafted round, all requests
+        self.population = min(p / (1.0 - p), 15.0)
 
     # -- public ----------------------------------------------------------------
     @torch.no_grad()
@@ -221,13 +227,17 @@ class LiveEngine:
                     waiting.append(arrived)
                 arrived += 1
             if not running and not waiting:
-                if arrived < n:
-                    time.sleep(max(0.0, requests[arrived].arrival_s - now()))
+                # Poll rather than sleep, as a serving loop does: a core that slept
+                # comes back with cold caches and a lower clock, and the first
+                # steps after every idle gap would be slower than the rest.
+                while arrived < n and now() < requests[arrived].arrival_s:
+                    pass
                 continue
             while waiting and len(running) < self.config.max_num_seqs:
                 i = waiting.popleft()
                 running.append(i)
                 seqs[i].slot = self.free_slots.pop()
+                seqs[i].recent = self.population  # its history starts as the engine's
                 admitted[i] = t
             decode = [seqs[i] for i in running if seqs[i].cache >= seqs[i].prefill_target]
             budget = self.config.max_num_batched_tokens - len(decode) - sum(s.drafted for s in decode)
@@ -239,7 +249,7 @@ class LiveEngine:
                     take = min(left, budget)
                     chunks.append((s, take))
                     budget -= take
-            step_start = now()
+            step_start = t  # the step's time includes scheduling it, as the simulator's steps run back to back
             record, outcome = self._step(decode, chunks, traces)
             end = now()
             steps.append(StepRecord(start_s=step_start, duration_s=end - step_start, **record))
@@ -263,14 +273,19 @@ class LiveEngine:
     # -- one step ----------------------------------------------------------------
     def _step(self, decode: list[_Seq], chunks: list[tuple[_Seq, int]], traces: list[dict]):
         b = len(decode)
+        clock = time.perf_counter
+        t_start = clock()
         prefill_tokens = sum(take for _, take in chunks)
         prefill_pairs = sum(take * s.cache + take * (take + 1) // 2 for s, take in chunks)
         prefill_kv = sum(s.cache + take for s, take in chunks)
         vision_tokens = sum(self.n_visual for s, _ in chunks if s.cache == 0)
-        for s, _ in chunks:
-            if s.cache == 0:
-                s.visual_embeds = self.target.encode_image(torch.from_numpy(s.example.image)[None])[0]
+        starting = [s for s, _ in chunks if s.cache == 0]
+        if starting:  # the vision encoder over every image starting prefill, in one batch
+            embeds = self.target.encode_image(torch.from_numpy(np.stack([s.example.image for s in starting])))
+            for s, e in zip(starting, embeds):
+                s.visual_embeds = e
 
+        t_draft = clock()
         # 1. incremental drafting of the rank-1 chains, planning in between
         depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
         levels: list[int] = []
@@ -297,6 +312,7 @@ class LiveEngine:
         # 2. the plan's trees: draft off-chain parents depth by depth
         trees = self._trees(decode, chains, plan, levels, visual_ctx) if b else []
 
+        t_verify = clock()
         # 3. verify: one target forward over prefill chains and round trees
         rows_x, rows_pos, rows_par, rows_len, rows_slot = [], [], [], [], []
         for s, take in chunks:
@@ -364,9 +380,13 @@ class LiveEngine:
             s.queries = torch.stack([q[row, at] for q in out.queries], 0)
             s.drafted = len(nodes)
             if nodes:
-                s.recent = (1 - RECENT_WEIGHT) * s.recent + RECENT_WEIGHT * accepted
+                deepest = max(nd.depth for nd in nodes)
+                s.recent = (1 - RECENT_WEIGHT) * s.recent + RECENT_WEIGHT * censored_accepted(accepted, deepest, s.recent)
+                self.population = ((1 - POPULATION_WEIGHT) * self.population
+                                   + POPULATION_WEIGHT * censored_accepted(accepted, deepest, self.population))
                 traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted, first_index))
             outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
+        t_end = clock()
         kinds = plan.kind if b else np.zeros(0, dtype=np.int8)
         # The drafter work as the simulator accounts it (sim/steps.py): level 1
         # one row per drafting request, deeper levels its plan's width.
@@ -385,7 +405,8 @@ class LiveEngine:
             vision_tokens=vision_tokens, draft_level_tokens=tuple(accounted), draft_rows=tuple(levels),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
             select_visual_tokens=int(sum(decode[i].request.visual_tokens for i in selecting)), batch=b,
-            plans=tuple(int((kinds == k).sum()) for k in range(3)))
+            plans=tuple(int((kinds == k).sum()) for k in range(3)),
+            draft_s=t_verify - t_draft, target_s=(t_draft - t_start) + (t_end - t_verify))
         return record, outcome
 
     # -- drafting ----------------------------------------------------------------

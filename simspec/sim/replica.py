@@ -121,6 +121,13 @@ class _LogBuffers:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def _prior_accepted(top1_logit: float) -> float:
+    """Accepted tokens per round a request is expected to have before it has
+    any history: the geometric p / (1 - p) of the model's top-1 acceptance."""
+    p = 1.0 / (1.0 + np.exp(-top1_logit))
+    return float(min(p / (1.0 - p), 15.0))
+
+
 class Replica:
     """State of one replica over one run; ``simulate`` drives it."""
 
@@ -142,7 +149,8 @@ class Replica:
             emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), recent=np.ones(n),
             drafted=np.zeros(n, np.int64),
             difficulty=acceptance.request_logits(rng_difficulty, n),
-            retention=acceptance.retention(context, visual).astype(float))
+            retention=acceptance.retention(context, visual).astype(float),
+            population=np.array([_prior_accepted(acceptance.top1_logit)]))
         self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
                                                  acceptance.confidence_sigma, acceptance.visual_share,
                                                  np.ascontiguousarray(acceptance.tail))
@@ -216,6 +224,7 @@ class Replica:
             used += need
             if np.isnan(self.admitted_s[i]):
                 self.admitted_s[i] = self.env.now
+                self.state.recent[i] = self.state.population[0]  # its history starts as the replica's
 
     def _held(self, ids: np.ndarray) -> np.ndarray:
         return np.maximum(self.state.cache[ids], self.prefill_target[ids])

@@ -26,6 +26,7 @@ from simspec.policies import kernels
 from simspec.trees import accepted_length
 
 RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
+POPULATION_WEIGHT = 0.05  # ... and in the replica-wide average a newly admitted request starts from
 
 
 class RequestState(NamedTuple):
@@ -41,6 +42,7 @@ class RequestState(NamedTuple):
     drafted: np.ndarray  # [N] int draft tokens in the request's last round
     difficulty: np.ndarray  # [N] float top-1 acceptance logit of the request
     retention: np.ndarray  # [N] float acceptance kept at image-grounded positions
+    population: np.ndarray  # [1] float moving average of accepted tokens per drafted round, all requests
 
 
 class AcceptanceParams(NamedTuple):
@@ -83,6 +85,15 @@ class Logs(NamedTuple):
     step_batch: np.ndarray
     step_plans: np.ndarray  # [S, 3] rounds planned AR / linear / tree
     fill: np.ndarray  # [3] int
+
+
+@jit
+def censored_accepted(accepted: int, depth: int, estimate: float) -> float:
+    """A round's accepted tokens as evidence of how many the drafter would
+    have had accepted with no depth limit: a round that accepted every level
+    it verified says "at least ``depth``", and with geometric acceptance the
+    expected count beyond is the current ``estimate`` (memoryless)."""
+    return accepted + estimate if accepted >= depth else float(accepted)
 
 
 @jit
@@ -165,7 +176,10 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                 logs.round_depth[r] = plan.depth[i]
                 logs.round_drafted[r] = plan.num_nodes[i]
                 r += 1
-                state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * accepted[i]
+                seen = censored_accepted(accepted[i], plan.depth[i], state.recent[j])
+                state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * seen
+                seen = censored_accepted(accepted[i], plan.depth[i], state.population[0])
+                state.population[0] = (1.0 - POPULATION_WEIGHT) * state.population[0] + POPULATION_WEIGHT * seen
             if state.emitted[j] >= state.output[j]:
                 finished = True
         logs.step_start_s[s] = t
