@@ -275,3 +275,9 @@ def test_live_workload_is_deterministic_and_fits_the_model():
     assert all(r.prompt_tokens == len(e.prompt_ids) and r.visual_tokens == 16 for r, e in zip(a, ea))
     c, _ = live_workload(cfg, 4)
     assert [r.arrival_s for r in a] != [r.arrival_s for r in c]
+
+
+def test_auto_serves_with_the_reference_kernels_on_a_cpu(target, drafter):
+    model, _ = target
+    engine = LiveEngine(model, drafter, policies.parse("ar"), affine(1.0, 0.05), LiveConfig(impl="auto"))
+    assert engine.config.impl == "reference"  # never the Triton interpreter the kernel tests switch on

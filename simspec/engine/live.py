@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -60,7 +60,7 @@ class LiveConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     drafter_context: str = "selected:8"
-    impl: str = "auto"  # simspec_kernels implementation
+    impl: str = "auto"  # simspec_kernels implementation; auto: Triton on CUDA, the PyTorch reference on a CPU
     prior_top1: float = 0.5  # top-1 acceptance assumed before any history (the simulator uses its model's)
 
     def __post_init__(self):
@@ -151,6 +151,11 @@ class LiveEngine:
                  config: LiveConfig = LiveConfig()):
         self.target, self.drafter, self.policy, self.costs, self.config = target, drafter, policy, costs, config
         self.context = DraftContext.parse(config.drafter_context)
+        if config.impl == "auto" and not next(target.parameters()).is_cuda:
+            # Not the kernels' own "auto": under TRITON_INTERPRET=1 (the kernel
+            # tests) that picks the interpreter, far too slow to serve with.
+            config = replace(config, impl="reference")
+            self.config = config
         c = target.config
         self.n_visual = c.visual_tokens
         self.max_len = 2 * 1024
