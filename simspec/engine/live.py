@@ -49,7 +49,8 @@ from simspec.models.drafter import Drafter, chain_attention, select_visual
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy
-from simspec.types import InputError, MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
+from simspec_kernels.tree_attention import tree_attention
+from simspec.types import MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
 
 from simspec.sim.steps import POPULATION_WEIGHT, RECENT_WEIGHT, censored_accepted  # as the simulator
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
@@ -294,7 +295,6 @@ class LiveEngine:
         # 1. incremental drafting of the rank-1 chains, planning in between
         depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
         levels: list[int] = []
-        select = [0, 0]
         chains: list[list[_Node]] = [[] for _ in decode]
         conf = np.zeros((b, max(depth, 1), ranks))  # levels not drafted yet: unknown (0)
         known = np.zeros(b, dtype=np.int64)
@@ -306,7 +306,7 @@ class LiveEngine:
             want = [i for i in range(b) if plan.draft_steps[i] > known[i] and known[i] < depth]
             if not want:
                 break
-            levels.append(self._draft_level(decode, want, known, chains, visual_ctx, select))
+            levels.append(self._draft_level(decode, want, known, chains, visual_ctx))
             for i in want:
                 probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
                 conf[i, known[i], :] = probs[:ranks]
@@ -415,41 +415,37 @@ class LiveEngine:
         return record, outcome
 
     # -- drafting ----------------------------------------------------------------
-    def _visual(self, s: _Seq, visual_ctx: dict, select: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _visual(self, s: _Seq, visual_ctx: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The request's kept visual features this round (selected once per round)."""
         if s.index not in visual_ctx:
-            if self.context.kind == "selected" and self.context.kept_tokens < s.visual_hidden.shape[0]:
-                select[0] += 1
-                select[1] += s.visual_hidden.shape[0]
             kept, length = select_visual(self.context, s.visual_hidden[None], s.queries[None], s.visual_keys[None],
                                          impl=self.config.impl)
             visual_ctx[s.index] = (kept[0], length[0])
         return visual_ctx[s.index]
 
-    def _draft_level(self, decode, want, known, chains, visual_ctx, select) -> int:
+    def _draft_level(self, decode, want, known, chains, visual_ctx) -> int:
         """One drafter step for the requests in ``want``: level 1 absorbs the
         new true entries; deeper levels run the rank-1 chain node."""
         first = [i for i in want if known[i] == 0]
         deeper = [i for i in want if known[i] > 0]
         rows = 0
         if first:
-            self._absorb([decode[i] for i in first], visual_ctx, select)
+            self._absorb([decode[i] for i in first], visual_ctx)
             rows += len(first)
             for i in first:
                 chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
         if deeper:
             parents = [chains[i][-1] for i in deeper]
-            self._run_nodes([decode[i] for i in deeper], parents, visual_ctx, select)
+            self._run_nodes([decode[i] for i in deeper], parents, visual_ctx)
             rows += len(deeper)
             for i, parent in zip(deeper, parents):
                 code = parent.code + (1 << (RANK_BITS * parent.depth))
                 chains[i].append(_Node(code, parent.depth + 1, parent, int(parent.cand[0])))
         return rows
 
-    def _absorb(self, seqs: list[_Seq], visual_ctx, select) -> int:
+    def _absorb(self, seqs: list[_Seq], visual_ctx) -> int:
         """Run each request's new true entries through the drafter (a chain
         after its cache), commit them, and keep the last one's candidates."""
-        from simspec_kernels.tree_attention import tree_attention
-
         lengths = [len(s.entries) for s in seqs]
         width = max(lengths)
         c = self.drafter.config.width
@@ -466,7 +462,7 @@ class LiveEngine:
         parents = torch.arange(-1, width - 1).expand(len(seqs), -1).contiguous()
         y = tree_attention(q.contiguous(), self.dk[slots, :top].contiguous(), self.dv[slots, :top].contiguous(), cache_len,
                            k.contiguous(), v.contiguous(), parents, torch.tensor(lengths), impl=self.config.impl)
-        visual = [self._visual(s, visual_ctx, select) for s in seqs]
+        visual = [self._visual(s, visual_ctx) for s in seqs]
         kept, kept_len = self._stack_visual(visual)
         last = torch.tensor(lengths) - 1
         rows = torch.arange(len(seqs))
@@ -501,7 +497,7 @@ class LiveEngine:
             out.append(out[-1].parent)
         return out[::-1]
 
-    def _run_nodes(self, seqs: list[_Seq], nodes: list[_Node], visual_ctx, select) -> None:
+    def _run_nodes(self, seqs: list[_Seq], nodes: list[_Node], visual_ctx) -> None:
         """Drafter step on draft nodes (one per row): each attends to its
         request's drafter cache and its own chain; stores its features,
         keys, candidates and confidences on the node."""
@@ -524,9 +520,9 @@ class LiveEngine:
         slots = torch.tensor([s.slot for s in seqs])
         lens = torch.tensor([s.draft_cache for s in seqs])
         top = int(lens.max())
-        y = _chain_attention_ragged(q, self.dk[slots, :top], self.dv[slots, :top], lens, k_chain, v_chain,
-                                    torch.tensor([len(p) for p in paths]))
-        visual = [self._visual(s, visual_ctx, select) for s in seqs]
+        y = chain_attention(q, self.dk[slots, :top], self.dv[slots, :top], lens, k_chain, v_chain,
+                            torch.tensor([len(p) for p in paths]))
+        visual = [self._visual(s, visual_ctx) for s in seqs]
         kept, kept_len = self._stack_visual(visual)
         feats_out, logits = self.drafter.finish(x, y, kept, kept_len, impl=self.config.impl)
         probs = logits[:, 0].softmax(-1)
@@ -552,7 +548,7 @@ class LiveEngine:
                 parents = {(i, c & ((1 << (RANK_BITS * (d - 1))) - 1)) for i, c in at_depth}
                 todo = [(i, nodes[i][pc]) for i, pc in sorted(parents) if nodes[i][pc].cand is None]
                 if todo:
-                    self._run_nodes([decode[i] for i, _ in todo], [nd for _, nd in todo], visual_ctx, [0, 0])
+                    self._run_nodes([decode[i] for i, _ in todo], [nd for _, nd in todo], visual_ctx)
                     while len(levels) < d:
                         levels.append(0)
                     levels[d - 1] += len(todo)
@@ -670,20 +666,3 @@ def _depth(code: int) -> int:
         code >>= RANK_BITS
         d += 1
     return d
-
-
-def _chain_attention_ragged(q, k_true, v_true, true_len, k_chain, v_chain, chain_len):
-    """:func:`chain_attention` with a different chain length per row (front-aligned, masked past ``chain_len``)."""
-    import math
-
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s_true = torch.einsum("bwhd,blhd->bhwl", q, k_true) * scale
-    valid = torch.arange(k_true.shape[1]) < true_len[:, None]
-    s_true = s_true.masked_fill(~valid[:, None, None, :], float("-inf"))
-    s_chain = torch.einsum("bwhd,bwahd->bhwa", q, k_chain) * scale
-    chain_ok = torch.arange(k_chain.shape[2]) < chain_len[:, None]  # [B, A]
-    s_chain = s_chain.masked_fill(~chain_ok[:, None, None, :], float("-inf"))
-    p = torch.softmax(torch.cat([s_true, s_chain], -1), -1)
-    length = k_true.shape[1]
-    return (torch.einsum("bhwl,blhd->bwhd", p[..., :length], v_true)
-            + torch.einsum("bhwa,bwahd->bwhd", p[..., length:], v_chain))

@@ -37,6 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simspec_kernels.cross_attention import gated_cross_attention
+from simspec_kernels.int8_cache import quantize_keys
+from simspec_kernels.selection import select_visual_tokens
 from simspec.acceptance import DraftContext
 from simspec.models.vlm import RMSNorm, TargetVLM, rope
 from simspec.types import require
@@ -112,8 +115,6 @@ class Drafter(nn.Module):
         -> predicted features ``[B, Q, C]`` and logits ``[B, Q, V]``.
 
         visual: [B, K, C] kept visual features (K may be 0); visual_lengths: [B]."""
-        from simspec_kernels.cross_attention import gated_cross_attention
-
         b, q_len, width = x.shape
         x = x + self.out(attended.reshape(b, q_len, width))
         if visual.shape[1] > 0:
@@ -136,9 +137,6 @@ def select_visual(context: DraftContext, visual_hidden: torch.Tensor, queries: t
     queries: [B, layers, H, D] the verifier's saved queries (last verified token);
     visual_keys: [B, layers, N, H, D] the target's visual keys (quantized here to int8).
     Returns kept ``[B, K, C]`` and lengths ``[B]`` (K = 0 for ``none``)."""
-    from simspec_kernels.int8_cache import quantize_keys
-    from simspec_kernels.selection import select_visual_tokens
-
     b, n, width = visual_hidden.shape
     lengths = torch.full((b,), n, dtype=torch.int64)
     if context.kind == "none":
@@ -160,18 +158,23 @@ def select_visual(context: DraftContext, visual_hidden: torch.Tensor, queries: t
 # -- attention of draft nodes -------------------------------------------------------
 
 def chain_attention(q: torch.Tensor, k_true: torch.Tensor, v_true: torch.Tensor, true_lengths: torch.Tensor,
-                    k_chain: torch.Tensor, v_chain: torch.Tensor) -> torch.Tensor:
+                    k_chain: torch.Tensor, v_chain: torch.Tensor,
+                    chain_lengths: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of draft nodes over their request's true entries and their own chain.
 
     q: [B, W, H, D] one query per node; k_true / v_true: [B, L, H, D] the
     request's true entries (valid below ``true_lengths [B]``); k_chain /
     v_chain: [B, W, A, H, D] each node's chain of draft nodes (its ancestors
-    below depth 1, then itself; A >= 1, all valid). Returns [B, W, H, D]."""
+    below depth 1, then itself; A >= 1), front-aligned and valid below
+    ``chain_lengths [B]`` (None: all A). Returns [B, W, H, D]."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     s_true = torch.einsum("bwhd,blhd->bhwl", q, k_true) * scale  # [B, H, W, L]
     valid = torch.arange(k_true.shape[1]) < true_lengths[:, None]  # [B, L]
     s_true = s_true.masked_fill(~valid[:, None, None, :], float("-inf"))
     s_chain = torch.einsum("bwhd,bwahd->bhwa", q, k_chain) * scale  # [B, H, W, A]
+    if chain_lengths is not None:
+        in_chain = torch.arange(k_chain.shape[2]) < chain_lengths[:, None]  # [B, A]
+        s_chain = s_chain.masked_fill(~in_chain[:, None, None, :], float("-inf"))
     p = torch.softmax(torch.cat([s_true, s_chain], dim=-1), dim=-1)
     length = k_true.shape[1]
     return (torch.einsum("bhwl,blhd->bwhd", p[..., :length], v_true)

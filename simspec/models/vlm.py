@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simspec_kernels.tree_attention import tree_attention  # the kernels package needs torch only
 from simspec.types import require
 
 
@@ -227,8 +228,6 @@ class TargetVLM(nn.Module):
         k_cache / v_cache: per layer ``[B, L, H, D]``; cache_lengths: [B].
         Attention is :func:`simspec_kernels.tree_attention.tree_attention`.
         """
-        from simspec_kernels.tree_attention import tree_attention  # the kernels package needs torch only
-
         b, q_len, width = x.shape
         keys, values, queries = [], [], []
         for i, block in enumerate(self.blocks):
