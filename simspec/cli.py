@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.acceptance import PRESETS
@@ -198,13 +198,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_live(args: argparse.Namespace) -> int:
     from simspec.engine import validate as live  # torch only when asked
+    from simspec.engine.live import LiveConfig
     from simspec import calibration, metrics, policies
+    from simspec.costs import affine
 
     specs = [p.strip() for p in args.policies.split(",") if p.strip()]
     for spec in specs:
         policies.parse(spec)
-    cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else live.affine(1.0, 0.05)
-    config = live.LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+    cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
+    config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                              drafter_context=args.drafter_context)
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
                               num_requests=args.num_requests, output_mean_tokens=args.output_mean)
@@ -244,7 +246,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     v = live.QUICK if args.quick else live.ValidateConfig()
     if args.policies:
-        v = live.replace(v, policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()))
+        v = replace(v, policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()))
     models = live.load_models(args.target, args.drafter)
     report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(live.format_report(report))

@@ -89,14 +89,21 @@ def cost_model_line(scenario: Scenario) -> str:
 
 def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 800) -> float:
     """Requests per second the scenario's replica sustains with ``policy``
-    when its queue never empties: ``requests`` of the workload's mix all
-    arrive at once, and the rate is 90% of them over the time the 90% took
-    (the drain at the end, with a shrinking batch, is left out)."""
+    (:func:`burst_rate` over ``requests`` of the workload's mix)."""
     burst = replace(config, workload=replace(config.workload, num_requests=requests, duration_s=None))
     scenario = resolve(burst)
-    queue = [replace(r, arrival_s=0.0) for r in scenario.requests]
-    log = simulate(queue, policy=policies.parse(policy), costs=scenario.costs, acceptance=scenario.acceptance,
-                   engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
+    return burst_rate(scenario.requests, policy=policy, costs=scenario.costs, acceptance=scenario.acceptance,
+                      engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
+
+
+def burst_rate(requests, *, policy: str, costs, acceptance, engine, kv_budget_tokens: int, seed: int) -> float:
+    """Requests per second a replica sustains when its queue never empties:
+    ``requests`` all arrive at once, and the rate is 90% of them over the
+    time the 90% took (the drain at the end, with a shrinking batch, is
+    left out)."""
+    queue = [replace(r, arrival_s=0.0) for r in requests]
+    log = simulate(queue, policy=policies.parse(policy), costs=costs, acceptance=acceptance, engine=engine,
+                   kv_budget_tokens=kv_budget_tokens, seed=seed)
     finish = np.sort([r.finish_s for r in log.requests])
     k = int(0.9 * len(finish))
     return k / finish[k - 1]

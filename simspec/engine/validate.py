@@ -25,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from simspec import calibration, metrics, policies, workloads
+from simspec.experiment import burst_rate
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
 from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
@@ -164,17 +165,6 @@ def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple
                                     "capacity_guess_req_s": capacity}
 
 
-def ar_saturation(requests: Sequence[Request], costs: CostModel, acceptance: AcceptanceModel,
-                  engine: EngineConfig) -> float:
-    """Requests per second the simulated replica sustains with AR (all arrive at once; 90% over their time)."""
-    queue = [replace(r, arrival_s=0.0) for r in requests]
-    log = simulate(queue, policy=policies.parse("ar"), costs=costs, acceptance=acceptance, engine=engine,
-                   kv_budget_tokens=1 << 20, seed=0)
-    finish = np.sort([r.finish_s for r in log.requests])
-    k = int(0.9 * len(finish))
-    return k / finish[k - 1]
-
-
 def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> dict:
     """Calibrate, then compare live and simulated serving (module docstring)."""
     started = time.perf_counter()
@@ -183,7 +173,8 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     v = replace(v, live=replace(v.live, prior_top1=float(1.0 / (1.0 + np.exp(-acceptance.top1_logit)))))
     engine = engine_config(v.live)
     probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), v.seed + 3000)
-    saturation = ar_saturation(probe, costs, acceptance, engine)
+    saturation = burst_rate(probe, policy="ar", costs=costs, acceptance=acceptance, engine=engine,
+                            kv_budget_tokens=1 << 20, seed=0)
     table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     cdf_logs: list[tuple[str, RunLog, RunLog]] = []
     repeat: dict[str, dict] = {}

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from simspec.acceptance import DraftContext
 from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unrolled_losses
 from simspec.models.task import Example, Vocab, examples_hash, generate
-from simspec.models.train import deterministic, load_target
+from simspec.models.train import deterministic, load_target, load_weights, read_checkpoint_meta
 from simspec.models.vlm import TargetVLM
 from simspec.types import InputError, require
 
@@ -206,26 +206,16 @@ def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/tar
 def load_drafter(directory: str | Path, target: TargetVLM, target_dir: str | Path | None = None) -> tuple[Drafter, dict]:
     """Load a drafter folder for ``target``; a missing or corrupt file, or
     weights that do not fit, raise :class:`InputError` naming the file."""
-    directory = Path(directory)
-    meta_path, weights_path = directory / "meta.json", directory / "drafter.pt"
-    for path in (meta_path, weights_path):
-        require(path.is_file(), f"checkpoint file {path} is missing")
+    meta, meta_path, weights_path = read_checkpoint_meta(directory, "drafter.pt")
     try:
-        meta = json.loads(meta_path.read_text())
         config = DrafterConfig(**meta["config"])
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"checkpoint file {meta_path} is corrupt: {error}") from None
     if target_dir is not None and meta.get("target_checkpoint_sha256") != _file_hash(Path(target_dir) / "model.pt"):
         raise InputError(f"checkpoint file {meta_path}: trained against a different target than {target_dir}")
     try:
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many types for a bad file
-        raise InputError(f"checkpoint file {weights_path} is corrupt: {type(error).__name__}") from None
-    try:
         drafter = Drafter(config, target)
-        drafter.load_state_dict(state)
-    except (RuntimeError, TypeError, AttributeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"checkpoint file {weights_path} does not match the config in {meta_path}: {first}") from None
-    drafter.eval()
+    except InputError as error:
+        raise InputError(f"checkpoint file {meta_path}: {error}") from None
+    load_weights(drafter, weights_path, meta_path)
     return drafter, meta

@@ -159,15 +159,39 @@ def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed:
     return meta
 
 
-def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, dict]:
-    """Load a checkpoint folder; a missing or corrupt file or a config that
-    does not fit the weights raises :class:`InputError` naming the file."""
+def read_checkpoint_meta(directory: str | Path, weights_name: str) -> tuple[dict, Path, Path]:
+    """A checkpoint folder's parsed ``meta.json`` and the paths of it and of
+    its weights; a missing or unreadable file raises :class:`InputError` naming it."""
     directory = Path(directory)
-    meta_path, weights_path = directory / "meta.json", directory / "model.pt"
+    meta_path, weights_path = directory / "meta.json", directory / weights_name
     for path in (meta_path, weights_path):
         require(path.is_file(), f"checkpoint file {path} is missing")
     try:
-        meta = json.loads(meta_path.read_text())
+        return json.loads(meta_path.read_text()), meta_path, weights_path
+    except ValueError as error:
+        raise InputError(f"checkpoint file {meta_path} is corrupt: {error}") from None
+
+
+def load_weights(module: torch.nn.Module, weights_path: Path, meta_path: Path) -> None:
+    """Load ``weights_path`` into ``module``; a corrupt file or weights that
+    do not fit the config in ``meta_path`` raise :class:`InputError`."""
+    try:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a bad file
+        raise InputError(f"checkpoint file {weights_path} is corrupt: {type(error).__name__}") from None
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise InputError(f"checkpoint file {weights_path} does not match the config in {meta_path}: {first}") from None
+    module.eval()
+
+
+def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, dict]:
+    """Load a checkpoint folder; a missing or corrupt file or a config that
+    does not fit the weights raises :class:`InputError` naming the file."""
+    meta, meta_path, weights_path = read_checkpoint_meta(directory, "model.pt")
+    try:
         config = VLMConfig(**meta["config"])
         vocab = Vocab(words=tuple(meta["vocab"]))
     except (ValueError, KeyError, TypeError) as error:
@@ -175,15 +199,6 @@ def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, dict]:
     require(vocab == default_vocab(), f"checkpoint file {meta_path}: its vocab differs from the task's")
     require(config.vocab_size == vocab.size,
             f"checkpoint file {meta_path}: config.vocab_size={config.vocab_size} but vocab has {vocab.size} words")
-    try:
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
-    except Exception as error:  # torch raises many types for a bad file
-        raise InputError(f"checkpoint file {weights_path} is corrupt: {type(error).__name__}") from None
     model = TargetVLM(config)
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, AttributeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"checkpoint file {weights_path} does not match the config in {meta_path}: {first}") from None
-    model.eval()
+    load_weights(model, weights_path, meta_path)
     return model, vocab, meta
