@@ -209,7 +209,7 @@ class LiveEngine:
         traces: list[dict] = []
         waiting: deque[int] = deque()
         running: list[int] = []
-        arrived, finished = 0, len(rejected)
+        finished = len(rejected)
         start = clock()
         now = lambda: clock() - start  # noqa: E731
         try:

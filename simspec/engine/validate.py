@@ -33,7 +33,7 @@ from simspec.models.drafter_train import load_drafter
 from simspec.models.task import Example, generate
 from simspec.models.train import load_target
 from simspec.sim import EngineConfig, simulate
-from simspec.types import InputError, Request, RunLog, require
+from simspec.types import Request, RunLog, require
 
 EXAMPLE_SEED_OFFSET = 4_000_037
 COMPARED = [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "e2el") for stat in ("mean", "median", "p95", "p99")] + [

@@ -25,7 +25,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +33,12 @@ import torch
 from tqdm import tqdm
 
 from simspec.acceptance import DraftContext
+from simspec.models.config import DrafterTrainConfig
 from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unrolled_losses
 from simspec.models.task import Example, Vocab, examples_hash, generate
 from simspec.models.train import deterministic, load_target, load_weights, read_checkpoint_meta
 from simspec.models.vlm import TargetVLM
-from simspec.types import InputError, require
+from simspec.types import InputError
 
 CONTEXTS = ("selected:8", "none", "selected:1", "selected:4", "full", "pooled:4", "selected:8", "selected:16")
 """Visual contexts drawn in turn, one per batch (selected:8 is the engine's default)."""
@@ -45,25 +46,6 @@ VARIANTS = ("none", "selected:1", "selected:4", "selected:8", "selected:16", "se
 """Variants whose acceptance the meta records (K >= the 16 visual tokens is full)."""
 DATA_SEED_OFFSET = 2_000_003
 EVAL_SEED_OFFSET = 3_000_017
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DrafterTrainConfig:
-    steps: int = 1200
-    seed: int = 0
-    batch: int = 24
-    lr: float = 2e-3
-    warmup_steps: int = 60
-    weight_decay: float = 0.01
-    depth: int = 4  # draft steps unrolled in the loss
-    train_examples: int = 3000
-    eval_examples: int = 200
-    rollout_tokens: int = 32
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "batch", "warmup_steps", "depth", "train_examples", "eval_examples", "rollout_tokens"):
-            require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
-        require(0 < self.lr < 1, f"lr must be in (0, 1), got {self.lr}")
 
 
 QUICK = DrafterTrainConfig(steps=6, batch=8, train_examples=32, eval_examples=8, rollout_tokens=8, depth=3)
