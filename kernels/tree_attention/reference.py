@@ -25,17 +25,22 @@ import torch
 
 
 def ancestor_mask(parents: torch.Tensor, tree_sizes: torch.Tensor) -> torch.Tensor:
-    """bool [B, Q, Q]: ``mask[b, i, j]`` iff node j is node i or one of its ancestors (valid nodes only)."""
+    """bool [B, Q, Q]: ``mask[b, i, j]`` iff node j is node i or one of its ancestors (valid nodes only).
+
+    Transitive closure by pointer doubling: start from "itself or its
+    parent" and square the relation until paths of length Q are covered
+    (ceil(log2 Q) batched matmuls instead of a Python loop over nodes)."""
     B, Q = parents.shape
-    mask = torch.zeros((B, Q, Q), dtype=torch.bool, device=parents.device)   # [B, Q, Q]
-    batch = torch.arange(B, device=parents.device)
-    for i in range(Q):  # topological order: a parent's row is final before its children's
-        live = i < tree_sizes                                                # [B]
-        parent = torch.where(live, parents[:, i], -1)                        # [B] padded nodes: never read
-        row = mask[batch, parent.clamp(min=0)] & (parent >= 0)[:, None]      # [B, Q]
-        row[:, i] = True
-        mask[:, i] = row & live[:, None]
-    return mask
+    node = torch.arange(Q, device=parents.device)                                      # [Q]
+    live = node < tree_sizes[:, None]                                                  # [B, Q]
+    parent = torch.where(live, parents, -1)                                            # [B, Q] padded: no parent
+    step = (node[None, None, :] == parent[:, :, None]) | torch.eye(Q, dtype=torch.bool, device=parents.device)
+    closure = step.float()                                                             # [B, Q, Q]
+    reach = 1
+    while reach < Q:  # closure covers paths of up to `reach` edges
+        closure = (torch.bmm(closure, closure) > 0).float()
+        reach *= 2
+    return (closure > 0) & live[:, :, None] & live[:, None, :]
 
 
 def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lengths: torch.Tensor,

@@ -49,7 +49,6 @@ from simspec.models.drafter import Drafter, chain_attention, select_visual
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy
-from simspec_kernels.tree_attention import tree_attention
 from simspec.types import MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
 
 from simspec.sim.steps import POPULATION_WEIGHT, RECENT_WEIGHT, censored_accepted  # as the simulator
@@ -445,39 +444,42 @@ class LiveEngine:
 
     def _absorb(self, seqs: list[_Seq], visual_ctx) -> int:
         """Run each request's new true entries through the drafter (a chain
-        after its cache), commit them, and keep the last one's candidates."""
+        after its cache), commit them, and keep the last one's candidates.
+        The entries are packed for the drafter's GEMMs, and only each
+        request's last entry attends (the others only need their keys and
+        values): a request just out of prefill brings its whole prompt,
+        and padding every row to it would cost batch x prompt."""
         lengths = [len(s.entries) for s in seqs]
-        width = max(lengths)
-        c = self.drafter.config.width
-        feats = torch.zeros(len(seqs), width, c)
-        tokens = torch.zeros(len(seqs), width, dtype=torch.long)
-        positions = torch.zeros(len(seqs), width, dtype=torch.long)
-        for r, s in enumerate(seqs):
-            for j, (f, tok, pos) in enumerate(s.entries):
-                feats[r, j], tokens[r, j], positions[r, j] = f, tok, pos
-        x, q, k, v = self.drafter.project(feats, tokens, positions)
+        entries = [e for s in seqs for e in s.entries]
+        feats = torch.stack([f for f, _, _ in entries])[None]  # [1, T, C]
+        tokens = torch.tensor([[tok for _, tok, _ in entries]])  # [1, T]
+        positions = torch.tensor([[pos for _, _, pos in entries]])  # [1, T]
+        x, q, k, v = self.drafter.project(feats, tokens, positions)  # [1, T, C], [1, T, H, D]
+        ends = np.cumsum(lengths)
+        starts = ends - np.array(lengths)
+        last = torch.from_numpy(ends - 1)
+        k_chain = k.new_zeros(len(seqs), 1, max(lengths), *k.shape[-2:])  # [R, 1, A, H, D]
+        v_chain = torch.zeros_like(k_chain)
+        for r, (a, e) in enumerate(zip(starts, ends)):
+            k_chain[r, 0, :e - a], v_chain[r, 0, :e - a] = k[0, a:e], v[0, a:e]
         slots = torch.tensor([s.slot for s in seqs])
         cache_len = torch.tensor([s.draft_cache for s in seqs])
-        top = int(cache_len.max()) if len(seqs) else 0
-        parents = torch.arange(-1, width - 1).expand(len(seqs), -1).contiguous()
-        y = tree_attention(q.contiguous(), self.dk[slots, :top].contiguous(), self.dv[slots, :top].contiguous(), cache_len,
-                           k.contiguous(), v.contiguous(), parents, torch.tensor(lengths), impl=self.config.impl)
+        top = int(cache_len.max())
+        y = chain_attention(q[0, last][:, None], self.dk[slots, :top], self.dv[slots, :top], cache_len, k_chain,
+                            v_chain, torch.tensor(lengths))  # [R, 1, H, D]
         visual = [self._visual(s, visual_ctx) for s in seqs]
         kept, kept_len = self._stack_visual(visual)
-        last = torch.tensor(lengths) - 1
-        rows = torch.arange(len(seqs))
-        feats_out, logits = self.drafter.finish(x[rows, last][:, None], y[rows, last][:, None], kept, kept_len,
-                                                impl=self.config.impl)
-        for r, s in enumerate(seqs):
+        feats_out, logits = self.drafter.finish(x[0, last][:, None], y, kept, kept_len, impl=self.config.impl)
+        for r, (s, a, e) in enumerate(zip(seqs, starts, ends)):
             n = lengths[r]
-            self.dk[s.slot, s.draft_cache:s.draft_cache + n] = k[r, :n]
-            self.dv[s.slot, s.draft_cache:s.draft_cache + n] = v[r, :n]
+            self.dk[s.slot, s.draft_cache:s.draft_cache + n] = k[0, a:e]
+            self.dv[s.slot, s.draft_cache:s.draft_cache + n] = v[0, a:e]
             s.draft_cache += n
             s.entries = []
             probs = logits[r, 0].softmax(-1)
             p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
             s.cand, s.conf_pending, s.pending_out = cand.tolist(), p.numpy().astype(float), feats_out[r, 0]
-            s.draft_position = int(positions[r, n - 1])
+            s.draft_position = int(positions[0, e - 1])
         return sum(lengths)
 
     @staticmethod

@@ -155,6 +155,30 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+ATTENTION_CALL_PAIRS = 4096
+"""What one more attention call costs, in padded query-key pairs (CPU, reference)."""
+
+
+def _attention_groups(sizes: torch.Tensor, cache_lengths: torch.Tensor) -> list[tuple[torch.Tensor, int, int]]:
+    """Rows of a ragged batch split in at most two attention calls, short
+    trees apart from long prefill chunks, where that saves more padded
+    query-key pairs than a call costs. Each group: (rows, its longest
+    tree, its longest cache)."""
+    order = torch.argsort(sizes, stable=True)
+    q, length = sizes[order].tolist(), cache_lengths[order].tolist()
+    def padded(lo, hi):
+        return (hi - lo) * q[hi - 1] * (max(length[lo:hi]) + q[hi - 1]) if hi > lo else 0
+    b = len(q)
+    best, cut = padded(0, b), b
+    for split in range(1, b):
+        if q[split - 1] < q[split]:
+            cost = padded(0, split) + padded(split, b) + ATTENTION_CALL_PAIRS
+            if cost < best:
+                best, cut = cost, split
+    spans = [(0, cut), (cut, b)] if cut < b else [(0, b)]
+    return [(order[lo:hi], q[hi - 1], max(length[lo:hi])) for lo, hi in spans]
+
+
 class TargetVLM(nn.Module):
     def __init__(self, config: VLMConfig):
         super().__init__()
@@ -229,16 +253,31 @@ class TargetVLM(nn.Module):
         Attention is :func:`simspec_kernels.tree_attention.tree_attention`.
         """
         b, q_len, width = x.shape
+        # The GEMMs run on the packed valid nodes (as a serving engine packs a
+        # ragged batch), so a step's cost follows its real token count, not
+        # batch x the longest chunk; only attention sees the padded layout.
+        valid = torch.arange(q_len, device=x.device) < sizes[:, None]  # [B, Q]
+        flat, flat_pos = x[valid][None], positions[valid][None]  # [1, T, C], [1, T]
+        heads = self.config.heads
+        groups = _attention_groups(sizes, cache_lengths)
         keys, values, queries = [], [], []
         for i, block in enumerate(self.blocks):
-            q, k, v = (t.transpose(1, 2) for t in block.attn.project(block.norm1(x), positions))  # [B, Q, H, D]
-            y = tree_attention(q.contiguous(), k_cache[i], v_cache[i], cache_lengths, k.contiguous(), v.contiguous(),
-                               parents, sizes, impl=impl)
-            x = block.mlp(x + block.attn.out(y.reshape(b, q_len, width)))
+            packed = [t[0].transpose(0, 1) for t in block.attn.project(block.norm1(flat), flat_pos)]  # [T, H, D]
+            q, k, v = (t.new_zeros(b, q_len, heads, width // heads) for t in packed)  # [B, Q, H, D]
+            for padded, p in zip((q, k, v), packed):
+                padded[valid] = p
+            y = q.new_zeros(q.shape)
+            for rows, q_g, l_g in groups:  # prefill chunks and draft trees apart, as engines batch them
+                y[rows, :q_g] = tree_attention(q[rows, :q_g], k_cache[i][rows, :l_g], v_cache[i][rows, :l_g],
+                                               cache_lengths[rows], k[rows, :q_g], v[rows, :q_g],
+                                               parents[rows, :q_g], sizes[rows], impl=impl)
+            flat = block.mlp(flat + block.attn.out(y[valid][None].reshape(1, -1, width)))
             keys.append(k)
             values.append(v)
             queries.append(q)
-        return TreeOutput(hidden=self.norm(x), keys=keys, values=values, queries=queries)
+        hidden = x.new_zeros(b, q_len, width)
+        hidden[valid] = self.norm(flat)[0]
+        return TreeOutput(hidden=hidden, keys=keys, values=values, queries=queries)
 
     def forward(self, images: torch.Tensor, tokens: torch.Tensor) -> VLMOutput:
         """``images: [B, P, P, 3]`` uint8, ``tokens: [B, T]`` int64 (text after
