@@ -92,3 +92,12 @@ def test_bad_cost_models_name_the_problem(spec, needle):
 def test_unknown_specs(lookup, name):
     with pytest.raises(InputError, match="must be one of"):
         lookup(name)
+
+
+@pytest.mark.parametrize("spec", ["auto", "roofline"])
+def test_a_device_known_only_from_profiles_has_no_prior_for_other_models(spec):
+    """The CPU is profiled for the tiny VLM and LLaVA-1.5-7B only: Qwen2-VL
+    on it has neither a profile nor datasheet numbers to price it with."""
+    cpu = costs.gpu_spec("cpu-intel-xeon-processor")
+    with pytest.raises(InputError, match="no datasheet numbers for a roofline prior"):
+        costs.build(spec, costs.model_spec("Qwen2-VL-7B"), cpu)

@@ -39,6 +39,15 @@ __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec
 COST_MODEL_FORMS = "auto, roofline, profile:DIR, steps:FILE, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
+def _roofline(model: ModelSpec, gpu: GpuSpec) -> CostModel:
+    """The datasheet prior, refused for a device known only from profiles of other models."""
+    if gpu.hbm_bytes_per_s <= 0 or gpu.bf16_flops <= 0:
+        raise InputError(f"device {gpu.slug} has no profile of {model.name} and no datasheet numbers for a "
+                         f"roofline prior; profile it (`simspec profile-gpu --model {model.name}`) or choose a "
+                         f"datasheet GPU ({', '.join(GPUS)})")
+    return roofline(model, gpu)
+
+
 def _numbers(text: str, count: int, form: str) -> list[float]:
     parts = text.split(",")
     try:
@@ -56,7 +65,7 @@ def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None 
     kind = kind.strip().lower()
     if kind == "auto" and not args:
         found = profiles.find(gpu.slug, model, profiles_root)
-        return fitted.fit_profiles(found, model, gpu).cost_model if found else roofline(model, gpu)
+        return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu)
     if kind == "profile" and args:
         return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
     if kind == "steps" and args:
@@ -64,7 +73,7 @@ def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None 
 
         return load_step_costs(args)
     if kind == "roofline" and not args:
-        return roofline(model, gpu)
+        return _roofline(model, gpu)
     if kind == "constant":
         (step_ms,) = _numbers(args, 1, "constant:STEP_MS")
         if not step_ms > 0:
