@@ -139,3 +139,21 @@ def test_sim_imports_and_runs_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_chain_first_drafting_counts_each_off_chain_parent_once():
+    """A chain-first engine drafts the rank-1 chain, then one row per plan
+    node off that chain that has children, depth by depth."""
+    from simspec.sim.steps import offchain_rows
+    from simspec.types import RANK_BITS
+
+    def code(*ranks):
+        return sum(r << (RANK_BITS * d) for d, r in enumerate(ranks))
+
+    paths = [(1,), (2,), (1, 1), (1, 2), (2, 1), (1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 2, 2)]
+    codes = np.array([[code(*p) for p in paths]], dtype=np.int64)
+    rows = offchain_rows(codes, np.array([len(paths)]), 3)
+    # depth 2: parent (2) is off the chain; depth 3: parents (2, 1) and (1, 2), the latter once
+    assert rows.tolist() == [0, 1, 2]
+    chain = np.array([[code(1), code(1, 1), code(1, 1, 1)]], dtype=np.int64)
+    assert offchain_rows(chain, np.array([3]), 3).tolist() == [0, 0, 0]

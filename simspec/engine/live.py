@@ -48,6 +48,7 @@ from simspec.costs import CostModel
 from simspec.models.drafter import Drafter, chain_attention, select_visual
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
+from simspec.engine.timing import AcceptanceReplay, other_token
 from simspec.policies import Policy
 from simspec.types import MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
 
@@ -95,6 +96,7 @@ class _Seq:
     conf_pending: np.ndarray | None = None  # their probabilities
     pending_out: torch.Tensor | None = None  # drafter's predicted feature after the pending token
     draft_position: int = 0  # position of the pending token's entry
+    replay: tuple[float, float] = (0.0, 1.0)  # timing-only runs: (top-1 logit, visual retention) drawn at admission
 
     @property
     def prefill_target(self) -> int:
@@ -117,8 +119,8 @@ class StepRecord:
     attn_requests: int  # sequences in the target forward (prefill chunks + decode rounds)
     logit_tokens: int
     vision_tokens: int
-    draft_level_tokens: tuple[int, ...]  # drafter rows per level as the simulator accounts them
-    draft_rows: tuple[int, ...]  # drafter rows per level the engine actually ran
+    draft_level_tokens: tuple[int, ...]  # rows of each drafter call (EngineConfig.drafting = "chain" prices these)
+    draft_rows: tuple[int, ...]  # drafter rows per depth
     draft_kept_visual_tokens: int
     select_requests: int
     select_visual_tokens: int
@@ -148,23 +150,30 @@ class LiveEngine:
     """Serve requests with the target and drafter (see the module docstring)."""
 
     def __init__(self, target: TargetVLM, drafter: Drafter, policy: Policy, costs: CostModel,
-                 config: LiveConfig = LiveConfig()):
+                 config: LiveConfig = LiveConfig(), replay: AcceptanceReplay | None = None):
+        """``replay``: timing-only runs (random weights at a real shape) take
+        the drafter's confidences and the target's choice among the drafted
+        candidates from it instead of from the models' logits."""
         self.target, self.drafter, self.policy, self.costs, self.config = target, drafter, policy, costs, config
+        self.replay = replay
         self.context = DraftContext.parse(config.drafter_context)
         if config.impl == "auto" and not next(target.parameters()).is_cuda:
             # Not the kernels' own "auto": under TRITON_INTERPRET=1 (the kernel
             # tests) that picks the interpreter, far too slow to serve with.
             config = replace(config, impl="reference")
             self.config = config
+        weight = next(target.parameters())
+        self.device, self.dtype = weight.device, weight.dtype  # caches and inputs follow the models
         c = target.config
         self.n_visual = c.visual_tokens
         self.max_len = 2 * 1024
         self.heads, self.head_dim = c.heads, c.width // c.heads
         slots = config.max_num_seqs
-        self.k_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim) for _ in target.blocks]
-        self.v_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim) for _ in target.blocks]
+        like = dict(device=self.device, dtype=self.dtype)
+        self.k_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim, **like) for _ in target.blocks]
+        self.v_cache = [torch.zeros(slots, self.max_len, self.heads, self.head_dim, **like) for _ in target.blocks]
         dh = drafter.config.heads
-        self.dk = torch.zeros(slots, self.max_len, dh, drafter.config.width // dh)
+        self.dk = torch.zeros(slots, self.max_len, dh, drafter.config.width // dh, **like)
         self.dv = torch.zeros_like(self.dk)
         self.free_slots = list(range(slots - 1, -1, -1))
         p = config.prior_top1  # moving average of accepted tokens per drafted round, all requests
@@ -180,7 +189,8 @@ class LiveEngine:
         arrivals are ignored (all wait at t=0): for tests of the outputs."""
         require(len(requests) == len(examples), "requests and examples must have the same length")
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # timings as the CPU profiles measure them; no stalls on a shared core
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)  # timings as the CPU profiles measure them; no stalls on a shared core
         try:
             return self._serve(requests, examples, label, clock, progress, realtime)
         finally:
@@ -243,6 +253,8 @@ class LiveEngine:
                 running.append(i)
                 seqs[i].slot = self.free_slots.pop()
                 seqs[i].recent = self.population  # its history starts as the engine's
+                if self.replay is not None:
+                    seqs[i].replay = self.replay.admit(seqs[i].request.visual_tokens)
                 admitted[i] = t
             decode = [seqs[i] for i in running if seqs[i].cache >= seqs[i].prefill_target]
             budget = self.config.max_num_batched_tokens - len(decode) - sum(s.drafted for s in decode)
@@ -286,51 +298,56 @@ class LiveEngine:
         vision_tokens = sum(self.n_visual for s, _ in chunks if s.cache == 0)
         starting = [s for s, _ in chunks if s.cache == 0]
         if starting:  # the vision encoder over every image starting prefill, in one batch
-            embeds = self.target.encode_image(torch.from_numpy(np.stack([s.example.image for s in starting])))
+            embeds = self.target.encode_image(torch.from_numpy(np.stack([s.example.image for s in starting])).to(self.device))
             for s, e in zip(starting, embeds):
                 s.visual_embeds = e
 
         t_draft = clock()
         # 1. incremental drafting of the rank-1 chains, planning in between
         depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
-        levels: list[int] = []
+        levels: list[int] = []  # drafter rows per depth
+        calls: list[int] = []  # rows of each drafter call, as the simulator prices a chain-first engine
         chains: list[list[_Node]] = [[] for _ in decode]
         conf = np.zeros((b, max(depth, 1), ranks))  # levels not drafted yet: unknown (0)
         known = np.zeros(b, dtype=np.int64)
         kept = np.array([self.context.kept(np.array([s.request.visual_tokens]))[0] for s in decode], dtype=np.int64)
         visual_ctx: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        replayed = None  # timing-only runs: this round's confidences [B, D, R] and true ranks [B, D]
+        if self.replay is not None and b and depth > 0:
+            replayed = self.replay.round(np.array([s.replay[0] for s in decode]),
+                                         np.array([s.replay[1] for s in decode]), depth)
         view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
         plan = self.policy.plan(view) if b else None
         while b and depth > 0:
             want = [i for i in range(b) if plan.draft_steps[i] > known[i] and known[i] < depth]
             if not want:
                 break
-            levels.append(self._draft_level(decode, want, known, chains, visual_ctx))
+            levels.append(self._draft_level(decode, want, known, chains, visual_ctx, calls))
             for i in want:
                 probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
-                conf[i, known[i], :] = probs[:ranks]
+                conf[i, known[i], :] = (probs if replayed is None else replayed[0][i, known[i]])[:ranks]
                 known[i] += 1
             view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
             plan = self.policy.plan(view)
 
         # 2. the plan's trees: draft off-chain parents depth by depth
-        trees = self._trees(decode, chains, plan, levels, visual_ctx) if b else []
+        trees = self._trees(decode, chains, plan, levels, calls, visual_ctx) if b else []
 
         t_verify = clock()
         # 3. verify: one target forward over prefill chains and round trees
         rows_x, rows_pos, rows_par, rows_len, rows_slot = [], [], [], [], []
         for s, take in chunks:
-            full = torch.cat([s.visual_embeds, self.target.embed(torch.tensor(s.prompt))], 0)
+            full = torch.cat([s.visual_embeds, self.target.embed(torch.tensor(s.prompt, device=self.device))], 0)
             rows_x.append(full[s.cache:s.cache + take])
-            rows_pos.append(torch.arange(s.cache, s.cache + take))
-            rows_par.append(torch.arange(-1, take - 1))
+            rows_pos.append(torch.arange(s.cache, s.cache + take, device=self.device))
+            rows_par.append(torch.arange(-1, take - 1, device=self.device))
             rows_len.append(s.cache)
             rows_slot.append(s.slot)
         for s, nodes in zip(decode, trees):
-            tokens = torch.tensor([s.emitted[-1]] + [nd.token for nd in nodes])
+            tokens = torch.tensor([s.emitted[-1]] + [nd.token for nd in nodes], device=self.device)
             rows_x.append(self.target.embed(tokens))
-            rows_pos.append(torch.tensor([s.cache] + [s.cache + nd.depth for nd in nodes]))
-            rows_par.append(torch.tensor([-1] + [nd.parent for nd in nodes]))
+            rows_pos.append(torch.tensor([s.cache] + [s.cache + nd.depth for nd in nodes], device=self.device))
+            rows_par.append(torch.tensor([-1] + [nd.parent for nd in nodes], device=self.device))
             rows_len.append(s.cache)
             rows_slot.append(s.slot)
         out = self._forward(rows_x, rows_pos, rows_par, rows_len, rows_slot)
@@ -364,7 +381,14 @@ class LiveEngine:
             for j, nd in enumerate(nodes):
                 children.setdefault(nd.parent, []).append(j + 1)
             while True:
-                nxt = [c for c in children.get(at, []) if nodes[c - 1].token == best[at]]
+                kids = children.get(at, [])
+                if replayed is not None:  # the replayed rank picks the target's token among the drafted
+                    d = 0 if at == 0 else nodes[at - 1].depth
+                    want = int(replayed[1][i, d]) if d < replayed[1].shape[1] else 0
+                    match = [c for c in kids if nodes[c - 1].rank == want]
+                    best[at] = nodes[match[0] - 1].token if match else other_token(
+                        best[at], {nodes[c - 1].token for c in kids})
+                nxt = [c for c in kids if nodes[c - 1].token == best[at]]
                 if not nxt:
                     break
                 at = nxt[0]
@@ -392,21 +416,13 @@ class LiveEngine:
             outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
         t_end = clock()
         kinds = plan.kind if b else np.zeros(0, dtype=np.int8)
-        # The drafter work as the simulator accounts it (sim/steps.py): level 1
-        # one row per drafting request, deeper levels its plan's width.
-        accounted: list[int] = []
         drafting = [i for i in range(b) if plan.draft_steps[i] > 0]
-        for i in drafting:
-            for level in range(int(plan.draft_steps[i])):
-                if len(accounted) <= level:
-                    accounted.append(0)
-                accounted[level] += 1 if level == 0 else int(plan.draft_width[i])
         selecting = [i for i in drafting if 0 < kept[i] < decode[i].request.visual_tokens]
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
-            vision_tokens=vision_tokens, draft_level_tokens=tuple(accounted), draft_rows=tuple(levels),
+            vision_tokens=vision_tokens, draft_level_tokens=tuple(calls), draft_rows=tuple(levels),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
             select_visual_tokens=int(sum(decode[i].request.visual_tokens for i in selecting)), batch=b,
             plans=tuple(int((kinds == k).sum()) for k in range(3)),
@@ -422,7 +438,7 @@ class LiveEngine:
             visual_ctx[s.index] = (kept[0], length[0])
         return visual_ctx[s.index]
 
-    def _draft_level(self, decode, want, known, chains, visual_ctx) -> int:
+    def _draft_level(self, decode, want, known, chains, visual_ctx, calls: list[int]) -> int:
         """One drafter step for the requests in ``want``: level 1 absorbs the
         new true entries; deeper levels run the rank-1 chain node."""
         first = [i for i in want if known[i] == 0]
@@ -431,12 +447,14 @@ class LiveEngine:
         if first:
             self._absorb([decode[i] for i in first], visual_ctx)
             rows += len(first)
+            calls.append(len(first))
             for i in first:
                 chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
         if deeper:
             parents = [chains[i][-1] for i in deeper]
             self._run_nodes([decode[i] for i in deeper], parents, visual_ctx)
             rows += len(deeper)
+            calls.append(len(deeper))
             for i, parent in zip(deeper, parents):
                 code = parent.code + (1 << (RANK_BITS * parent.depth))
                 chains[i].append(_Node(code, parent.depth + 1, parent, int(parent.cand[0])))
@@ -452,21 +470,21 @@ class LiveEngine:
         lengths = [len(s.entries) for s in seqs]
         entries = [e for s in seqs for e in s.entries]
         feats = torch.stack([f for f, _, _ in entries])[None]  # [1, T, C]
-        tokens = torch.tensor([[tok for _, tok, _ in entries]])  # [1, T]
-        positions = torch.tensor([[pos for _, _, pos in entries]])  # [1, T]
+        tokens = torch.tensor([[tok for _, tok, _ in entries]], device=self.device)  # [1, T]
+        positions = torch.tensor([[pos for _, _, pos in entries]], device=self.device)  # [1, T]
         x, q, k, v = self.drafter.project(feats, tokens, positions)  # [1, T, C], [1, T, H, D]
         ends = np.cumsum(lengths)
         starts = ends - np.array(lengths)
-        last = torch.from_numpy(ends - 1)
+        last = torch.tensor(ends - 1, device=self.device)
         k_chain = k.new_zeros(len(seqs), 1, max(lengths), *k.shape[-2:])  # [R, 1, A, H, D]
         v_chain = torch.zeros_like(k_chain)
         for r, (a, e) in enumerate(zip(starts, ends)):
             k_chain[r, 0, :e - a], v_chain[r, 0, :e - a] = k[0, a:e], v[0, a:e]
-        slots = torch.tensor([s.slot for s in seqs])
-        cache_len = torch.tensor([s.draft_cache for s in seqs])
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)
+        cache_len = torch.tensor([s.draft_cache for s in seqs], device=self.device)
         top = int(cache_len.max())
         y = chain_attention(q[0, last][:, None], self.dk[slots, :top], self.dv[slots, :top], cache_len, k_chain,
-                            v_chain, torch.tensor(lengths))  # [R, 1, H, D]
+                            v_chain, torch.tensor(lengths, device=self.device))  # [R, 1, H, D]
         visual = [self._visual(s, visual_ctx) for s in seqs]
         kept, kept_len = self._stack_visual(visual)
         feats_out, logits = self.drafter.finish(x[0, last][:, None], y, kept, kept_len, impl=self.config.impl)
@@ -478,7 +496,7 @@ class LiveEngine:
             s.entries = []
             probs = logits[r, 0].softmax(-1)
             p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
-            s.cand, s.conf_pending, s.pending_out = cand.tolist(), p.numpy().astype(float), feats_out[r, 0]
+            s.cand, s.conf_pending, s.pending_out = cand.tolist(), p.float().cpu().numpy().astype(float), feats_out[r, 0]
             s.draft_position = int(positions[0, e - 1])
         return sum(lengths)
 
@@ -486,7 +504,7 @@ class LiveEngine:
     def _stack_visual(visual):
         k = max(v[0].shape[0] for v in visual)
         c = visual[0][0].shape[-1]
-        kept = torch.zeros(len(visual), k, c)
+        kept = visual[0][0].new_zeros(len(visual), k, c)
         for r, (v, _) in enumerate(visual):
             kept[r, :v.shape[0]] = v
         return kept, torch.stack([v[1] for v in visual])
@@ -507,32 +525,32 @@ class LiveEngine:
         paths = [self._ancestors(nd) for nd in nodes]
         feats = torch.stack([s.pending_out if nd.parent is None else nd.parent.feature
                              for s, nd in zip(seqs, nodes)])[:, None]
-        tokens = torch.tensor([[nd.token] for nd in nodes])
-        positions = torch.tensor([[s.draft_position + nd.depth] for s, nd in zip(seqs, nodes)])
+        tokens = torch.tensor([[nd.token] for nd in nodes], device=self.device)
+        positions = torch.tensor([[s.draft_position + nd.depth] for s, nd in zip(seqs, nodes)], device=self.device)
         x, q, k, v = self.drafter.project(feats, tokens, positions)
         for r, nd in enumerate(nodes):
             nd.k, nd.v = k[r, 0], v[r, 0]
         a = max(len(p) for p in paths)
         hd = q.shape[-2:]
-        k_chain = torch.zeros(rows, 1, a, *hd)
-        v_chain = torch.zeros(rows, 1, a, *hd)
+        k_chain = k.new_zeros(rows, 1, a, *hd)
+        v_chain = k.new_zeros(rows, 1, a, *hd)
         for r, path in enumerate(paths):  # front-aligned; masked past each row's chain length
             for j, p in enumerate(path):
                 k_chain[r, 0, j], v_chain[r, 0, j] = p.k, p.v
-        slots = torch.tensor([s.slot for s in seqs])
-        lens = torch.tensor([s.draft_cache for s in seqs])
+        slots = torch.tensor([s.slot for s in seqs], device=self.device)
+        lens = torch.tensor([s.draft_cache for s in seqs], device=self.device)
         top = int(lens.max())
         y = chain_attention(q, self.dk[slots, :top], self.dv[slots, :top], lens, k_chain, v_chain,
-                            torch.tensor([len(p) for p in paths]))
+                            torch.tensor([len(p) for p in paths], device=self.device))
         visual = [self._visual(s, visual_ctx) for s in seqs]
         kept, kept_len = self._stack_visual(visual)
         feats_out, logits = self.drafter.finish(x, y, kept, kept_len, impl=self.config.impl)
         probs = logits[:, 0].softmax(-1)
         p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
         for r, nd in enumerate(nodes):
-            nd.feature, nd.cand, nd.conf = feats_out[r, 0], cand[r].tolist(), p[r].numpy().astype(float)
+            nd.feature, nd.cand, nd.conf = feats_out[r, 0], cand[r].tolist(), p[r].float().cpu().numpy().astype(float)
 
-    def _trees(self, decode: list[_Seq], chains: list[list[_Node]], plan, levels: list[int],
+    def _trees(self, decode: list[_Seq], chains: list[list[_Node]], plan, levels: list[int], calls: list[int],
                visual_ctx) -> list[list[_RowNode]]:
         """Every request's plan as verification rows (parents before
         children, tokens filled in); plan nodes whose parent was never run
@@ -554,6 +572,7 @@ class LiveEngine:
                     while len(levels) < d:
                         levels.append(0)
                     levels[d - 1] += len(todo)
+                    calls.append(len(todo))
             for i, code in at_depth:
                 rank = (code >> (RANK_BITS * (d - 1))) & MAX_RANK
                 parent = nodes[i][code & ((1 << (RANK_BITS * (d - 1))) - 1)] if d > 1 else None
@@ -563,7 +582,7 @@ class LiveEngine:
                     node = nodes[i][code] = _Node(code, d, parent, int(cand[rank - 1]))
                 index[i][code] = len(rows[i]) + 1  # row 0 is the pending token
                 parent_row = 0 if parent is None else index[i][parent.code]
-                rows[i].append(_RowNode(node.token, d, parent_row))
+                rows[i].append(_RowNode(node.token, d, parent_row, rank))
         return rows
 
     # -- target ------------------------------------------------------------------
@@ -571,23 +590,23 @@ class LiveEngine:
         b = len(xs)
         q_len = max(x.shape[0] for x in xs)
         c = self.target.config.width
-        x = torch.zeros(b, q_len, c)
-        pos = torch.zeros(b, q_len, dtype=torch.long)
-        par = torch.full((b, q_len), -1, dtype=torch.long)
+        x = xs[0].new_zeros(b, q_len, c)
+        pos = torch.zeros(b, q_len, dtype=torch.long, device=self.device)
+        par = torch.full((b, q_len), -1, dtype=torch.long, device=self.device)
         for r in range(b):
             n = xs[r].shape[0]
             x[r, :n], pos[r, :n], par[r, :n] = xs[r], positions[r], parents[r]
-        sizes = torch.tensor([xx.shape[0] for xx in xs])
-        cache_len = torch.tensor(lengths)
+        sizes = torch.tensor([xx.shape[0] for xx in xs], device=self.device)
+        cache_len = torch.tensor(lengths, device=self.device)
         top = int(cache_len.max())
-        idx = torch.tensor(slots)
+        idx = torch.tensor(slots, device=self.device)
         kc = [k[idx, :top] for k in self.k_cache]
         vc = [v[idx, :top] for v in self.v_cache]
         return self.target.tree_forward(x, pos, par, sizes, kc, vc, cache_len, impl=self.config.impl)
 
     def _commit(self, s: _Seq, out, row: int, nodes: list[int]) -> None:
         """Write the target keys/values of ``nodes`` (row indices) after the request's cache."""
-        idx = torch.tensor(nodes)
+        idx = torch.tensor(nodes, device=self.device)
         for l in range(len(self.k_cache)):
             self.k_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.keys[l][row, idx]
             self.v_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.values[l][row, idx]
@@ -654,12 +673,13 @@ class LiveEngine:
 
 
 class _RowNode:
-    """A plan node in a verification row: its token, depth and parent's row (0: the pending token)."""
+    """A plan node in a verification row: its token, depth, parent's row (0:
+    the pending token) and rank among its parent's drafted candidates."""
 
-    __slots__ = ("token", "depth", "parent")
+    __slots__ = ("token", "depth", "parent", "rank")
 
-    def __init__(self, token: int, depth: int, parent: int):
-        self.token, self.depth, self.parent = token, depth, parent
+    def __init__(self, token: int, depth: int, parent: int, rank: int):
+        self.token, self.depth, self.parent, self.rank = token, depth, parent, rank
 
 
 def _depth(code: int) -> int:

@@ -29,11 +29,12 @@ from simspec.experiment import burst_rate
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
 from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
+from simspec.engine.timing import AcceptanceReplay
 from simspec.models.drafter_train import load_drafter
 from simspec.models.task import Example, generate
 from simspec.models.train import load_target
 from simspec.sim import EngineConfig, simulate
-from simspec.types import Request, RunLog, require
+from simspec.types import InputError, Request, RunLog, require
 
 EXAMPLE_SEED_OFFSET = 4_000_037
 COMPARED = [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "e2el") for stat in ("mean", "median", "p95", "p99")] + [
@@ -51,10 +52,28 @@ class Models:
     drafter_dir: str
 
 
-def load_models(target_dir: str = "checkpoints/target", drafter_dir: str = "checkpoints/drafter") -> Models:
+def load_models(target_dir: str = "checkpoints/target", drafter_dir: str = "checkpoints/drafter",
+                device: str = "cpu") -> Models:
+    """The shipped checkpoints, on ``device`` ("cpu", "cuda", "cuda:1", ...)."""
     target, _, _ = load_target(target_dir)
     drafter, _ = load_drafter(drafter_dir, target, target_dir)
+    target.to(torch_device(device))
+    drafter.to(torch_device(device))
     return Models(target=target, drafter=drafter, target_dir=target_dir, drafter_dir=drafter_dir)
+
+
+def torch_device(name: str) -> torch.device:
+    """``--device``: cpu or cuda[:N], checked against what this machine has."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(f"--device must be cpu or cuda[:N] (got {name!r})") from None
+    require(device.type in ("cpu", "cuda"), f"--device must be cpu or cuda[:N] (got {name!r})")
+    if device.type == "cuda":
+        require(torch.cuda.is_available(), f"--device {name}: no CUDA device on this machine")
+        require((device.index or 0) < torch.cuda.device_count(),
+                f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return device
 
 
 def live_workload(cfg: workloads.WorkloadConfig, seed: int, max_output_tokens: int = 96,
@@ -83,12 +102,13 @@ def drafter_top1(models: Models, context: str) -> float:
 def engine_config(live: LiveConfig) -> EngineConfig:
     """The simulator's engine settings for the live engine's."""
     return EngineConfig(max_num_seqs=live.max_num_seqs, max_num_batched_tokens=live.max_num_batched_tokens,
-                        kv_cache_tokens=1 << 20, drafter_context=live.drafter_context)
+                        kv_cache_tokens=1 << 20, drafter_context=live.drafter_context, drafting="chain")
 
 
 def serve_live(models: Models, policy: str, requests: Sequence[Request], examples: Sequence[Example],
-               costs: CostModel, live: LiveConfig, progress: Callable[[int], None] | None = None) -> LiveResult:
-    engine = LiveEngine(models.target, models.drafter, policies.parse(policy), costs, live)
+               costs: CostModel, live: LiveConfig, progress: Callable[[int], None] | None = None,
+               replay: AcceptanceReplay | None = None) -> LiveResult:
+    engine = LiveEngine(models.target, models.drafter, policies.parse(policy), costs, live, replay)
     return engine.serve(requests, examples, label=policy, progress=progress)
 
 
@@ -123,6 +143,7 @@ class ValidateConfig:
     output_cv: float = 0.6
     sim_seeds: int = 5
     seed: int = 1  # validation workloads; calibration uses seed + 1000
+    speed_probes: bool = True  # time a fixed AR burst around each live run; scale the simulated step costs by it
     live: LiveConfig = LiveConfig()
 
 
@@ -159,10 +180,26 @@ def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple
             steps += result.steps
             traces += result.traces
     steps += burst.steps
-    cost_model, cost_report = calibration.fit_step_costs(steps, "fitted to live engine steps (cpu)")
+    cost_model, cost_report = calibration.fit_step_costs(
+        steps, f"fitted to live engine steps ({next(models.target.parameters()).device.type})")
     acceptance = calibration.fit_acceptance(traces, name="calibrated:live")
     return cost_model, acceptance, {"cost_fit": cost_report, "traces": len(traces), "steps": len(steps),
                                     "capacity_guess_req_s": capacity}
+
+
+def speed_probe(models: Models, v: ValidateConfig) -> float:
+    """Seconds this machine takes now to serve a fixed AR burst (16 requests
+    at t=0, the calibration's first burst). On a shared machine the live
+    engine's speed drifts by several percent between minutes; probes
+    before and after a live run say by how much, from calibration data only."""
+    requests, examples = live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+    return serve_live(models, "ar", requests, examples, affine(1.0, 0.05), v.live).log.end_s
+
+
+def scaled(cost_fit: dict, factor: float) -> CostModel:
+    """The fitted step costs with every term times ``factor``."""
+    return calibration.cost_model_from({k: float(c) * factor for k, c in cost_fit["coefficients_s"].items()},
+                                       f"{cost_fit['label']} x{factor:.3f}")
 
 
 def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> dict:
@@ -178,6 +215,10 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     cdf_logs: list[tuple[str, RunLog, RunLog]] = []
     repeat: dict[str, dict] = {}
+    speed: dict[str, dict[str, float]] = {}  # per load and policy: the machine's speed then / at calibration
+    if v.speed_probes:
+        reference = float(np.median([speed_probe(models, v) for _ in range(3)]))
+        before = speed_probe(models, v)
     bar = tqdm(total=len(v.loads) * len(v.policies), desc="validate", disable=not progress, leave=False)
     for load in v.loads:
         rate = load * saturation
@@ -187,7 +228,13 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         for spec in v.policies:
             result = serve_live(models, spec, requests, examples, costs, v.live)
             live_metrics = metrics.summarize(result.log)
-            sim_metrics, sim_log = simulate_mean(requests, spec, costs, acceptance, engine, v.sim_seeds)
+            run_costs = costs
+            if v.speed_probes:
+                after = speed_probe(models, v)
+                factor = 0.5 * (before + after) / reference
+                speed.setdefault(name, {})[spec] = factor
+                run_costs, before = scaled(cal["cost_fit"], factor), after
+            sim_metrics, sim_log = simulate_mean(requests, spec, run_costs, acceptance, engine, v.sim_seeds)
             table[name][spec] = {m: {"live": live_metrics[m], "sim": sim_metrics[m],
                                      "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")}
                                  for m in COMPARED}
@@ -196,6 +243,8 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
                 again = metrics.summarize(serve_live(models, spec, requests, examples, costs, v.live).log)
                 repeat[name] = {"policy": spec, **{m: again[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")
                                                    for m in COMPARED}}
+                if v.speed_probes:
+                    before = speed_probe(models, v)
             bar.update(1)
     bar.close()
     ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
@@ -204,6 +253,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     report = {"validation": table, "ranking_by_mean_e2el": ranking, "live_repeat_rel_diff": repeat, "calibration": cal,
               "acceptance_model": {k: getattr(acceptance, k) for k in acceptance.__dataclass_fields__},
               "ar_saturation_req_s": saturation, "config": _jsonable(v), "wall_s": time.perf_counter() - started,
+              "speed_factor": speed,
               "bounds": BOUNDS}
     if out is not None:
         _write(out, report, cdf_logs, costs, cal, acceptance)
@@ -225,6 +275,10 @@ def format_report(report: dict) -> str:
         rank = report["ranking_by_mean_e2el"][load]
         same = "same" if rank["live"] == rank["sim"] else "DIFFERENT"
         lines.append(f"  ranking by mean e2el: live {rank['live']}  sim {rank['sim']}  ({same})")
+        factors = report.get("speed_factor", {}).get(load)
+        if factors:
+            lines.append("  machine speed around each live run vs calibration (step costs scaled by it): " + ", ".join(
+                f"{spec} x{f:.3f}" for spec, f in factors.items()))
         again = report["live_repeat_rel_diff"].get(load)
         if again:
             lines.append(f"  noise floor, {again['policy']} served live twice: " + ", ".join(

@@ -138,21 +138,21 @@ def select_visual(context: DraftContext, visual_hidden: torch.Tensor, queries: t
     visual_keys: [B, layers, N, H, D] the target's visual keys (quantized here to int8).
     Returns kept ``[B, K, C]`` and lengths ``[B]`` (K = 0 for ``none``)."""
     b, n, width = visual_hidden.shape
-    lengths = torch.full((b,), n, dtype=torch.int64)
+    lengths = torch.full((b,), n, dtype=torch.int64, device=visual_hidden.device)
     if context.kind == "none":
-        return visual_hidden[:, :0], torch.zeros(b, dtype=torch.int64)
+        return visual_hidden[:, :0], torch.zeros(b, dtype=torch.int64, device=visual_hidden.device)
     if context.kind == "full" or (context.kind == "selected" and context.kept_tokens >= n):
         return visual_hidden, lengths
     if context.kind == "pooled":
         k = min(context.kept_tokens, n)
         pooled = F.adaptive_avg_pool1d(visual_hidden.transpose(1, 2), k).transpose(1, 2)  # [B, K, C]
-        return pooled, torch.full((b,), k, dtype=torch.int64)
+        return pooled, torch.full((b,), k, dtype=torch.int64, device=visual_hidden.device)
     layers, heads, dim = visual_keys.shape[1], visual_keys.shape[3], visual_keys.shape[4]
     keys_q, scales = quantize_keys(visual_keys.reshape(b * layers, n, heads, dim), impl=impl)
     chosen = select_visual_tokens(queries, keys_q.view(b, layers, n, heads, dim), scales.view(b, layers, n, heads),
                                   lengths, context.kept_tokens, impl=impl)  # [B, K] ascending
-    return visual_hidden.gather(1, chosen[..., None].expand(-1, -1, width)), torch.full((b,), context.kept_tokens,
-                                                                                       dtype=torch.int64)
+    return visual_hidden.gather(1, chosen[..., None].expand(-1, -1, width)), torch.full(
+        (b,), context.kept_tokens, dtype=torch.int64, device=visual_hidden.device)
 
 
 # -- attention of draft nodes -------------------------------------------------------
@@ -169,11 +169,11 @@ def chain_attention(q: torch.Tensor, k_true: torch.Tensor, v_true: torch.Tensor,
     ``chain_lengths [B]`` (None: all A). Returns [B, W, H, D]."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     s_true = torch.einsum("bwhd,blhd->bhwl", q, k_true) * scale  # [B, H, W, L]
-    valid = torch.arange(k_true.shape[1]) < true_lengths[:, None]  # [B, L]
+    valid = torch.arange(k_true.shape[1], device=q.device) < true_lengths[:, None]  # [B, L]
     s_true = s_true.masked_fill(~valid[:, None, None, :], float("-inf"))
     s_chain = torch.einsum("bwhd,bwahd->bhwa", q, k_chain) * scale  # [B, H, W, A]
     if chain_lengths is not None:
-        in_chain = torch.arange(k_chain.shape[2]) < chain_lengths[:, None]  # [B, A]
+        in_chain = torch.arange(k_chain.shape[2], device=q.device) < chain_lengths[:, None]  # [B, A]
         s_chain = s_chain.masked_fill(~in_chain[:, None, None, :], float("-inf"))
     p = torch.softmax(torch.cat([s_true, s_chain], dim=-1), dim=-1)
     length = k_true.shape[1]

@@ -30,6 +30,7 @@ class VLMConfig:
     vision_width: int = 96
     vision_layers: int = 1
     vision_heads: int = 4
+    vision_mlp_hidden: int = 192
     width: int = 128
     layers: int = 3
     heads: int = 4
@@ -44,7 +45,7 @@ class VLMConfig:
                 f"width must be a multiple of 2*heads={2 * self.heads}, got {self.width}")
         require(self.vision_width % self.vision_heads == 0,
                 f"vision_width must be a multiple of vision_heads={self.vision_heads}, got {self.vision_width}")
-        for name in ("vision_layers", "layers", "mlp_hidden", "vocab_size"):
+        for name in ("vision_layers", "vision_mlp_hidden", "layers", "mlp_hidden", "vocab_size"):
             require(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
 
     @property
@@ -94,7 +95,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
     angles = positions.to(torch.float32)[..., None] * freqs  # [L, D/2] or [B, L, D/2]
     if angles.dim() == 3:
         angles = angles[:, None]  # [B, 1, L, D/2]
-    cos, sin = angles.cos(), angles.sin()
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
@@ -185,7 +186,7 @@ class TargetVLM(nn.Module):
         self.config = c = config
         self.patch = nn.Linear(3 * c.patch_px**2, c.vision_width)
         self.patch_pos = nn.Parameter(torch.zeros(c.visual_tokens, c.vision_width))
-        self.vision = nn.ModuleList(Block(c.vision_width, c.vision_heads, 2 * c.vision_width, None)
+        self.vision = nn.ModuleList(Block(c.vision_width, c.vision_heads, c.vision_mlp_hidden, None)
                                     for _ in range(c.vision_layers))
         self.vision_norm = RMSNorm(c.vision_width)
         self.projector = nn.Linear(c.vision_width, c.width)
@@ -213,7 +214,7 @@ class TargetVLM(nn.Module):
         require(tuple(images.shape[1:]) == (c.image_px, c.image_px, 3),
                 f"images must be [B, {c.image_px}, {c.image_px}, 3], got {list(images.shape)}")
         g, p = c.image_px // c.patch_px, c.patch_px
-        x = images.to(torch.float32) / 127.5 - 1.0
+        x = images.to(self.patch.weight.dtype) / 127.5 - 1.0  # the model's dtype
         x = x.view(b, g, p, g, p, 3).permute(0, 1, 3, 2, 4, 5).reshape(b, g * g, p * p * 3)  # [B, N, 3*p*p]
         x = self.patch(x) + self.patch_pos  # [B, N, vision_width]
         for block in self.vision:

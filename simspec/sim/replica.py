@@ -54,6 +54,11 @@ class EngineConfig:
     activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs
     kv_cache_tokens: int | None = None  # override the KV budget derived from memory
     drafter_context: str = "selected:8"  # what of the image the drafter sees: full, none, selected:K, pooled:K
+    # How the drafter's calls are made: "level" (EAGLE-2 engines: one call per
+    # tree level over all its nodes) or "chain" (simspec's live engine: the
+    # rank-1 chain level by level, planning in between, then the tree's
+    # off-chain parents depth by depth).
+    drafting: str = "level"
 
     def __post_init__(self):
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
@@ -66,6 +71,7 @@ class EngineConfig:
         require(self.kv_cache_tokens is None or self.kv_cache_tokens >= 1,
                 f"kv_cache_tokens must be >= 1 (got {self.kv_cache_tokens})")
         DraftContext.parse(self.drafter_context)
+        require(self.drafting in ("level", "chain"), f"drafting must be 'level' or 'chain' (got {self.drafting!r})")
 
     def kv_budget_tokens(self, model: ModelSpec, gpu: GpuSpec) -> int:
         """Tokens the KV cache holds: GPU memory minus weights and activations."""
@@ -155,7 +161,7 @@ class Replica:
                                                  acceptance.confidence_sigma, acceptance.visual_share,
                                                  np.ascontiguousarray(acceptance.tail))
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
-                                     policy.needs_truth)
+                                     policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
         self.rand = RandomBlocks(rng_rounds)
         self.prefill_target = self.state.context.copy()  # tokens to prefill: the prompt, + output on recompute

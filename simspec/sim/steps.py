@@ -24,6 +24,7 @@ from simspec.acceptance import Randoms, draw_round
 from simspec.costs.base import CostTables, jit, step_cost
 from simspec.policies import kernels
 from simspec.trees import accepted_length
+from simspec.types import RANK_BITS
 
 RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
 POPULATION_WEIGHT = 0.05  # ... and in the replica-wide average a newly admitted request starts from
@@ -59,6 +60,7 @@ class PolicyCall(NamedTuple):
     depth: int  # draft depth of a round's confidences / true ranks
     ranks: int
     needs_truth: bool
+    chain_drafting: bool  # EngineConfig.drafting == "chain": how the drafter's calls are priced
 
 
 class Prefill(NamedTuple):
@@ -94,6 +96,46 @@ def censored_accepted(accepted: int, depth: int, estimate: float) -> float:
     it verified says "at least ``depth``", and with geometric acceptance the
     expected count beyond is the current ``estimate`` (memoryless)."""
     return accepted + estimate if accepted >= depth else float(accepted)
+
+
+@jit
+def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.ndarray:
+    """A chain-first engine's extra drafter rows (``EngineConfig.drafting =
+    "chain"``): at depth d, one row per distinct plan node at depth d-1 that
+    is off the rank-1 chain and has children in the plan. ``[levels]``,
+    index d-1 (depth 1 never needs one)."""
+    rows = np.zeros(max(levels, 1), np.int64)
+    digit = (np.int64(1) << RANK_BITS) - 1
+    for i in range(codes.shape[0]):
+        for a in range(num_nodes[i]):
+            parent, d = _parent(codes[i, a])
+            if d < 2:
+                continue
+            x, off = parent, False
+            while x:
+                if (x & digit) != 1:
+                    off = True
+                x >>= RANK_BITS
+            if not off:
+                continue
+            seen = False
+            for b in range(a):  # count each parent once: at its first child
+                if _parent(codes[i, b])[0] == parent:
+                    seen = True
+                    break
+            if not seen:
+                rows[d - 1] += 1
+    return rows
+
+
+@jit
+def _parent(code: int) -> tuple[int, int]:
+    """A node's parent code and the node's depth (codes: rank digits from depth 1 up)."""
+    d, x = 0, code
+    while x:
+        x >>= RANK_BITS
+        d += 1
+    return code & ((np.int64(1) << (RANK_BITS * (d - 1))) - 1) if d > 0 else 0, d
 
 
 @jit
@@ -137,19 +179,30 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
         verify = 0
         pairs = 0
         levels = plan.draft_steps.max() if b > 0 else 0
-        level_tokens = np.zeros(levels, dtype=np.int64)
+        level_tokens = np.zeros(2 * levels, dtype=np.int64)  # rows of each drafter call
         drafted_kept, select_requests, select_keys = 0, 0, 0
         for i in range(b):
             q = 1 + plan.num_nodes[i]
             verify += q
             pairs += q * ctx[i]
             for level in range(plan.draft_steps[i]):
-                level_tokens[level] += 1 if level == 0 else plan.draft_width[i]
+                # A level-wise engine drafts a tree level in one call of its
+                # width; a chain-first one drafts the rank-1 chain, then the
+                # tree's off-chain parents depth by depth.
+                level_tokens[level] += 1 if level == 0 or policy.chain_drafting else plan.draft_width[i]
             if plan.draft_steps[i] > 0:
                 drafted_kept += kept[i]
                 if 0 < kept[i] < visual[i]:
                     select_requests += 1
                     select_keys += visual[i]
+        calls = levels
+        if policy.chain_drafting and levels > 1:
+            extra = offchain_rows(plan.codes, plan.num_nodes, levels)
+            for d in range(1, levels):
+                if extra[d] > 0:
+                    level_tokens[calls] = extra[d]
+                    calls += 1
+        level_tokens = level_tokens[:calls]
         duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
                              pf.requests + verify, pf.requests + b, pf.vision_tokens, level_tokens, drafted_kept,
                              select_requests, select_keys)
