@@ -15,6 +15,7 @@ from pathlib import Path
 from dataclasses import dataclass, fields, replace
 
 from simspec import __version__, config as configuration, experiment, runfolder
+from simspec import dashboard, export, report, sweep, tune
 from simspec.acceptance import PRESETS
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.models.config import TrainConfig
@@ -85,6 +86,9 @@ def _add_scenario_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
                         help=f"policy to compare (repeat); one of {', '.join(POLICIES)}; "
                              f"default: {' '.join(configuration.DEFAULT_POLICIES)}")
+    parser.add_argument("--policy-file", metavar="TUNED.toml",
+                        help="add the policies `simspec tune` chose: the load-adaptive one of the nearest CV and "
+                             "each family's best at the nearest load (after --policy / the config's, else after ar)")
     parser.add_argument("--cv", type=_number(float, "--cv"), help="inter-arrival CV (sets --burstiness)")
     for flag in FLAGS:
         kind = flag.type if flag.type is str else _number(flag.type, flag.name)
@@ -113,7 +117,10 @@ def _flag_values(args: argparse.Namespace) -> dict:
 
 def build_config(args: argparse.Namespace) -> configuration.SimConfig:
     file_values = configuration.load(args.config) if args.config else {}
-    return configuration.build(file_values, _flag_values(args))
+    config = configuration.build(file_values, _flag_values(args))
+    if getattr(args, "policy_file", None):
+        config = tune.with_policy_file(config, args.policy_file, keep=bool(args.policy) or "policies" in file_values)
+    return config
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -202,21 +209,24 @@ def cmd_live(args: argparse.Namespace) -> int:
     from simspec import calibration, metrics, policies
     from simspec.costs import affine
 
-    specs = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for spec in specs:
-        policies.parse(spec)
-    cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
+    specs = _live_policies(args, default=("ar", "linear:k=3", "marginal"))
     config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                             drafter_context=args.drafter_context)
+                        drafter_context=args.drafter_context)
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
                               num_requests=args.num_requests, output_mean_tokens=args.output_mean)
-    requests, examples = live.live_workload(workload, args.seed)
-    models = live.load_models(args.target, args.drafter)
-    live.warm_up(models, specs, config)
+    device = live.torch_device(args.device)
+    replay = None
+    if args.timing_only:
+        models, requests, examples, cost_model, replay = _timing_setup(args, workload, config, device)
+    else:
+        cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
+        requests, examples = live.live_workload(workload, args.seed)
+        models = live.load_models(args.target, args.drafter, args.device)
+        live.warm_up(models, specs, config)
     logs, table, traces = [], {}, []
     interrupted = False
     for spec in specs:
-        result = live.serve_live(models, spec, requests, examples, cost_model, config)
+        result = live.serve_live(models, spec, requests, examples, cost_model, config, replay=replay)
         logs.append(result.log)
         table[spec] = metrics.summarize(result.log)
         traces += [{"policy": spec, **t} for t in result.traces]
@@ -241,13 +251,65 @@ def cmd_live(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
+def _live_policies(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
+    """``--policy`` (repeatable) and ``--policy-file`` (the tuned load-adaptive
+    policy, for the arrivals' CV) of ``live`` and ``validate``, checked."""
+    from simspec import policies
+
+    specs = list(args.policy or ([] if args.policy_file else default))
+    if args.policy_file:
+        cv = getattr(args, "burstiness", None)
+        specs.append(tune.adaptive_policy(tune.load(args.policy_file),
+                                          cv=None if cv is None else cv ** -0.5).label)
+    for spec in specs:
+        policies.parse(spec)
+    return list(dict.fromkeys(specs))
+
+
+def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, device):
+    """``simspec live --timing-only MODEL``: random weights at the spec's
+    shape, acceptance replayed from a model fitted to traces (or a preset)."""
+    import torch
+
+    from simspec import acceptance, calibration, costs
+    from simspec.acceptance import DraftContext
+    from simspec.engine import timing, validate as live
+
+    spec = costs.model_spec(args.timing_only)
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
+        args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    if args.traces:
+        path = Path(args.traces)
+        if not path.is_file():
+            raise InputError(f"--traces {path}: no such file")
+        import json
+
+        try:
+            traces = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except ValueError as err:
+            raise InputError(f"--traces {path}: not JSON lines ({err})") from None
+        model = calibration.fit_acceptance(traces, name=f"fitted to {path.name}")
+    else:
+        model = acceptance.build(args.acceptance)
+    gpu = costs.gpu_spec(args.gpu)
+    cost_model = costs.build(args.cost_model, spec, gpu)
+    target, drafter = timing.shaped_models(spec, device=device, dtype=dtype, seed=args.seed)
+    models = live.Models(target=target, drafter=drafter, target_dir="", drafter_dir="")
+    requests, examples = timing.shaped_workload(workload, spec, args.seed, max_context_tokens=spec.max_context_tokens)
+    replay = timing.AcceptanceReplay(model, DraftContext.parse(config.drafter_context), seed=args.seed)
+    print(f"timing-only: random-weight {spec.name} shape ({dtype}, {device}); acceptance {model.name}; "
+          f"policies priced by {cost_model.label}", file=sys.stderr)
+    return models, requests, examples, cost_model, replay
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from simspec.engine import validate as live  # torch only when asked
 
     v = live.QUICK if args.quick else live.ValidateConfig()
-    if args.policies:
-        v = replace(v, policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()))
-    models = live.load_models(args.target, args.drafter)
+    if args.policy or args.policy_file:
+        args.burstiness = v.burstiness  # the validation workload's arrivals pick the tuned schedule
+        v = replace(v, policies=tuple(_live_policies(args, default=())))
+    models = live.load_models(args.target, args.drafter, args.device)
     report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(live.format_report(report))
     print(f"cost fit on the calibration steps: median {report['calibration']['cost_fit']['median_abs_pct_error']:.1f}%"
@@ -262,6 +324,9 @@ def _add_live_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", metavar="DIR", default="checkpoints/drafter", help="drafter checkpoint folder")
     p.add_argument("--out", metavar="DIR", help="write results here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--device", default="cpu", help="where the models run: cpu or cuda[:N] (default: cpu)")
+    p.add_argument("--policy-file", metavar="TUNED.toml", help="also serve the load-adaptive policy `simspec tune` "
+                   "wrote (for the arrivals' CV)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -296,7 +361,8 @@ def parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=cmd_train)
     live_cmd = sub.add_parser("live", help="serve a workload with the live engine (real models, wall clock)")
     _add_live_flags(live_cmd)
-    live_cmd.add_argument("--policies", default="ar,linear:k=3,marginal", help="comma-separated policies")
+    live_cmd.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
+                          help="policy to serve with (repeat; default: ar, linear:k=3, marginal)")
     live_cmd.add_argument("--arrival", default="gamma", help="poisson, gamma or onoff")
     live_cmd.add_argument("--rate", type=float, default=20.0, help="mean request rate, requests/s")
     live_cmd.add_argument("--burstiness", type=float, default=0.25, help="Gamma shape (CV = 1/sqrt)")
@@ -308,14 +374,28 @@ def parser() -> argparse.ArgumentParser:
     live_cmd.add_argument("--drafter-context", default="selected:8", help="none, full, selected:K or pooled:K")
     live_cmd.add_argument("--step-costs", metavar="FILE", help="cost model the policies price with "
                           "(a step_costs.json from `simspec validate`; default a rough affine guess)")
+    live_cmd.add_argument("--timing-only", metavar="MODEL", help="random weights at MODEL's shape (a model spec, "
+                          "e.g. LLaVA-1.5-7B; meant for a GPU), acceptance replayed from --traces or --acceptance")
+    live_cmd.add_argument("--traces", metavar="FILE.jsonl", help="timing-only: fit the replayed acceptance to these "
+                          "acceptance traces (a live run's acceptance_traces.jsonl)")
+    live_cmd.add_argument("--acceptance", default="SpecVLM/LLaVA-1.5-7B",
+                          help="timing-only without --traces: acceptance preset, iid:P or FILE.json")
+    live_cmd.add_argument("--dtype", choices=("bfloat16", "float16", "float32"),
+                          help="timing-only: weights' dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    live_cmd.add_argument("--gpu", default="h100-sxm", help="timing-only: device spec whose cost model prices "
+                          "the policies' plans")
+    live_cmd.add_argument("--cost-model", default="auto", help="timing-only: cost model form for that device")
     live_cmd.set_defaults(handler=cmd_live)
     val = sub.add_parser("validate", help="calibrate on one workload, then compare live and simulated serving "
                          "on another")
     _add_live_flags(val)
     val.add_argument("--quick", action="store_true", help="the CI-sized validation (a few minutes)")
-    val.add_argument("--policies", help="comma-separated policies (default: five)")
+    val.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
+                     help="policy to validate (repeat; default: five)")
     val.set_defaults(handler=cmd_validate)
     add_profile_cli(sub)
+    for command in (sweep, report, tune, export, dashboard):  # each registers its own subcommand
+        command.add_cli(sub)
     return top
 
 

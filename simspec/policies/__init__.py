@@ -16,6 +16,9 @@ Policies (DESIGN.md "Policies"):
   add candidate nodes across all requests, best expected tokens per extra
   second first, while that beats the step's tokens per second.
 - ``oracle:depth=D``: knows the target's tokens; an upper bound for reports.
+- ``staged:stages=1:SPEC;B:SPEC;...``: from decode batch size B on, plan as
+  SPEC (any policy above but batch_table and oracle); ``simspec tune`` writes
+  one, picking per load the spec that served it best.
 """
 
 from __future__ import annotations
@@ -193,8 +196,59 @@ class Oracle(Policy):
         return np.array([self.depth], dtype=float)
 
 
+STAGE_POLICIES = ("ar", "linear", "tree", "truncate", "goodput", "marginal")
+"""Policies a ``staged`` stage may use (each takes at most three parameters)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Staged(Policy):
+    """A policy per decode-batch-size range: the load-adaptive schedule
+    ``simspec tune`` writes (vLLM's draft length per batch size, generalised
+    to any policy). ``stages`` is ``MIN_BATCH:SPEC`` entries joined by ``;``."""
+
+    name = "staged"
+    kernel = kernels.STAGED
+    stages: str = "1:linear:k=3"
+
+    def __post_init__(self):
+        self.schedule()
+
+    def schedule(self) -> tuple[tuple[int, Policy], ...]:
+        """((min batch, policy), ...) ascending, the first at batch size 1."""
+        entries = []
+        for part in self.stages.split(";"):
+            low, sep, spec = part.strip().partition(":")
+            _check(bool(sep) and low.strip().isdigit(), self.name,
+                   f"stages look like 1:linear:k=4;16:linear:k=2 (got {part!r})")
+            inner = parse(spec)
+            _check(inner.name in STAGE_POLICIES, self.name,
+                   f"a stage must be one of {', '.join(STAGE_POLICIES)} (got {inner.name!r})")
+            entries.append((int(low), inner))
+        lows = [low for low, _ in entries]
+        _check(lows[0] == 1, self.name, f"stages must start at batch size 1 (got {lows[0]})")
+        _check(all(a < b for a, b in zip(lows, lows[1:])), self.name,
+               f"stage batch sizes must increase (got {lows})")
+        return tuple(entries)
+
+    @property
+    def max_depth(self) -> int:
+        return max(p.max_depth for _, p in self.schedule())
+
+    @property
+    def max_rank(self) -> int:
+        return max(p.max_rank for _, p in self.schedule())
+
+    def params(self) -> np.ndarray:
+        rows = []
+        for low, policy in self.schedule():
+            inner = np.zeros(kernels.STAGE_WIDTH - 2)
+            inner[:len(policy.params())] = policy.params()
+            rows.append(np.concatenate([[low, policy.kernel], inner]))
+        return np.concatenate(rows).astype(float)
+
+
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (Ar, Linear, Tree, Truncate, BatchTable, Goodput, Marginal, Oracle)
+    cls.name: cls for cls in (Ar, Linear, Tree, Truncate, BatchTable, Goodput, Marginal, Oracle, Staged)
 }
 
 
@@ -223,13 +277,15 @@ def make(name: str, params: dict[str, object] | None = None) -> Policy:
 
 def parse(spec: str) -> Policy:
     """``"linear:k=5"`` or ``"tree:depth=6,topk=10"`` -> a policy. A
-    ``batch_table`` table is the rest of the spec: ``batch_table:table=1:5,8:3``."""
+    ``batch_table`` table or ``staged`` schedule is the rest of the spec:
+    ``batch_table:table=1:5,8:3``, ``staged:stages=1:tree:depth=5;16:linear:k=2``."""
     name, _, rest = spec.strip().partition(":")
     params: dict[str, object] = {}
-    if name == "batch_table" and rest:
+    if name in ("batch_table", "staged") and rest:
         key, sep, value = rest.partition("=")
         if not sep:
-            raise InputError(f"policy batch_table: parameters look like table=1:5,8:3 (got {rest!r})")
+            example = "table=1:5,8:3" if name == "batch_table" else "stages=1:linear:k=4;16:linear:k=2"
+            raise InputError(f"policy {name}: parameters look like {example} (got {rest!r})")
         params[key.strip()] = value.strip()
     elif rest:
         for part in rest.split(","):
@@ -241,4 +297,4 @@ def parse(spec: str) -> Policy:
 
 
 __all__ = ["POLICIES", "Policy", "make", "parse", "Ar", "Linear", "Tree", "Truncate", "BatchTable", "Goodput",
-           "Marginal", "Oracle"]
+           "Marginal", "Oracle", "Staged", "STAGE_POLICIES"]

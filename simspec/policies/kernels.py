@@ -4,7 +4,7 @@ Imports: numpy, numba, simspec.trees, simspec.costs.base (compiled cost
 functions). ``Policy.plan(view)`` (the live engine, tests) and the
 simulator's compiled step loop both call :func:`plan_batch`, so a policy
 decides the same way wherever it runs. A policy is named by a small integer
-(``AR`` ... ``ORACLE``) and its parameters by a float64 vector, because
+(``AR`` ... ``STAGED``) and its parameters by a float64 vector, because
 compiled code dispatches on plain values.
 
 Pricing: a plan for the batch is priced by the cost model's own step
@@ -25,7 +25,8 @@ from simspec import trees
 from simspec.costs.base import CostTables, draft_cost, forward_cost, jit, select_cost, table_at
 from simspec.types import MAX_DEPTH, RANK_BITS
 
-AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE = range(8)
+AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
+STAGE_WIDTH = 5  # a staged policy's parameters: (min batch, rule, p0, p1, p2) per stage, ascending
 KIND_AR, KIND_LINEAR, KIND_TREE = 0, 1, 2  # PlanKind values
 
 
@@ -362,10 +363,7 @@ def _oracle(batch: Batch, costs: CostTables, depth: int) -> Plan:
 
 
 @jit
-def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
-    """Plan every decode request of a step with the policy named by
-    ``policy`` (AR ... ORACLE) and its parameter vector."""
-    b = len(batch.context_tokens)
+def _single(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
     if policy == LINEAR:
         return _linear(batch, int(params[0]))
     if policy == TREE:
@@ -381,3 +379,23 @@ def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables)
     if policy == ORACLE:
         return _oracle(batch, costs, int(params[0]))
     return _linear(batch, 0)  # AR: no drafts
+
+
+@jit
+def _staged(batch: Batch, costs: CostTables, params: np.ndarray) -> Plan:
+    """The stage whose minimum batch size the decode batch reaches decides."""
+    b = len(batch.context_tokens)
+    at = 0
+    for e in range(0, len(params), STAGE_WIDTH):
+        if b >= params[e]:
+            at = e
+    return _single(int(params[at + 1]), params[at + 2:at + STAGE_WIDTH], batch, costs)
+
+
+@jit
+def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
+    """Plan every decode request of a step with the policy named by
+    ``policy`` (AR ... STAGED) and its parameter vector."""
+    if policy == STAGED:
+        return _staged(batch, costs, params)
+    return _single(policy, params, batch, costs)

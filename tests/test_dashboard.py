@@ -1,0 +1,406 @@
+"""The what-if dashboard: its computations, every page driven through
+Streamlit's AppTest (widgets changed, outputs updated, bad input shown as
+one st.error), `simspec dashboard` flags, and an end-to-end run of the real
+server rendered in headless Chromium (skipped where Chromium is missing).
+
+Runs are small (40 requests, two load levels, in-process) so that the whole
+file takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simspec import cli, config as configuration
+from simspec import dashboard as command
+from simspec.types import InputError
+from simspec_dashboard import whatif
+from simspec_dashboard.whatif import DashboardConfig
+
+APP = Path(command.app_path())
+SMALL = {"num_requests": 40, "loads": "0.5, 1", "workers": 0}  # widget keys -> test-sized values
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None)
+
+
+def small_config(**workload) -> configuration.SimConfig:
+    return configuration.build(flag_values={"policies": ["linear:k=3", "marginal"],
+                                            "workload": {"num_requests": 40, **workload}})
+
+
+def mooncake(n: int = 30, gap_ms: int = 100) -> bytes:
+    return "".join(json.dumps({"timestamp": i * gap_ms, "input_length": 100 + i, "output_length": 50,
+                               "num_images": i % 2}) + "\n" for i in range(n)).encode()
+
+
+# --------------------------------------------------------------------------
+# Computations (no Streamlit)
+
+
+def test_dashboard_defaults_come_from_simspec():
+    dash = DashboardConfig()
+    assert set(dash.policies) <= set(configuration.DEFAULT_POLICIES)
+    assert "ar" in dash.policies and len(dash.policies) == 4 and len(dash.loads) == 6
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("loads", (0.0,), "loads must be in (0, 4]"),
+    ("loads", (0.5, 5.0), "loads must be in (0, 4]"),
+    ("loads", (), "loads must have 1..12 levels"),
+    ("loads", (1.0, 1.0), "loads must be distinct"),
+    ("num_requests", 0, "num_requests must be in 1..20000"),
+    ("workers", -1, "workers must be in 0..16"),
+], ids=lambda x: str(x)[:24])
+def test_dashboard_config_refuses_out_of_range(field, value, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        DashboardConfig(**{field: value})
+
+
+def test_what_if_serves_each_load_as_a_multiple_of_saturation():
+    result = whatif.what_if(small_config(), DashboardConfig(loads=(1.0, 0.5), workers=0, saturation_requests=100))
+    assert result.baseline_added and result.config.policies[0] == "ar"
+    assert [p.load for p in result.levels] == [0.5, 1.0]  # sorted
+    for level in result.levels:
+        assert level.rate_per_s == pytest.approx(level.load * result.saturation_req_s)
+        assert set(level.metrics) == {"ar", "linear:k=3", "marginal"}
+        assert whatif.speedups(level.metrics)["ar"] == 1.0
+    assert result.at_rate.load is None and result.at_rate.rate_per_s == configuration.DEFAULT_WORKLOAD.rate_per_s
+    for shares in result.at_rate.mix.values():  # [3, T]: each bin sums to 1, or 0 when idle
+        sums = shares.sum(axis=0)
+        assert shares.shape == (3, 40) and np.all(np.isclose(sums, 1) | (sums == 0))
+    assert result.at_rate.mix["ar"][1:].sum() == 0  # AR never drafts
+    # More load, more queueing: AR's mean latency grows.
+    assert result.levels[1].metrics["ar"]["mean_e2el_ms"] > result.levels[0].metrics["ar"]["mean_e2el_ms"]
+
+
+def test_what_if_is_deterministic_and_the_process_pool_changes_nothing():
+    dash = DashboardConfig(loads=(0.5, 1.5), workers=0, saturation_requests=100)
+    here = whatif.what_if(small_config(), dash)
+    pooled = whatif.what_if(small_config(), replace(dash, workers=2))
+    assert here.saturation_req_s == pooled.saturation_req_s
+    for a, b in zip((here.at_rate, *here.levels), (pooled.at_rate, *pooled.levels)):
+        np.testing.assert_equal(a.metrics, b.metrics)  # exactly; NaN (AR's draft acceptance rate) equals NaN
+
+
+def test_what_if_time_scales_an_uploaded_trace(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(mooncake(30, gap_ms=100))  # 10 requests/s at speedup 1
+    config = small_config(arrival="trace", trace_path=str(trace), num_requests=30)
+    assert whatif.trace_rate(config) == pytest.approx(10.0)
+    result = whatif.what_if(config, DashboardConfig(loads=(0.5,), workers=0, saturation_requests=100))
+    assert result.at_rate.rate_per_s == pytest.approx(10.0)
+    assert result.levels[0].rate_per_s == pytest.approx(0.5 * result.saturation_req_s)
+
+
+def test_a_device_without_datasheet_or_profile_is_refused_by_name():
+    config = replace(small_config(), device="cpu-intel-xeon-processor", model="Qwen2-VL-7B")
+    with pytest.raises(InputError, match="no datasheet for a roofline prior and no profile of Qwen2-VL-7B"):
+        whatif.what_if(config, DashboardConfig(loads=(0.5,), workers=0))
+    assert whatif.profile_status("cpu-intel-xeon-processor", "Qwen2-VL-7B").calibration == "unavailable"
+
+
+def test_validation_headline(tmp_path, monkeypatch):
+    folder = tmp_path / "cpu"
+    folder.mkdir()
+    rows = {"load=0.25": {"ar": {"mean_e2el_ms": {"rel_error": -0.10},
+                                 "spec_decode_acceptance_length": {"rel_error": 0.0}},
+                          "marginal": {"mean_e2el_ms": {"rel_error": 0.04},
+                                       "spec_decode_acceptance_length": {"rel_error": -0.03}}},
+            "load=0.5": {"ar": {"mean_e2el_ms": {"rel_error": -0.30}}}}
+    (folder / "validation.json").write_text(json.dumps(rows))
+    (folder / "report.json").write_text(json.dumps({"bounds": {"mean_e2el_ms": 0.05}}))
+    monkeypatch.setenv("SIMSPEC_VALIDATION", str(tmp_path))
+    v = whatif.validation_for("cpu-intel-xeon-processor")  # a CPU device reads validation/cpu/
+    assert v.loads == (0.25, 0.5) and v.policies == ("ar", "marginal")
+    assert v.headline == ("live vs simulated, 2 policies x 2 loads (0.25, 0.5 x saturation): mean e2el error "
+                          "median 10%, from -30% to +4% (target ±5%: not met); acceptance length within 3%")
+    assert whatif.validation_for("h100-sxm") is None
+    status = whatif.profile_status("cpu-intel-xeon-processor", "simspec-tiny-vlm")
+    assert status.calibration == "calibrated" and status.validated and status.validation == v.headline
+    assert "not LLaVA-1.5-7B" in whatif.profile_status("cpu-intel-xeon-processor", "LLaVA-1.5-7B").validation
+    assert whatif.profile_status("h200", "LLaVA-1.5-7B").validation == "not validated on this device"
+
+
+# --------------------------------------------------------------------------
+# The pages, through AppTest
+
+
+@pytest.fixture
+def app():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    for key, value in SMALL.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def ok(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label.startswith(label))
+
+
+def test_what_if_page_shows_every_output(app):
+    ok(app)
+    assert app.title[0].value == "simspec what-if"
+    table = app.dataframe[0].value
+    assert list(table.index) == list(DashboardConfig().policies)
+    assert table.loc["ar", "speedup vs AR"] == 1.0 and table.loc["marginal", "accept length"] > 1.5
+    assert {"mean E2EL", "p95 E2EL", "p99 E2EL", "mean TTFT", "mean TPOT", "tree rounds"} <= set(table.columns)
+    assert [h.value for h in app.subheader] == ["Latency per policy at your rate", "Latency vs load",
+                                                "Speedup over AR (mean E2EL)", "Acceptance length",
+                                                "Plan mix over time"]
+    assert list(app.dataframe[1].value.columns) == ["0.5x", "1x"]  # acceptance length per load
+    assert "partly calibrated" in app.warning[0].value  # H100 + LLaVA-1.5-7B: Vidur's GEMMs + the prior
+    assert "not validated on this device" in app.warning[1].value
+    assert metric(app, "Your rate") == f"{configuration.DEFAULT_WORKLOAD.rate_per_s:.2f} req/s"
+    assert any("40 requests per run, 3 runs x 4 policies" in c.value for c in app.caption)
+
+
+def test_widgets_update_the_outputs(app):
+    saturation = metric(app, "AR saturation")
+    app.number_input(key="rate").set_value(12.0).run()
+    ok(app)
+    assert metric(app, "Your rate") == "12.00 req/s" and metric(app, "AR saturation") == saturation
+    app.text_area(key="policies").set_value("linear:k=5\ntruncate:k_max=4").run()
+    ok(app)
+    assert list(app.dataframe[0].value.index) == ["ar", "linear:k=5", "truncate:k_max=4"]
+    assert any("`ar` was added" in c.value for c in app.caption)
+    app.selectbox(key="model").set_value("simspec-tiny-vlm").run()
+    app.selectbox(key="device").set_value("cpu-intel-xeon-processor").run()
+    ok(app)
+    assert "calibrated" in app.success[0].value and "live vs simulated" in app.info[0].value
+    assert metric(app, "AR saturation") != saturation
+    app.selectbox(key="mix_at").select_index(2).run()  # plan mix at the second load level
+    ok(app)
+
+
+@pytest.mark.parametrize("kind, key, value, message", [
+    ("text_area", "policies", "ar\nlinear:k=0", "policy linear: k must be in 1..15 (got 0)"),
+    ("text_area", "policies", "ar\nbeam", "policy must be one of"),
+    ("text_area", "policies", "ar\nlinear:k", "policy linear: parameters look like key=value"),
+    ("number_input", "rate", -1.0, "rate_per_s must be > 0 (got -1.0)"),
+    ("number_input", "cv", 0.0, "Inter-arrival CV: cv must be > 0"),
+    ("number_input", "num_requests", 0, "num_requests must be in 1..20000 (got 0)"),
+    ("number_input", "images_max", 9, "images_max must be <= 7 for this model"),
+    ("text_input", "loads", "0.5, 9", "loads must be in (0, 4] x saturation (got 9)"),
+    ("text_input", "loads", "half", "loads must be numbers separated by commas (got 'half')"),
+], ids=lambda x: str(x)[:20])
+def test_bad_input_is_one_clear_error(app, kind, key, value, message):
+    getattr(app, kind)(key=key).set_value(value).run()
+    assert not app.exception
+    assert len(app.error) == 1 and message in app.error[0].value, [e.value for e in app.error]
+
+
+def test_a_custom_acceptance_model(app):
+    length = app.dataframe[0].value.loc["linear:k=3", "accept length"]
+    app.selectbox(key="acceptance").select_index(len(app.selectbox(key="acceptance").options) - 1).run()
+    app.text_input(key="acceptance_custom").set_value("iid:1.5").run()
+    assert not app.exception and "acceptance probability must be in (0, 1) (got 1.5)" in app.error[0].value
+    app.text_input(key="acceptance_custom").set_value("iid:0.3").run()
+    ok(app)
+    assert app.dataframe[0].value.loc["linear:k=3", "accept length"] < length
+
+
+def test_a_device_without_a_cost_model_is_an_error_not_a_traceback(app):
+    app.selectbox(key="model").set_value("Qwen2-VL-7B").run()
+    app.selectbox(key="device").set_value("cpu-intel-xeon-processor").run()
+    assert not app.exception
+    assert "no datasheet for a roofline prior" in app.error[0].value
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("bad.csv", b"foo,bar\n1,2\n", "uploaded trace bad.csv: columns foo,bar match no known schema"),
+    ("bad.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,10,5\n", "TIMESTAMP is not a date-time"),
+    ("bad.jsonl", b'{"timestamp": 0, "input_length": 10}\n', "line 1 lacks output_length"),
+    ("bad.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n', "line 2 is not valid JSON"),
+    ("bad.csv", b"\xff\xfe\x00\x01", "uploaded trace bad.csv"),
+], ids=["schema", "timestamp", "missing-key", "json", "binary"])
+def test_a_malformed_upload_is_one_clear_error(app, name, data, message):
+    app.radio(key="source").set_value("uploaded trace").run()
+    assert not app.exception and "upload a trace" in app.info[0].value
+    app.file_uploader(key="trace").set_value((name, data, "text/plain")).run()
+    assert not app.exception
+    assert len(app.error) == 1 and message in app.error[0].value, [e.value for e in app.error]
+    assert "simspec-dashboard" not in app.error[0].value  # names the upload, not the saved copy
+
+
+def test_an_uploaded_trace_is_served(app):
+    app.radio(key="source").set_value("uploaded trace").run()
+    app.file_uploader(key="trace").set_value(("t.jsonl", mooncake(30, gap_ms=100), "application/json")).run()
+    ok(app)
+    assert metric(app, "Your rate") == "10.00 req/s"
+    app.number_input(key="trace_speedup").set_value(2.0).run()
+    ok(app)
+    assert metric(app, "Your rate") == "20.00 req/s"
+
+
+def test_profiles_page(app):
+    app.switch_page("page_profiles.py").run()
+    ok(app)
+    table = app.dataframe[0].value
+    assert table.loc["cpu-intel-xeon-processor", "cost model"] == "calibrated"
+    assert table.loc["h200", "cost model"] == "uncalibrated" and table.loc["h200", "validated"] == "no"
+    app.selectbox(key="profiles_model").set_value("Qwen2-VL-7B").run()
+    ok(app)
+    assert app.dataframe[0].value.loc["cpu-intel-xeon-processor", "cost model"] == "unavailable"
+
+
+# --------------------------------------------------------------------------
+# `simspec dashboard`
+
+
+@pytest.mark.parametrize("port", ["abc", "0", "70000", "-5"])
+def test_bad_port_is_one_line_and_exit_2(port, capsys):
+    assert cli.main(["dashboard", "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--port must be an integer in 1..65535" in err
+
+
+def test_busy_port_is_refused(capsys):
+    with socket.socket() as busy:
+        busy.bind(("localhost", 0))
+        busy.listen()
+        assert cli.main(["dashboard", "--port", str(busy.getsockname()[1])]) == 2
+    assert "choose another port" in capsys.readouterr().err
+
+
+def test_the_command_runs_the_shipped_app_headless():
+    line = command.command(8765)
+    assert line[1:4] == ["-m", "streamlit", "run"] and Path(line[4]) == APP
+    flags = dict(zip(line[5::2], line[6::2]))
+    assert flags == {"--server.headless": "true", "--server.address": "localhost", "--server.port": "8765",
+                     "--browser.gatherUsageStats": "false"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _wait(deadline: float, what: str, ready) -> None:
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def render(url: str, folder: Path, expect: list[str], timeout_s: float) -> tuple[str, bytes]:
+    """Open ``url`` in headless Chromium, wait until every text of ``expect``
+    shows and the charts are drawn, and return the page's text and a PNG.
+    Drives Chromium over the DevTools protocol with ``websockets`` (a
+    Streamlit dependency): Streamlit renders with JavaScript over a
+    websocket, which ``--dump-dom`` does not wait for."""
+    from websockets.sync.client import connect
+
+    log = folder / "chromium.log"
+    with log.open("w") as sink:
+        browser = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={folder / 'profile'}", "--remote-debugging-port=0", "--window-size=1400,3000", url],
+            stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout_s
+        _wait(deadline, "Chromium's DevTools port", lambda: "DevTools listening" in log.read_text())
+        port = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", log.read_text()).group(1)
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
+        page = next(t for t in targets if t["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
+            ids = iter(range(1, 1 << 30))
+
+            def call(method: str, **params) -> dict:
+                n = next(ids)
+                ws.send(json.dumps({"id": n, "method": method, "params": params}))
+                while True:  # skip events until our answer
+                    message = json.loads(ws.recv(timeout=30))
+                    if message.get("id") == n:
+                        return message.get("result", {})
+
+            def value(expression: str):
+                return call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+            charts = ("Array.from(document.querySelectorAll('[data-testid=stVegaLiteChart]'))"
+                      ".filter(chart => chart.querySelector('canvas, svg')).length")  # drawn charts
+            text = ""
+
+            def ready() -> bool:
+                nonlocal text
+                text = value("document.body ? document.body.innerText : ''") or ""
+                return all(e in text for e in expect) and value(charts) >= 7
+
+            try:
+                _wait(deadline, f"{expect} and 7 charts", ready)
+            finally:
+                (folder / "page.txt").write_text(text)
+            return text, base64.b64decode(call("Page.captureScreenshot", format="png")["data"])
+    finally:
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
+def test_end_to_end_in_headless_chromium(tmp_path):
+    port = _free_port()
+    script = Path(sys.executable).with_name("simspec")  # the console script, where pip put it
+    simspec = [str(script)] if script.is_file() else [sys.executable, "-m", "simspec.cli"]
+    server = subprocess.Popen([*simspec, "dashboard", "--port", str(port)],
+                              stdout=(tmp_path / "server.log").open("w"), stderr=subprocess.STDOUT,
+                              cwd=tmp_path, start_new_session=True)
+    try:
+        def healthy() -> bool:
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                return urllib.request.urlopen(f"http://localhost:{port}/_stcore/health", timeout=2).read() == b"ok"
+            except OSError:
+                return False
+
+        _wait(time.monotonic() + 60, "the dashboard server", healthy)
+        text, png = render(f"http://localhost:{port}/", tmp_path, ["simspec what-if", "Latency per policy at "
+                           "your rate", "Lowest mean E2EL at your rate", "results are cached"], timeout_s=150)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert "Traceback" not in text
+    assert "Cost model: partly calibrated" in text and "marginal" in text
+    assert png.startswith(b"\x89PNG") and len(png) > 50_000
+    (tmp_path / "dashboard.png").write_bytes(png)
+    if os.environ.get("SIMSPEC_DASHBOARD_SCREENSHOT"):  # refresh the README's copy: dashboard/screenshot.png
+        Path(os.environ["SIMSPEC_DASHBOARD_SCREENSHOT"]).write_bytes(png)
+
+
+def test_speedup_helper_guards_zero():
+    assert math.isnan(whatif.speedups({"ar": {"mean_e2el_ms": 1.0}, "x": {"mean_e2el_ms": 0.0}})["x"])
+
+
+def test_the_dashboard_serves_what_simspec_simulate_serves():
+    """whatif.run fits the cost model once per process; otherwise it is experiment.run."""
+    from simspec import experiment
+
+    config = small_config()
+    np.testing.assert_equal(whatif.run(config).metrics, experiment.run(config).metrics)
+    assert whatif.saturation_rate(config, requests=60) == experiment.saturation_rate(config, requests=60)
