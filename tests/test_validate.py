@@ -1,13 +1,19 @@
 """`simspec validate --quick`: calibration on one workload, live vs simulated
 serving on another, and the files it writes.
 
-What is asserted is what this 2-core machine reproduces run after run:
-output throughput below saturation within 2x the issue's 5% bound, and
-acceptance length.
-The latency bounds (5% mean e2el and tpot, 10% p95 e2el and ttft) are
-printed and saved but not asserted here: the same live run repeated on
-this machine moves mean e2el by about as much (the report's noise-floor
-line), so a latency assertion would test the machine, not the simulator.
+What is asserted is what this 2-core machine reproduces run after run
+(measured: two quick runs and a full one on a quiet machine):
+
+- plain decoding (``ar``): every bounded metric (mean e2el and tpot,
+  output throughput: 5%; p95 e2el and mean ttft: 10%) within twice the
+  issue's bound at every load;
+- every policy: output throughput below saturation within 2x its bound,
+  and acceptance length.
+
+Drafting policies' latencies are printed and saved, not asserted: in those
+runs ``linear:k=3`` reached +10.5% mean e2el and +22.5% ttft at 75% load
+once, and ``marginal`` -7.7% mean e2el; the README's validation section
+has the figures.
 """
 
 from __future__ import annotations
@@ -69,3 +75,11 @@ def test_calibration_and_validation_data_do_not_overlap():
 def test_a_missing_drafter_checkpoint_is_named(tmp_path):
     with pytest.raises(InputError, match="drafter.pt|meta.json"):
         live.load_models(drafter_dir=str(tmp_path))
+
+
+def test_plain_decoding_latency_within_twice_the_bounds(quick):
+    report, _ = quick
+    for load, rows in report["validation"].items():
+        for metric, bound in live.BOUNDS.items():
+            error = rows["ar"][metric]["rel_error"]
+            assert abs(error) <= 2 * bound, (load, metric, error)

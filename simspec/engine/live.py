@@ -52,7 +52,7 @@ from simspec.engine.timing import AcceptanceReplay, other_token
 from simspec.policies import Policy
 from simspec.types import MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
 
-from simspec.sim.steps import POPULATION_WEIGHT, RECENT_WEIGHT, censored_accepted  # as the simulator
+from simspec.sim.steps import POPULATION_WEIGHT, RECENT_WEIGHT, RELAX_WEIGHT, censored_accepted  # as the simulator
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
 
 
@@ -413,6 +413,8 @@ class LiveEngine:
                 self.population = ((1 - POPULATION_WEIGHT) * self.population
                                    + POPULATION_WEIGHT * censored_accepted(accepted, deepest, self.population))
                 traces.append(self._trace(s, chains[i], int(known[i]), new_tokens, accepted, first_index))
+            else:
+                s.recent = (1 - RELAX_WEIGHT) * s.recent + RELAX_WEIGHT * self.population
             outcome.append((s, emit, len(nodes), accepted, max((nd.depth for nd in nodes), default=0)))
         t_end = clock()
         kinds = plan.kind if b else np.zeros(0, dtype=np.int8)

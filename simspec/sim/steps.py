@@ -28,6 +28,11 @@ from simspec.types import RANK_BITS
 
 RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
 POPULATION_WEIGHT = 0.05  # ... and in the replica-wide average a newly admitted request starts from
+# A round a request does not draft tells nothing of its acceptance; its
+# estimate relaxes toward the replica-wide one by this much a round, so a
+# request that stopped drafting under load drafts again when it pays
+# (without it, one unlucky start leaves a request at AR for good).
+RELAX_WEIGHT = 0.1
 
 
 class RequestState(NamedTuple):
@@ -233,6 +238,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                 state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * seen
                 seen = censored_accepted(accepted[i], plan.depth[i], state.population[0])
                 state.population[0] = (1.0 - POPULATION_WEIGHT) * state.population[0] + POPULATION_WEIGHT * seen
+            else:  # no draft, no evidence: the estimate drifts back to the replica's
+                state.recent[j] = (1.0 - RELAX_WEIGHT) * state.recent[j] + RELAX_WEIGHT * state.population[0]
             if state.emitted[j] >= state.output[j]:
                 finished = True
         logs.step_start_s[s] = t
