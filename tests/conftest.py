@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -35,3 +37,13 @@ def run(requests, policy, *, cost_model=None, accept=None, engine=None, seed=0, 
 
 def per_request_tokens(log) -> np.ndarray:
     return np.bincount(log.chunk_request, weights=log.chunk_tokens, minlength=len(log.requests))
+
+
+def invoke(argv) -> tuple[int, str, str]:
+    """``simspec ARGV`` in this process: (exit status, stdout, stderr)."""
+    from simspec import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()

@@ -4,8 +4,6 @@ within noise) on hand-made tables, and bad input."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
@@ -13,16 +11,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from simspec import cli, report, sweep
+from conftest import invoke
+from simspec import report, sweep
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def invoke(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,14 @@ refusal of tables from another sweep or schema version."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import threading
 
 import pyarrow.parquet as pq
 import pytest
 
-from simspec import cli, experiment, metrics, sweep
+from conftest import invoke
+from simspec import experiment, metrics, sweep
 from simspec.types import InputError
 
 POLICIES = ["ar", "linear:k=3"]
@@ -25,13 +24,6 @@ def small(**axes) -> sweep.SweepConfig:
     """2 loads x 2 multimodal shares x 2 seeds of 60 requests, unless told."""
     axes = {"load": [0.5, 0.9], "multimodal_share": [0.0, 1.0], "policies": POLICIES, **axes}
     return sweep.from_values({**BASE, "seeds": 2}, axis_flags=axes)
-
-
-def invoke(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ candidates per depth, the drafter's confidences) are recorded.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -191,9 +192,15 @@ class LiveEngine:
         threads = torch.get_num_threads()
         if self.device.type == "cpu":
             torch.set_num_threads(1)  # timings as the CPU profiles measure them; no stalls on a shared core
+        # As vLLM does after start-up: what exists now is permanent for the
+        # collector, so its full passes do not walk a large host process's
+        # objects in the middle of a step.
+        gc.collect()
+        gc.freeze()
         try:
             return self._serve(requests, examples, label, clock, progress, realtime)
         finally:
+            gc.unfreeze()
             torch.set_num_threads(threads)
 
     def _serve(self, requests, examples, label, clock, progress, realtime) -> LiveResult:
