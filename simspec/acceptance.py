@@ -144,9 +144,10 @@ class Randoms(NamedTuple):
 
 @numba.njit(cache=True, nogil=True)
 def draw_round(request_logit, retention, depth, ranks, decay, token_sigma, confidence_sigma, visual_share, tail,
-               normals, uniforms):
+               conf_tail, normals, uniforms):
     """Compiled draw (see AcceptanceModel.draw): ``normals`` and ``uniforms``
-    hold 2 * B * depth numbers each."""
+    hold 2 * B * depth numbers each; ``tail`` shapes the true ranks beyond 1,
+    ``conf_tail`` the drafter's confidences beyond its first candidate."""
     b = len(request_logit)
     n = b * depth
     conf = np.empty((b, depth, ranks))
@@ -165,7 +166,7 @@ def draw_round(request_logit, retention, depth, ranks, decay, token_sigma, confi
             c1 = 1.0 / (1.0 + np.exp(-(logit + confidence_sigma * normals[n + k])))
             conf[i, d, 0] = c1
             for r in range(1, ranks):  # ranks are the drafter's own order: confidence never rises with rank
-                conf[i, d, r] = min(conf[i, d, r - 1], (1.0 - c1) * tail[r - 1])
+                conf[i, d, r] = min(conf[i, d, r - 1], (1.0 - c1) * conf_tail[r - 1])
             u = uniforms[n + k]
             p1s[i, d] = p1
             if u < p1:
@@ -200,6 +201,10 @@ class AcceptanceModel:
     confidence_sigma: float = 0.5
     visual_share: float = 0.3
     retention_none: float = 0.55
+    # The drafter's confidences beyond its first candidate, as shares of
+    # 1 - conf(rank 1); None: shaped as the true ranks' tail (presets).
+    conf_tail_mass: float | None = None
+    conf_tail_decay: float | None = None
 
     def __post_init__(self):
         require(0.0 <= self.tail_mass <= 1.0, f"tail_mass must be in [0, 1] (got {self.tail_mass})")
@@ -209,6 +214,10 @@ class AcceptanceModel:
             require(value >= 0.0, f"{field} must be >= 0 (got {value})")
         require(0.0 <= self.visual_share <= 1.0, f"visual_share must be in [0, 1] (got {self.visual_share})")
         require(0.0 <= self.retention_none <= 1.0, f"retention_none must be in [0, 1] (got {self.retention_none})")
+        require(self.conf_tail_mass is None or 0.0 <= self.conf_tail_mass <= 1.0,
+                f"conf_tail_mass must be in [0, 1] (got {self.conf_tail_mass})")
+        require(self.conf_tail_decay is None or 0.0 < self.conf_tail_decay < 1.0,
+                f"conf_tail_decay must be in (0, 1) (got {self.conf_tail_decay})")
 
     @classmethod
     def iid(cls, p: float) -> "AcceptanceModel":
@@ -222,6 +231,13 @@ class AcceptanceModel:
     def tail(self) -> np.ndarray:
         """P(rank = r | not rank 1) for r = 2..MAX_RANK: [MAX_RANK - 1]."""
         return _tail(self.tail_mass, self.tail_decay)
+
+    @property
+    def conf_tail(self) -> np.ndarray:
+        """conf(rank r) / (1 - conf(rank 1)) for r = 2..MAX_RANK: [MAX_RANK - 1]."""
+        if self.conf_tail_mass is None or self.conf_tail_decay is None:
+            return self.tail
+        return _tail(self.conf_tail_mass, self.conf_tail_decay)
 
     def retention(self, context: DraftContext, visual_tokens: np.ndarray) -> np.ndarray:
         """Multiplier on p1 at grounded positions, per request: [B]."""
@@ -248,7 +264,7 @@ class AcceptanceModel:
         conf, true_ranks, p1 = draw_round(
             np.ascontiguousarray(request_logit, dtype=np.float64), np.ascontiguousarray(retention, dtype=np.float64),
             depth, ranks, self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
-            self.tail, rand.normals(2 * n), rand.uniforms(2 * n))
+            self.tail, self.conf_tail, rand.normals(2 * n), rand.uniforms(2 * n))
         return Round(conf=conf, true_ranks=true_ranks, top1_p=p1)
 
     def with_top1_logit(self, value: float) -> "AcceptanceModel":

@@ -79,7 +79,7 @@ def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int
     ones = np.ones(requests)
     for r in range(rounds):
         conf, ranks, _ = draw_round(logits, ones, depth, 3, model.depth_decay_logit, model.token_sigma,
-                                    model.confidence_sigma, 0.0, model.tail, rng.standard_normal(2 * n),
+                                    model.confidence_sigma, 0.0, model.tail, model.conf_tail, rng.standard_normal(2 * n),
                                     rng.random(2 * n))
         for i in range(requests):
             got = []
@@ -89,6 +89,20 @@ def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int
                     break
             rows.append({"request": i, "ranks": got, "conf": [list(conf[i, d]) for d in range(len(got))]})
     return rows
+
+
+def _confidence_tail(traces: Sequence[dict]) -> tuple[float | None, float | None]:
+    """Mass and decay of the geometric shape of the drafter's confidences
+    beyond its first candidate, from their mean shares of 1 - conf(rank 1)
+    at ranks 2 and 3 (what a tree policy branches on). None when the traces
+    hold fewer than three confidences a depth."""
+    shares = [np.array(c[1:3]) / (1.0 - c[0]) for row in traces for c in row["conf"] if len(c) >= 3 and c[0] < 1.0]
+    if not shares:
+        return None, None
+    m2, m3 = np.mean(shares, axis=0)
+    decay = float(np.clip(m3 / m2 if m2 > 0 else 0.5, 0.05, 0.95))
+    shape = decay ** np.arange(14)
+    return float(np.clip(m2 / (shape[0] / shape.sum()), 0.0, 1.0)), decay
 
 
 def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int | None = None) -> AcceptanceModel:
@@ -104,13 +118,14 @@ def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int 
     tail_decay = float(np.clip(r3 / r2 if r2 > 0 else 0.5, 0.05, 0.95))
     shape = tail_decay ** np.arange(14)
     tail_mass = float(np.clip(r2 / (shape[0] / shape.sum()), 0.0, 1.0)) if misses > 0 else 0.6
+    conf_mass, conf_decay = _confidence_tail(traces)
     requests = 400
 
     def model_of(x):
         return AcceptanceModel(name=name, top1_logit=float(x[0]), depth_decay_logit=float(abs(x[1])),
                                request_sigma=float(abs(x[2])), token_sigma=float(abs(x[3])),
                                confidence_sigma=float(abs(x[4])), tail_mass=tail_mass, tail_decay=tail_decay,
-                               visual_share=0.0)
+                               visual_share=0.0, conf_tail_mass=conf_mass, conf_tail_decay=conf_decay)
 
     def loss(x):
         sim = _trace_stats(_model_traces(model_of(x), requests, 12, depth), depth, bins)

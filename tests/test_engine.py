@@ -244,6 +244,20 @@ def test_acceptance_fit_recovers_a_known_model(tmp_path):
         calibration.load_acceptance(path)
 
 
+def test_confidence_shape_is_fitted_apart_from_the_rank_tail():
+    """A drafter whose second candidate gets 36% of the leftover confidence
+    while the target's token is rank 2 in 72% of misses: the fitted model's
+    confidences follow the former, its true ranks the latter."""
+    truth = AcceptanceModel(name="truth", top1_logit=1.2, depth_decay_logit=0.2, request_sigma=0.6, token_sigma=1.0,
+                            confidence_sigma=0.4, tail_mass=0.9, tail_decay=0.2, visual_share=0.0,
+                            conf_tail_mass=0.45, conf_tail_decay=0.2)
+    traces = calibration._model_traces(truth, 300, 10, 5, rng_seed=7)
+    fitted = calibration.fit_acceptance(traces, depth=5)
+    assert fitted.conf_tail[0] == pytest.approx(truth.conf_tail[0], abs=0.03)
+    assert fitted.conf_tail[1] == pytest.approx(truth.conf_tail[1], abs=0.03)
+    assert abs(fitted.tail[0] - truth.tail[0]) < 0.1 and fitted.tail[0] - fitted.conf_tail[0] > 0.25
+
+
 def test_step_cost_fit_recovers_coefficients(tmp_path):
     from simspec.engine.live import StepRecord
 

@@ -159,7 +159,8 @@ class Replica:
             population=np.array([_prior_accepted(acceptance.top1_logit)]))
         self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
                                                  acceptance.confidence_sigma, acceptance.visual_share,
-                                                 np.ascontiguousarray(acceptance.tail))
+                                                 np.ascontiguousarray(acceptance.tail),
+                                                 np.ascontiguousarray(acceptance.conf_tail))
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables

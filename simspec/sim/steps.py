@@ -57,6 +57,7 @@ class AcceptanceParams(NamedTuple):
     confidence_sigma: float
     visual_share: float
     tail: np.ndarray
+    conf_tail: np.ndarray
 
 
 class PolicyCall(NamedTuple):
@@ -167,7 +168,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
         if depth > 0 and b > 0:
             n = b * depth
             conf, true_ranks, _ = draw_round(state.difficulty[ids], state.retention[ids], depth, ranks, acc.decay,
-                                             acc.token_sigma, acc.confidence_sigma, acc.visual_share, acc.tail,
+                                             acc.token_sigma, acc.confidence_sigma, acc.visual_share, acc.tail, acc.conf_tail,
                                              rand.normals[rand.used[0]:rand.used[0] + 2 * n],
                                              rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
             rand.used[0] += 2 * n
