@@ -5,15 +5,13 @@ to be best, is byte-for-byte deterministic, and every bad input ends in one
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
 import numpy as np
 import pytest
 
-from conftest import requests_at, run
+from conftest import invoke, requests_at, run
 from simspec import cli, config, costs, policies, tune
 from simspec.types import InputError, ReplicaView
 
@@ -21,13 +19,6 @@ TINY = ["--cost-model", "affine:10,5", "--acceptance", "iid:0.6", "--num-request
         "--prompt-mean", "16", "--output-mean", "48"]
 FAST_TUNE = ["--families", "linear,truncate", "--trials", "3", "--search-seeds", "1", "--confirm-seeds", "3",
              "--top", "1", "--quiet"]
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +198,17 @@ def test_slos_no_candidate_meets_name_the_closest(tmp_path):
     assert cell.meets_slo is False
     gaps = {f: c.slo_gap for f, c in cell.families.items()}
     assert cell.best.slo_gap == min(gaps.values()) and cell.best.slo_gap > 1
+
+
+def test_simspec_live_serves_the_tuned_policy(tuned_file, tmp_path):
+    """``simspec live --policy-file`` adds the tuned load-adaptive policy to
+    what the live engine serves (here a timing-only run at the tiny shape)."""
+    pytest.importorskip("torch")
+    path, _ = tuned_file
+    out = tmp_path / "live"
+    code, stdout, err = invoke(["live", "--timing-only", "simspec-tiny-vlm", "--acceptance", "iid:0.7",
+                                "--policy", "ar", "--policy-file", path, "--num-requests", "4", "--rate", "200",
+                                "--quiet", "--out", out])
+    assert code == 0, err
+    served = json.loads((out / "metrics.json").read_text())
+    assert "ar" in served and any(name.startswith("staged:") for name in served)
