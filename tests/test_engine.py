@@ -270,7 +270,7 @@ def test_step_cost_fit_recovers_coefficients(tmp_path):
         steps.append(StepRecord(start_s=0.0, duration_s=0.002 + 1e-4 * tokens + 5e-4 * len(levels) + 2e-5 * sum(levels),
                                 forward_tokens=tokens, kv_read_tokens=0, attn_pairs=0, attn_requests=b,
                                 logit_tokens=tokens,
-                                vision_tokens=0, draft_level_tokens=levels, draft_rows=levels,
+                                vision_tokens=0, draft_level_tokens=levels,
                                 draft_kept_visual_tokens=0, select_requests=0, select_visual_tokens=0, batch=b,
                                 plans=(0, 0, 0)))
     model, report = calibration.fit_step_costs(steps, "test")

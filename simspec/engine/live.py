@@ -121,7 +121,6 @@ class StepRecord:
     logit_tokens: int
     vision_tokens: int
     draft_level_tokens: tuple[int, ...]  # rows of each drafter call (EngineConfig.drafting = "chain" prices these)
-    draft_rows: tuple[int, ...]  # drafter rows per depth
     draft_kept_visual_tokens: int
     select_requests: int
     select_visual_tokens: int
@@ -158,13 +157,13 @@ class LiveEngine:
         self.target, self.drafter, self.policy, self.costs, self.config = target, drafter, policy, costs, config
         self.replay = replay
         self.context = DraftContext.parse(config.drafter_context)
-        if config.impl == "auto" and not next(target.parameters()).is_cuda:
+        weight = next(target.parameters())
+        self.device, self.dtype = weight.device, weight.dtype  # caches and inputs follow the models
+        if config.impl == "auto" and self.device.type != "cuda":
             # Not the kernels' own "auto": under TRITON_INTERPRET=1 (the kernel
             # tests) that picks the interpreter, far too slow to serve with.
             config = replace(config, impl="reference")
             self.config = config
-        weight = next(target.parameters())
-        self.device, self.dtype = weight.device, weight.dtype  # caches and inputs follow the models
         c = target.config
         self.n_visual = c.visual_tokens
         self.max_len = 2 * 1024
@@ -312,7 +311,6 @@ class LiveEngine:
         t_draft = clock()
         # 1. incremental drafting of the rank-1 chains, planning in between
         depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
-        levels: list[int] = []  # drafter rows per depth
         calls: list[int] = []  # rows of each drafter call, as the simulator prices a chain-first engine
         chains: list[list[_Node]] = [[] for _ in decode]
         conf = np.zeros((b, max(depth, 1), ranks))  # levels not drafted yet: unknown (0)
@@ -329,7 +327,7 @@ class LiveEngine:
             want = [i for i in range(b) if plan.draft_steps[i] > known[i] and known[i] < depth]
             if not want:
                 break
-            levels.append(self._draft_level(decode, want, known, chains, visual_ctx, calls))
+            self._draft_level(decode, want, known, chains, visual_ctx, calls)
             for i in want:
                 probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
                 conf[i, known[i], :] = (probs if replayed is None else replayed[0][i, known[i]])[:ranks]
@@ -338,7 +336,7 @@ class LiveEngine:
             plan = self.policy.plan(view)
 
         # 2. the plan's trees: draft off-chain parents depth by depth
-        trees = self._trees(decode, chains, plan, levels, calls, visual_ctx) if b else []
+        trees = self._trees(decode, chains, plan, calls, visual_ctx) if b else []
 
         t_verify = clock()
         # 3. verify: one target forward over prefill chains and round trees
@@ -431,7 +429,7 @@ class LiveEngine:
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
-            vision_tokens=vision_tokens, draft_level_tokens=tuple(calls), draft_rows=tuple(levels),
+            vision_tokens=vision_tokens, draft_level_tokens=tuple(calls),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
             select_visual_tokens=int(sum(decode[i].request.visual_tokens for i in selecting)), batch=b,
             plans=tuple(int((kinds == k).sum()) for k in range(3)),
@@ -447,29 +445,25 @@ class LiveEngine:
             visual_ctx[s.index] = (kept[0], length[0])
         return visual_ctx[s.index]
 
-    def _draft_level(self, decode, want, known, chains, visual_ctx, calls: list[int]) -> int:
+    def _draft_level(self, decode, want, known, chains, visual_ctx, calls: list[int]) -> None:
         """One drafter step for the requests in ``want``: level 1 absorbs the
         new true entries; deeper levels run the rank-1 chain node."""
         first = [i for i in want if known[i] == 0]
         deeper = [i for i in want if known[i] > 0]
-        rows = 0
         if first:
             self._absorb([decode[i] for i in first], visual_ctx)
-            rows += len(first)
             calls.append(len(first))
             for i in first:
                 chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
         if deeper:
             parents = [chains[i][-1] for i in deeper]
             self._run_nodes([decode[i] for i in deeper], parents, visual_ctx)
-            rows += len(deeper)
             calls.append(len(deeper))
             for i, parent in zip(deeper, parents):
                 code = parent.code + (1 << (RANK_BITS * parent.depth))
                 chains[i].append(_Node(code, parent.depth + 1, parent, int(parent.cand[0])))
-        return rows
 
-    def _absorb(self, seqs: list[_Seq], visual_ctx) -> int:
+    def _absorb(self, seqs: list[_Seq], visual_ctx) -> None:
         """Run each request's new true entries through the drafter (a chain
         after its cache), commit them, and keep the last one's candidates.
         The entries are packed for the drafter's GEMMs, and only each
@@ -507,7 +501,6 @@ class LiveEngine:
             p, cand = probs.topk(min(MAX_RANK, probs.shape[-1]))
             s.cand, s.conf_pending, s.pending_out = cand.tolist(), p.float().cpu().numpy().astype(float), feats_out[r, 0]
             s.draft_position = int(positions[0, e - 1])
-        return sum(lengths)
 
     @staticmethod
     def _stack_visual(visual):
@@ -559,7 +552,7 @@ class LiveEngine:
         for r, nd in enumerate(nodes):
             nd.feature, nd.cand, nd.conf = feats_out[r, 0], cand[r].tolist(), p[r].float().cpu().numpy().astype(float)
 
-    def _trees(self, decode: list[_Seq], chains: list[list[_Node]], plan, levels: list[int], calls: list[int],
+    def _trees(self, decode: list[_Seq], chains: list[list[_Node]], plan, calls: list[int],
                visual_ctx) -> list[list[_RowNode]]:
         """Every request's plan as verification rows (parents before
         children, tokens filled in); plan nodes whose parent was never run
@@ -578,9 +571,6 @@ class LiveEngine:
                 todo = [(i, nodes[i][pc]) for i, pc in sorted(parents) if nodes[i][pc].cand is None]
                 if todo:
                     self._run_nodes([decode[i] for i, _ in todo], [nd for _, nd in todo], visual_ctx)
-                    while len(levels) < d:
-                        levels.append(0)
-                    levels[d - 1] += len(todo)
                     calls.append(len(todo))
             for i, code in at_depth:
                 rank = (code >> (RANK_BITS * (d - 1))) & MAX_RANK

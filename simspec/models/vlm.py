@@ -160,11 +160,12 @@ ATTENTION_CALL_PAIRS = 4096
 """What one more attention call costs, in padded query-key pairs (CPU, reference)."""
 
 
-def _attention_groups(sizes: torch.Tensor, cache_lengths: torch.Tensor) -> list[tuple[torch.Tensor, int, int]]:
+def _attention_groups(sizes: torch.Tensor, cache_lengths: torch.Tensor) -> list[tuple[torch.Tensor | slice, int, int]]:
     """Rows of a ragged batch split in at most two attention calls, short
     trees apart from long prefill chunks, where that saves more padded
     query-key pairs than a call costs. Each group: (rows, its longest
-    tree, its longest cache)."""
+    tree, its longest cache); one group takes every row as a slice, so
+    its tensors are views, not gathered copies."""
     order = torch.argsort(sizes, stable=True)
     q, length = sizes[order].tolist(), cache_lengths[order].tolist()
     def padded(lo, hi):
@@ -176,8 +177,9 @@ def _attention_groups(sizes: torch.Tensor, cache_lengths: torch.Tensor) -> list[
             cost = padded(0, split) + padded(split, b) + ATTENTION_CALL_PAIRS
             if cost < best:
                 best, cut = cost, split
-    spans = [(0, cut), (cut, b)] if cut < b else [(0, b)]
-    return [(order[lo:hi], q[hi - 1], max(length[lo:hi])) for lo, hi in spans]
+    if cut == b:
+        return [(slice(None), q[-1], max(length))]
+    return [(order[lo:hi], q[hi - 1], max(length[lo:hi])) for lo, hi in ((0, cut), (cut, b))]
 
 
 class TargetVLM(nn.Module):
