@@ -34,7 +34,7 @@ from scipy.optimize import minimize, nnls
 
 from simspec.acceptance import AcceptanceModel, draw_round
 from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table
-from simspec.types import InputError, require
+from simspec.types import MAX_RANK, InputError, require
 
 ACCEPTANCE_FORMAT = "simspec-acceptance/1"
 COST_FORMAT = "simspec-step-costs/1"
@@ -99,10 +99,15 @@ def _confidence_tail(traces: Sequence[dict]) -> tuple[float | None, float | None
     shares = [np.array(c[1:3]) / (1.0 - c[0]) for row in traces for c in row["conf"] if len(c) >= 3 and c[0] < 1.0]
     if not shares:
         return None, None
-    m2, m3 = np.mean(shares, axis=0)
-    decay = float(np.clip(m3 / m2 if m2 > 0 else 0.5, 0.05, 0.95))
-    shape = decay ** np.arange(14)
-    return float(np.clip(m2 / (shape[0] / shape.sum()), 0.0, 1.0)), decay
+    return _geometric_tail(*np.mean(shares, axis=0))
+
+
+def _geometric_tail(second: float, third: float) -> tuple[float, float]:
+    """Mass and decay of the geometric tail (``acceptance._tail``) whose
+    ranks 2 and 3 hold ``second`` and ``third``."""
+    decay = float(np.clip(third / second if second > 0 else 0.5, 0.05, 0.95))
+    shape = decay ** np.arange(MAX_RANK - 1)
+    return float(np.clip(second / (shape[0] / shape.sum()), 0.0, 1.0)), decay
 
 
 def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int | None = None) -> AcceptanceModel:
@@ -114,10 +119,9 @@ def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int 
     weight = np.minimum(live["seen"], 2000) / 2000
     misses = 1.0 - live["rate"][0]
     # Tail: P(rank 2 | miss) and P(rank 3 | miss) give mass and decay of the geometric tail.
-    r2, r3 = live["tail"][0], live["tail"][1]
-    tail_decay = float(np.clip(r3 / r2 if r2 > 0 else 0.5, 0.05, 0.95))
-    shape = tail_decay ** np.arange(14)
-    tail_mass = float(np.clip(r2 / (shape[0] / shape.sum()), 0.0, 1.0)) if misses > 0 else 0.6
+    tail_mass, tail_decay = _geometric_tail(live["tail"][0], live["tail"][1])
+    if misses <= 0:
+        tail_mass = 0.6
     conf_mass, conf_decay = _confidence_tail(traces)
     requests = 400
 

@@ -23,7 +23,7 @@ from simspec.policies import POLICIES
 from simspec.profiling import add_cli as add_profile_cli
 from simspec.sim import EngineConfig
 from simspec.types import InputError
-from simspec.workloads import WorkloadConfig, cv_to_burstiness
+from simspec.workloads import WorkloadConfig, arrival_cv, cv_to_burstiness
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +209,11 @@ def cmd_live(args: argparse.Namespace) -> int:
     from simspec import calibration, metrics, policies
     from simspec.costs import affine
 
-    specs = _live_policies(args, default=("ar", "linear:k=3", "marginal"))
-    config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                        drafter_context=args.drafter_context)
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
                               num_requests=args.num_requests, output_mean_tokens=args.output_mean)
+    specs = _live_policies(args, ("ar", "linear:k=3", "marginal"), workload)
+    config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                        drafter_context=args.drafter_context)
     device = live.torch_device(args.device)
     replay = None
     if args.timing_only:
@@ -251,16 +251,14 @@ def cmd_live(args: argparse.Namespace) -> int:
     return 130 if interrupted else 0
 
 
-def _live_policies(args: argparse.Namespace, default: tuple[str, ...]) -> list[str]:
+def _live_policies(args: argparse.Namespace, default: tuple[str, ...], workload: WorkloadConfig) -> list[str]:
     """``--policy`` (repeatable) and ``--policy-file`` (the tuned load-adaptive
-    policy, for the arrivals' CV) of ``live`` and ``validate``, checked."""
+    policy for ``workload``'s arrivals) of ``live`` and ``validate``, checked."""
     from simspec import policies
 
     specs = list(args.policy or ([] if args.policy_file else default))
     if args.policy_file:
-        cv = getattr(args, "burstiness", None)
-        specs.append(tune.adaptive_policy(tune.load(args.policy_file),
-                                          cv=None if cv is None else cv ** -0.5).label)
+        specs.append(tune.adaptive_policy(tune.load(args.policy_file), cv=arrival_cv(workload)).label)
     for spec in specs:
         policies.parse(spec)
     return list(dict.fromkeys(specs))
@@ -307,8 +305,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     v = live.QUICK if args.quick else live.ValidateConfig()
     if args.policy or args.policy_file:
-        args.burstiness = v.burstiness  # the validation workload's arrivals pick the tuned schedule
-        v = replace(v, policies=tuple(_live_policies(args, default=())))
+        v = replace(v, policies=tuple(_live_policies(args, (), live.validation_workload(v))))
     models = live.load_models(args.target, args.drafter, args.device)
     report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(live.format_report(report))

@@ -45,7 +45,7 @@ from simspec import __version__, config as configuration, experiment, metrics, p
 from simspec.config import SimConfig
 from simspec.sim import simulate
 from simspec.types import InputError, RunLog, require
-from simspec.workloads import cv_to_burstiness
+from simspec.workloads import arrival_cv, cv_to_burstiness
 
 FORMAT = "simspec-tuned/1"
 FAMILIES = ("linear", "tree", "truncate", "marginal")
@@ -563,8 +563,7 @@ def policies_for(tuned: Tuned, config: SimConfig) -> tuple[str, ...]:
     nearest the scenario's, then the best spec of each family at the tuned
     load nearest the scenario's rate."""
     w = config.workload
-    cv = 1.0 if w.arrival in ("poisson", "trace", "onoff") else w.burstiness ** -0.5
-    want = _nearest_cv(tuned, cv)
+    want = _nearest_cv(tuned, arrival_cv(w))
     cells = [c for c in tuned.cells if c.cv == want] or list(tuned.cells)
     cell = min(cells, key=lambda c: (abs(math.log(c.rate_per_s / w.rate_per_s)), c.rate_per_s))
     staged = next(s.policy for s in tuned.schedules if s.cv == want)

@@ -41,6 +41,12 @@ def cv_to_burstiness(cv: float) -> float:
     return 1.0 / cv**2
 
 
+def arrival_cv(workload: "WorkloadConfig") -> float:
+    """The inter-arrival CV a tuned schedule is picked by: 1/sqrt(shape) for
+    Gamma arrivals, 1 otherwise (Poisson; traces and on/off as tuned)."""
+    return workload.burstiness ** -0.5 if workload.arrival == "gamma" else 1.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadConfig:
     """How a synthetic workload is drawn, or which trace is replayed."""

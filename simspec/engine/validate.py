@@ -156,6 +156,11 @@ def _workload(v: ValidateConfig, rate: float, n: int, arrival: str) -> workloads
                                     output_mean_tokens=v.output_mean_tokens, output_cv=v.output_cv)
 
 
+def validation_workload(v: ValidateConfig, rate: float = 1.0) -> workloads.WorkloadConfig:
+    """The workload served live and simulated at every load (Gamma arrivals, CV 1/sqrt(burstiness))."""
+    return _workload(v, rate, v.requests, "gamma")
+
+
 def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple[CostModel, AcceptanceModel, dict]:
     """Serve the calibration workloads live with every policy; fit the step
     costs and the acceptance model. The seeds are the validation seed plus
@@ -164,7 +169,7 @@ def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple
     guess = affine(1.0, 0.05)
     v = replace(v, live=replace(v.live, prior_top1=drafter_top1(models, v.live.drafter_context)))
     # A first capacity estimate from a short AR burst (all requests at t=0).
-    requests, examples = live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+    requests, examples = burst_workload(v)
     burst = serve_live(models, "ar", requests, examples, guess, v.live)
     capacity = len(requests) / burst.log.end_s
     # Two calibration workloads of their own seeds: Poisson arrivals at
@@ -187,12 +192,18 @@ def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple
                                     "capacity_guess_req_s": capacity}
 
 
-def speed_probe(models: Models, v: ValidateConfig) -> float:
-    """Seconds this machine takes now to serve a fixed AR burst (16 requests
-    at t=0, the calibration's first burst). On a shared machine the live
-    engine's speed drifts by several percent between minutes; probes
-    before and after a live run say by how much, from calibration data only."""
-    requests, examples = live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+def burst_workload(v: ValidateConfig) -> tuple[list[Request], list[Example]]:
+    """16 requests at once, of calibration's own seed: calibration's first
+    capacity guess and the speed probe."""
+    return live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+
+
+def speed_probe(models: Models, v: ValidateConfig, burst: tuple[list[Request], list[Example]]) -> float:
+    """Seconds this machine takes now to serve ``burst`` (:func:`burst_workload`)
+    with AR. On a shared machine the live engine's speed drifts by several
+    percent between minutes; probes before and after a live run say by how
+    much, from calibration data only."""
+    requests, examples = burst
     return serve_live(models, "ar", requests, examples, affine(1.0, 0.05), v.live).log.end_s
 
 
@@ -217,20 +228,21 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     repeat: dict[str, dict] = {}
     speed: dict[str, dict[str, float]] = {}  # per load and policy: the machine's speed then / at calibration
     if v.speed_probes:
-        reference = float(np.median([speed_probe(models, v) for _ in range(3)]))
-        before = speed_probe(models, v)
+        burst = burst_workload(v)
+        reference = float(np.median([speed_probe(models, v, burst) for _ in range(3)]))
+        before = speed_probe(models, v, burst)
     bar = tqdm(total=len(v.loads) * len(v.policies), desc="validate", disable=not progress, leave=False)
     for load in v.loads:
         rate = load * saturation
         name = f"load={load:g}"
-        requests, examples = live_workload(_workload(v, rate, v.requests, "gamma"), v.seed)
+        requests, examples = live_workload(validation_workload(v, rate), v.seed)
         table[name] = {}
         for spec in v.policies:
             result = serve_live(models, spec, requests, examples, costs, v.live)
             live_metrics = metrics.summarize(result.log)
             run_costs = costs
             if v.speed_probes:
-                after = speed_probe(models, v)
+                after = speed_probe(models, v, burst)
                 factor = 0.5 * (before + after) / reference
                 speed.setdefault(name, {})[spec] = factor
                 run_costs, before = scaled(cal["cost_fit"], factor), after
@@ -244,7 +256,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
                 repeat[name] = {"policy": spec, **{m: again[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")
                                                    for m in COMPARED}}
                 if v.speed_probes:
-                    before = speed_probe(models, v)
+                    before = speed_probe(models, v, burst)
             bar.update(1)
     bar.close()
     ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
