@@ -11,12 +11,11 @@ Load levels are independent runs, so they go to a small process pool
 is safe where a fork may not be). The pool lives as long as the process, so
 only the first what-if pays for starting it. Every level uses the config's
 seed: levels share arrival shapes and lengths, and differ in load only.
-A process fits a device's cost model once (:func:`resolve`), not per run.
+A process fits a device's cost model once (``costs.build`` keeps it), not per run.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import multiprocessing
@@ -34,7 +33,6 @@ import simspec
 from simspec import costs, experiment, metrics, policies
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
-from simspec.sim import simulate
 from simspec.types import InputError, RunLog, require
 from simspec.workloads import read_trace
 
@@ -118,43 +116,9 @@ def plan_mix(log: RunLog, edges: np.ndarray) -> np.ndarray:
     return np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
 
 
-@functools.lru_cache(maxsize=16)
-def _cost_model(spec: str, model: str, device: str) -> costs.CostModel:
-    return costs.build(spec, costs.model_spec(model), costs.gpu_spec(device))
-
-
-def resolve(config: SimConfig) -> experiment.Scenario:
-    """:func:`experiment.resolve`, with the cost model fitted once per
-    process rather than once per run (fitting a profile takes longer than
-    simulating a few hundred requests): everything but the cost model
-    comes from ``experiment.resolve`` itself."""
-    scenario = experiment.resolve(replace(config, cost_model="constant:1"))  # costs nothing to build
-    return replace(scenario, config=config, costs=_cost_model(config.cost_model, config.model, config.device))
-
-
-def run(config: SimConfig) -> experiment.Results:
-    """:func:`experiment.run` on :func:`resolve`'s scenario (a test checks
-    that both give the same metrics)."""
-    scenario = resolve(config)
-    logs = tuple(simulate(scenario.requests, policy=policies.parse(spec), label=spec, costs=scenario.costs,
-                          acceptance=scenario.acceptance, engine=config.engine,
-                          kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed) for spec in config.policies)
-    table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
-             for log in logs}
-    return experiment.Results(scenario=scenario, logs=logs, metrics=table)
-
-
-def saturation_rate(config: SimConfig, *, requests: int) -> float:
-    """:func:`experiment.saturation_rate` (AR) on :func:`resolve`'s scenario."""
-    burst = replace(config, workload=replace(config.workload, num_requests=requests, duration_s=None))
-    s = resolve(burst)
-    return experiment.burst_rate(s.requests, policy="ar", costs=s.costs, acceptance=s.acceptance,
-                                 engine=config.engine, kv_budget_tokens=s.kv_budget_tokens, seed=config.seed)
-
-
 def serve(config: SimConfig, load: float | None, time_bins: int) -> Point:
     """Run ``config`` (every policy) and keep what the dashboard shows."""
-    results = run(config)
+    results = experiment.run(config)
     start_s = min(log.start_s for log in results.logs)
     end_s = max(log.end_s for log in results.logs)
     if not (math.isfinite(start_s) and math.isfinite(end_s) and end_s > start_s):
@@ -214,20 +178,6 @@ def warm(workers: int) -> None:
             _pool(workers).submit(_warm)
 
 
-def check_cost_model(config: SimConfig) -> None:
-    """Refuse, with a message naming the fix, a device that has neither a
-    datasheet (for the roofline prior) nor a profile of the model."""
-    if config.cost_model.strip().lower() != "auto" or config.device.lower() in costs.GPUS:
-        return
-    model = costs.model_spec(config.model)
-    if profiles.find(config.device, model):
-        return
-    folder = profiles.default_root() / config.device
-    profiled = sorted(p.name for p in folder.glob("*") if (p / "meta.json").is_file())
-    raise InputError(f"device {config.device} has no datasheet for a roofline prior and no profile of {model.name} "
-                     f"(profiled models: {', '.join(profiled) or 'none'}; or profile it with `simspec profile-gpu`)")
-
-
 def level_config(config: SimConfig, rate_per_s: float, native_rate_per_s: float) -> SimConfig:
     """``config`` at a mean arrival rate of ``rate_per_s``: a synthetic
     workload gets the rate, a trace is time-scaled (its native rate is
@@ -257,12 +207,11 @@ def what_if(config: SimConfig, dash: DashboardConfig = DashboardConfig()) -> Wha
     """Serve ``config`` at its own rate and at ``dash.loads`` x its AR
     saturation rate. ``config.workload`` says how many requests a run has."""
     started = time.perf_counter()
-    check_cost_model(config)
     baseline_added = "ar" not in config.policies
     if baseline_added:
         config = replace(config, policies=("ar", *config.policies))
-    scenario = resolve(config)  # validates model, device, acceptance, workload early
-    saturation = saturation_rate(config, requests=dash.saturation_requests)
+    scenario = experiment.resolve(config)  # validates model, device, acceptance, workload early
+    saturation = experiment.saturation_rate(config, requests=dash.saturation_requests)
     native = trace_rate(config) if config.workload.arrival == "trace" else math.nan
     jobs = [(config, None, dash.time_bins)]
     jobs += [(level_config(config, load * saturation, native), load, dash.time_bins) for load in sorted(dash.loads)]
@@ -377,9 +326,7 @@ def validation_for(device: str, root: Path | None = None) -> Validation | None:
 def profile_status(device: str, model: str) -> ProfileStatus:
     """How the ``auto`` cost model of ``model`` on ``device`` is calibrated,
     and what validation says about the device."""
-    config = replace(SimConfig(), device=device, model=model)
     try:
-        check_cost_model(config)
         spec = costs.model_spec(model)
         found = profiles.find(device, spec)
         cost_model = costs.build("auto", spec, costs.gpu_spec(device))
@@ -398,6 +345,6 @@ def profile_status(device: str, model: str) -> ProfileStatus:
                          validation=validation)
 
 
-__all__ = ["DashboardConfig", "Point", "WhatIf", "what_if", "serve", "run", "resolve", "saturation_rate", "warm",
-           "plan_mix", "speedups", "level_config", "trace_rate", "check_cost_model", "ProfileStatus", "Validation",
+__all__ = ["DashboardConfig", "Point", "WhatIf", "what_if", "serve", "warm",
+           "plan_mix", "speedups", "level_config", "trace_rate", "ProfileStatus", "Validation",
            "profile_status", "validation_for", "validation_root", "devices", "PLAN_KINDS", "MAX_LOAD", "MAX_REQUESTS"]

@@ -99,5 +99,20 @@ def test_a_device_known_only_from_profiles_has_no_prior_for_other_models(spec):
     """The CPU is profiled for the tiny VLM and LLaVA-1.5-7B only: Qwen2-VL
     on it has neither a profile nor datasheet numbers to price it with."""
     cpu = costs.gpu_spec("cpu-intel-xeon-processor")
-    with pytest.raises(InputError, match="no datasheet numbers for a roofline prior"):
+    with pytest.raises(InputError, match="no datasheet for a roofline prior and no profile of Qwen2-VL-7B"):
         costs.build(spec, costs.model_spec("Qwen2-VL-7B"), cpu)
+
+
+def test_cost_models_are_kept_until_their_profile_changes(tmp_path):
+    import os
+    import shutil
+
+    from simspec.costs.profiles import default_root
+
+    shutil.copytree(default_root() / "h100-sxm", tmp_path / "h100-sxm")
+    first = costs.build("auto", LLAVA, H100, tmp_path)
+    assert costs.build("auto", LLAVA, H100, tmp_path) is first  # fitted once
+    csv = next((tmp_path / "h100-sxm").rglob("*.csv"))
+    os.utime(csv, ns=(0, csv.stat().st_mtime_ns + 10**9))  # re-measured: refitted
+    again = costs.build("auto", LLAVA, H100, tmp_path)
+    assert again is not first and again.label == first.label

@@ -395,12 +395,3 @@ def test_end_to_end_in_headless_chromium(tmp_path):
 
 def test_speedup_helper_guards_zero():
     assert math.isnan(whatif.speedups({"ar": {"mean_e2el_ms": 1.0}, "x": {"mean_e2el_ms": 0.0}})["x"])
-
-
-def test_the_dashboard_serves_what_simspec_simulate_serves():
-    """whatif.run fits the cost model once per process; otherwise it is experiment.run."""
-    from simspec import experiment
-
-    config = small_config()
-    np.testing.assert_equal(whatif.run(config).metrics, experiment.run(config).metrics)
-    assert whatif.saturation_rate(config, requests=60) == experiment.saturation_rate(config, requests=60)

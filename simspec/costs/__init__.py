@@ -15,6 +15,7 @@ user's ``--cost-model`` string into a model:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from simspec.costs import fitted, profiles
@@ -39,12 +40,14 @@ __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec
 COST_MODEL_FORMS = "auto, roofline, profile:DIR, steps:FILE, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
-def _roofline(model: ModelSpec, gpu: GpuSpec) -> CostModel:
+def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> CostModel:
     """The datasheet prior, refused for a device known only from profiles of other models."""
     if gpu.hbm_bytes_per_s <= 0 or gpu.bf16_flops <= 0:
-        raise InputError(f"device {gpu.slug} has no profile of {model.name} and no datasheet numbers for a "
-                         f"roofline prior; profile it (`simspec profile-gpu --model {model.name}`) or choose a "
-                         f"datasheet GPU ({', '.join(GPUS)})")
+        folder = (profiles_root or profiles.default_root()) / gpu.slug
+        profiled = sorted(p.name for p in folder.glob("*") if (p / "meta.json").is_file())
+        raise InputError(f"device {gpu.slug} has no datasheet for a roofline prior and no profile of {model.name} "
+                         f"(profiled models: {', '.join(profiled) or 'none'}; profile it with `simspec profile-gpu "
+                         f"--model {model.name}` or choose a datasheet GPU: {', '.join(GPUS)})")
     return roofline(model, gpu)
 
 
@@ -60,12 +63,35 @@ def _numbers(text: str, count: int, form: str) -> list[float]:
 
 
 def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None = None) -> CostModel:
-    """The cost model named by ``spec`` for ``model`` on ``gpu``."""
+    """The cost model named by ``spec`` for ``model`` on ``gpu``. Fitting a
+    profile takes longer than simulating a few hundred requests, so models
+    are kept per process, keyed also by the size and time of every file they
+    were built from: a new or re-measured profile is refitted. CostModel is
+    frozen (its tables read-only), so sharing one is safe."""
+    return _build(spec, model, gpu, profiles_root, _sources(spec, gpu, profiles_root))
+
+
+def _sources(spec: str, gpu: GpuSpec, profiles_root: Path | None) -> tuple:
+    """(path, mtime, size) of every file ``spec`` reads for ``gpu``."""
+    kind, _, args = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind == "auto" and not args:
+        folder = (profiles_root or profiles.default_root()) / gpu.slug
+    elif kind in ("profile", "steps") and args:
+        folder = Path(args)
+    else:
+        return ()
+    files = sorted(folder.rglob("*")) if folder.is_dir() else [folder] if folder.is_file() else []
+    return tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+
+
+@functools.lru_cache(maxsize=64)
+def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple) -> CostModel:
     kind, _, args = spec.partition(":")
     kind = kind.strip().lower()
     if kind == "auto" and not args:
         found = profiles.find(gpu.slug, model, profiles_root)
-        return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu)
+        return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu, profiles_root)
     if kind == "profile" and args:
         return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
     if kind == "steps" and args:
@@ -73,7 +99,7 @@ def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None 
 
         return load_step_costs(args)
     if kind == "roofline" and not args:
-        return _roofline(model, gpu)
+        return _roofline(model, gpu, profiles_root)
     if kind == "constant":
         (step_ms,) = _numbers(args, 1, "constant:STEP_MS")
         if not step_ms > 0:
