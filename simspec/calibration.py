@@ -179,20 +179,20 @@ def load_acceptance(path: str | Path) -> AcceptanceModel:
 
 # -- step costs -------------------------------------------------------------------
 
-FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "vision_call", "vision_token", "draft_level",
-            "draft_row", "draft_kept", "select_call", "select_key")
+FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call",
+            "vision_token", "draft_level", "draft_row", "draft_kept", "select_call", "select_key")
 
 
 def step_features(step) -> np.ndarray:
     """The cost model's terms for one step record (any object with the StepShape fields)."""
     levels = list(step.draft_level_tokens)
     return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, step.attn_requests,
-                     float(step.vision_tokens > 0),
+                     step.padded_kv_tokens, float(step.vision_tokens > 0),
                      step.vision_tokens, len(levels), sum(levels), len(levels) * step.draft_kept_visual_tokens,
                      float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
 
 
-TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "vision_call", "vision_token")
+TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call", "vision_token")
 DRAFT_FEATURES = ("draft_level", "draft_row", "draft_kept", "select_call", "select_key")
 
 
@@ -242,6 +242,7 @@ def cost_model_from(c: dict, label: str) -> CostModel:
         label=label, calibrated=True, overhead_s=c["overhead"],
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
         attn_s_per_pair=c["attn_pair"], attn_s_per_request=c["attn_request"],
+        kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
         vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
         draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),
         draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])
@@ -254,4 +255,4 @@ def save_step_costs(report: dict, path: str | Path) -> None:
 def load_step_costs(path: str | Path) -> CostModel:
     """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
     return _load(path, "step-cost", COST_FORMAT, lambda record: cost_model_from(
-        {k: float(record["coefficients_s"][k]) for k in FEATURES}, record["label"]))
+        {k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES}, record["label"]))

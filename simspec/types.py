@@ -106,6 +106,7 @@ class StepShape:
     kv_read_tokens: int = 0  # KV-cache tokens read by attention (each request's context once)
     attn_pairs: int = 0  # sum over requests of query tokens x context tokens
     attn_requests: int = 0  # sequences attention runs over (prefill chunks + decode requests)
+    padded_kv_tokens: int = 0  # attention rows x the longest cached context (a dense, padded cache batch)
     logit_tokens: int = 0  # positions whose logits are computed (LM head)
     vision_tokens: int = 0  # visual tokens produced by the vision encoder this step
     draft_level_tokens: tuple[int, ...] = ()  # drafter tokens at each draft depth
@@ -197,6 +198,8 @@ class ReplicaView:
     vision_tokens: int  # visual tokens the vision encoder produces this step
     costs: "CostModel"  # prices candidate steps (simspec.costs)
     true_ranks: np.ndarray | None = None  # [B, D] the target's ranks: only the oracle is shown them
+    prefill_max_context: int = 0  # the longest context cached before a prefill chunk of this step
+    pending_entries: np.ndarray | None = None  # [B] int tokens accepted since the request last drafted (the drafter's first call absorbs them); None: 1 each
 
     @property
     def batch(self) -> int:

@@ -48,23 +48,23 @@ def test_constant_and_affine_closed_forms():
 
 def with_attention_terms(model):
     """``model`` with per-sequence and per-query attention terms (a fitted model's form)."""
-    return dataclasses.replace(model, attn_s_per_request=3e-5, attn_s_per_query=2e-6)
+    return dataclasses.replace(model, attn_s_per_request=3e-5, attn_s_per_query=2e-6, kv_s_per_padded_token=1e-8)
 
 
-@pytest.mark.parametrize("terms", [False, True], ids=["roofline", "with-request-and-query-terms"])
+@pytest.mark.parametrize("terms", [False, True], ids=["roofline", "with-request-query-and-padding-terms"])
 def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
     model = with_attention_terms(roofline) if terms else roofline
     shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
-                      vision_tokens=1152, draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32,
+                      padded_kv_tokens=12 * 1500, vision_tokens=1152, draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32,
                       select_visual_tokens=2304, select_requests=4)
-    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12) + model.vision_s(1152)
+    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12, 18000) + model.vision_s(1152)
              + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
     assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
     tables = model.tables
-    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12)
-    assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12), rel=1e-12)
-    extra = 12 * 3e-5 + 300 * 2e-6 if terms else 0.0
-    assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12) + extra, rel=1e-12)
+    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000)
+    assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12, 18000), rel=1e-12)
+    extra = 12 * 3e-5 + 300 * 2e-6 + 18000 * 1e-8 if terms else 0.0
+    assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12, 18000) + extra, rel=1e-12)
 
 
 def test_tables_extrapolate_past_their_end(roofline):

@@ -116,10 +116,17 @@ def test_steps_record_the_simulators_accounting(target, drafter, workload):
     result = engine.serve(requests, examples, realtime=False)
     decode_only = [s for s in result.steps if s.batch > 0 and s.vision_tokens == 0]
     assert decode_only
-    for s in decode_only:
-        assert s.draft_level_tokens == (s.batch,) * 3  # linear:k=3: three levels, one row per request
+    for s in decode_only:  # linear:k=3: three calls; the first absorbs what each request accepted, then one row each
+        assert s.draft_level_tokens[1:] == (s.batch,) * 2 and s.draft_level_tokens[0] >= s.batch
         assert s.forward_tokens >= 4 * s.batch - 3 * s.batch  # root + drafts, fewer near the end
+        assert s.padded_kv_tokens % s.batch == 0 and s.padded_kv_tokens >= s.kv_read_tokens  # rows x the longest
         assert s.duration_s > 0
+    # Every token a request committed before its last round is absorbed once:
+    # its prompt, then each round's accepted tokens and bonus token (the
+    # first output token is the prefill's, the last round's are never run).
+    last = {int(i): int(n) for i, n in zip(result.log.chunk_request, result.log.chunk_tokens)}
+    expected = sum(r.prompt_tokens + r.output_tokens - 1 - last[r.id] for r in requests)
+    assert sum(s.draft_level_tokens[0] for s in result.steps if s.draft_level_tokens) == expected
 
 
 def test_too_long_requests_are_rejected_and_the_rest_served(target, drafter, workload):

@@ -141,6 +141,34 @@ def test_sim_imports_and_runs_without_torch():
     assert out.stdout.strip() == "ok"
 
 
+@pytest.mark.parametrize("drafting", ["level", "chain"])
+def test_first_drafter_call_absorbs_what_each_request_accepted(drafting):
+    # Only drafter rows cost (1 ms each), so the run's busy time counts them.
+    # linear:k=1 drafts every round: its one call absorbs the prompt (first
+    # round), then the tokens the last round committed; the last round's are
+    # never run. Two requests at once share steps; that changes nothing.
+    model = costs.CostModel(label="drafter rows only", calibrated=False,
+                            draft_s_table=costs.base.frozen_table(1e-3 * costs.base.TOKENS))
+    requests = requests_at([0.0, 0.0], prompt=12, output=30)
+    log = run(requests, policies.parse("linear:k=1"), cost_model=model, engine=EngineConfig(drafting=drafting))
+    last = {int(i): int(n) for i, n in zip(log.chunk_request, log.chunk_tokens)}
+    rows = sum(r.prompt_tokens + r.output_tokens - 1 - last[r.id] for r in requests)
+    assert log.step_duration_s.sum() == pytest.approx(rows * 1e-3)
+
+
+def test_padded_attention_prices_rows_times_the_longest_context():
+    # Only the padded-cache term costs (1 us a slot). AR, one request of P
+    # prompt tokens: the prefill chunk has no cached context; decode step s
+    # (s = 0 .. n-2) reads a cache of P + s tokens, one row.
+    model = costs.CostModel(label="padded slots only", calibrated=False, kv_s_per_padded_token=1e-6)
+    p, n = 20, 9
+    log = run(requests_at([0.0], prompt=p, output=n), policies.parse("ar"), cost_model=model)
+    assert log.step_duration_s.sum() == pytest.approx(1e-6 * sum(p + s for s in range(n - 1)))
+    # Two requests prefilled together decode as two rows of the longer cache.
+    log = run(requests_at([0.0, 0.0], prompt=p, output=3), policies.parse("ar"), cost_model=model)
+    assert log.step_duration_s.sum() == pytest.approx(1e-6 * 2 * (p + p + 1))
+
+
 def test_chain_first_drafting_counts_each_off_chain_parent_once():
     """A chain-first engine drafts the rank-1 chain, then one row per plan
     node off that chain that has children, depth by depth."""

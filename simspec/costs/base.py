@@ -5,15 +5,19 @@ tables for what depends on a token count alone (the target's decoder
 layers, the LM head, the vision encoder, a drafter step) and four
 coefficients for attention, whose cost depends on the context it reads:
 
-    forward(T, kv, P, L, R) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
-                              + R * request_s + T * query_s
+    forward(T, kv, P, L, R, K) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
+                                 + R * request_s + T * query_s + K * padded_s
 
 with T query tokens, kv context tokens read, P query x key pairs, L logit
 rows, R sequences attended (prefill chunks + decode requests), and
 ``blend`` the smooth maximum of memory and compute time. The per-sequence
 and per-query terms are what a kernel spends on each sequence and each
 query row besides reading keys and computing scores (setup, softmax
-rows); the roofline prior and closed forms leave them 0. Roofline
+rows); the roofline prior and closed forms leave them 0. K is the step's
+attention rows times its longest cached context: an engine that gathers
+the batch's caches into one dense, padded tensor each step (simspec's live
+engine) pays for every slot of it; paged attention does not, and profiles
+and priors leave ``padded_s`` 0. Roofline
 priors, closed forms and (later) fitted profiles all render to this form,
 so the simulator and planners price any of them by table lookups, also
 inside compiled loops (``StepPrice``).
@@ -74,16 +78,18 @@ class CostModel:
     attn_s_per_pair: float = 0.0  # attention compute of one query x key pair in every layer
     attn_s_per_request: float = 0.0  # attention of one sequence (prefill chunk or decode request) in every layer
     attn_s_per_query: float = 0.0  # attention of one query token in every layer
+    kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
     draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
     select_s_per_key: float = 0.0  # ... and per visual key scored
 
-    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0):
+    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0):
         """One target forward over ``tokens`` query tokens of ``requests`` sequences."""
         attention = (blend(kv_read_tokens * self.kv_s_per_token, attn_pairs * self.attn_s_per_pair)
-                     + requests * self.attn_s_per_request + tokens * self.attn_s_per_query)
+                     + requests * self.attn_s_per_request + tokens * self.attn_s_per_query
+                     + padded_kv_tokens * self.kv_s_per_padded_token)
         return lookup(self.layers_s, tokens) + lookup(self.head_s, logit_tokens) + attention
 
     def vision_s(self, vision_tokens):
@@ -107,14 +113,15 @@ class CostModel:
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
-                          self.attn_s_per_request, self.attn_s_per_query, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
+                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
                           self.select_s_per_key)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
         levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
         return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                         shape.logit_tokens, shape.attn_requests, shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
+                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.vision_tokens, levels,
+                         shape.draft_kept_visual_tokens,
                          shape.select_requests, shape.select_visual_tokens)
 
     def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
@@ -122,9 +129,9 @@ class CostModel:
         ``context_tokens`` of context) in a step of this shape: near zero in
         the memory-bound region, the compute slope beyond the knee."""
         t, kv, pairs, logits = shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens
-        r = shape.attn_requests
-        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r)
-                     - self.forward_s(t, kv, pairs, logits, r))
+        r, padded = shape.attn_requests, shape.padded_kv_tokens
+        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r, padded)
+                     - self.forward_s(t, kv, pairs, logits, r, padded))
 
 
 class CostTables(NamedTuple):
@@ -137,6 +144,7 @@ class CostTables(NamedTuple):
     attn_s_per_pair: float
     attn_s_per_request: float
     attn_s_per_query: float
+    kv_s_per_padded: float
     vision_s: np.ndarray
     draft_s: np.ndarray
     draft_s_per_kept: float
@@ -157,9 +165,10 @@ def table_at(table: np.ndarray, tokens: int) -> float:
 
 
 @jit
-def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int) -> float:
+def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
+                 padded: int) -> float:
     attention = ((kv_tokens * t.kv_s_per_token) ** BLEND_P + (pairs * t.attn_s_per_pair) ** BLEND_P) ** (1.0 / BLEND_P)
-    attention += requests * t.attn_s_per_request + tokens * t.attn_s_per_query
+    attention += requests * t.attn_s_per_request + tokens * t.attn_s_per_query + padded * t.kv_s_per_padded
     return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
 
 
@@ -174,11 +183,11 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 
 
 @jit
-def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
+def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int, padded: int,
               vision_tokens: int, level_tokens: np.ndarray, kept: int, select_requests: int,
               select_keys: int) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests)
+    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded)
     if vision_tokens > 0:
         total += table_at(t.vision_s, vision_tokens)
     for level in range(len(level_tokens)):

@@ -126,6 +126,7 @@ class StepRecord:
     select_visual_tokens: int
     batch: int
     plans: tuple[int, int, int]
+    padded_kv_tokens: int = 0  # attention rows x the longest cached context (the dense caches it gathers)
     draft_s: float = 0.0  # of duration_s: drafting (selection and planning included)
     target_s: float = 0.0  # ... the vision encoder, the target forward and acceptance
 
@@ -311,7 +312,7 @@ class LiveEngine:
         t_draft = clock()
         # 1. incremental drafting of the rank-1 chains, planning in between
         depth, ranks = self.policy.max_depth, max(self.policy.max_rank, 1)
-        calls: list[int] = []  # rows of each drafter call, as the simulator prices a chain-first engine
+        calls: list[int] = []  # rows of each drafter call (the first: absorbed entries), as the simulator prices them
         chains: list[list[_Node]] = [[] for _ in decode]
         conf = np.zeros((b, max(depth, 1), ranks))  # levels not drafted yet: unknown (0)
         known = np.zeros(b, dtype=np.int64)
@@ -321,7 +322,10 @@ class LiveEngine:
         if self.replay is not None and b and depth > 0:
             replayed = self.replay.round(np.array([s.replay[0] for s in decode]),
                                          np.array([s.replay[1] for s in decode]), depth)
-        view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
+        pending = np.array([len(s.entries) for s in decode], dtype=np.int64)  # as the step starts, for every plan
+        longest = max((s.cache for s, _ in chunks), default=0)
+        view = self._view(decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), longest,
+                          vision_tokens)
         plan = self.policy.plan(view) if b else None
         while b and depth > 0:
             want = [i for i in range(b) if plan.draft_steps[i] > known[i] and known[i] < depth]
@@ -332,7 +336,8 @@ class LiveEngine:
                 probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
                 conf[i, known[i], :] = (probs if replayed is None else replayed[0][i, known[i]])[:ranks]
                 known[i] += 1
-            view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), vision_tokens)
+            view = self._view(decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, len(chunks),
+                              longest, vision_tokens)
             plan = self.policy.plan(view)
 
         # 2. the plan's trees: draft off-chain parents depth by depth
@@ -428,6 +433,7 @@ class LiveEngine:
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
+            padded_kv_tokens=len(rows_len) * max(rows_len, default=0),
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
             vision_tokens=vision_tokens, draft_level_tokens=tuple(calls),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),
@@ -451,8 +457,8 @@ class LiveEngine:
         first = [i for i in want if known[i] == 0]
         deeper = [i for i in want if known[i] > 0]
         if first:
+            calls.append(sum(len(decode[i].entries) for i in first))  # the absorbed entries run the drafter's GEMMs
             self._absorb([decode[i] for i in first], visual_ctx)
-            calls.append(len(first))
             for i in first:
                 chains[i].append(_Node(1, 1, None, int(decode[i].cand[0])))  # rank-1 child of the pending token
         if deeper:
@@ -611,14 +617,15 @@ class LiveEngine:
             self.v_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.values[l][row, idx]
 
     # -- views, traces, logs ---------------------------------------------------------
-    def _view(self, decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, prefill_requests, vision_tokens):
+    def _view(self, decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, prefill_requests,
+              prefill_max_context, vision_tokens):
         return ReplicaView(
             context_tokens=np.array([s.cache for s in decode], dtype=np.int64),
             visual_tokens=np.array([s.request.visual_tokens for s in decode], dtype=np.int64),
             kept_visual_tokens=kept, remaining_tokens=np.array([s.remaining for s in decode], dtype=np.int64),
             recent_accepted=np.array([s.recent for s in decode]), conf=conf, prefill_tokens=prefill_tokens,
             prefill_attn_pairs=prefill_pairs, prefill_kv_tokens=prefill_kv, prefill_requests=prefill_requests,
-            vision_tokens=vision_tokens, costs=self.costs)
+            prefill_max_context=prefill_max_context, vision_tokens=vision_tokens, costs=self.costs, pending_entries=pending)
 
     @staticmethod
     def _trace(s: _Seq, chain: list[_Node], known: int, new_tokens: list[int], accepted: int,

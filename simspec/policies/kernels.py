@@ -10,7 +10,8 @@ compiled code dispatches on plain values.
 Pricing: a plan for the batch is priced by the cost model's own step
 formula (costs.base.step_cost) with the draft tokens added: one target
 forward over prefill chunks + 1 + draft tokens per request, drafter steps
-(one token per request at depth 1, ``width`` after), selection when the
+(at depth 1 the tokens each request accepted since it last drafted,
+``width`` per request after), selection when the
 drafter sees kept visual tokens, overhead.
 """
 
@@ -40,11 +41,13 @@ class Batch(NamedTuple):
     recent_accepted: np.ndarray  # [B] float64
     conf: np.ndarray  # [B, D, R] float64
     true_ranks: np.ndarray  # [B, D] int64 (zeros unless the policy may see them)
+    pending_entries: np.ndarray  # [B] int64 tokens the drafter's first call absorbs
     prefill_tokens: int
     prefill_attn_pairs: int
     prefill_kv_tokens: int
     prefill_requests: int
     vision_tokens: int
+    prefill_max_context: int
 
 
 class Plan(NamedTuple):
@@ -65,6 +68,7 @@ class Pricing(NamedTuple):
     logits0: int  # logit rows without drafts
     kv_tokens: int  # KV tokens attention reads
     pairs0: int  # query x key pairs without drafts
+    padded: int  # attention rows x the longest cached context (drafts do not change it)
     fixed_s: float  # overhead + vision encoder
     draft_s: np.ndarray  # [MAX_DEPTH + 1] drafting d levels, selection included
     rate0: float  # tokens per second of the step without drafts
@@ -78,8 +82,9 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     kv, pairs0 = batch.prefill_kv_tokens + ctx, batch.prefill_attn_pairs + ctx
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
     fixed = costs.overhead_s + vision
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0))
-    return Pricing(tokens0, logits0, kv, pairs0, fixed, _draft_table(batch, costs, width), rate0)
+    padded = logits0 * max(batch.prefill_max_context, batch.context_tokens.max() if b > 0 else 0)
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded))
+    return Pricing(tokens0, logits0, kv, pairs0, padded, fixed, _draft_table(batch, costs, width), rate0)
 
 
 @jit
@@ -87,7 +92,7 @@ def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> 
     """Seconds of the step with ``n`` draft tokens adding ``pairs`` attention
     pairs, drafted ``deepest`` levels deep."""
     return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n,
-                                    p.logits0) + p.draft_s[deepest]
+                                    p.logits0, p.padded) + p.draft_s[deepest]
 
 
 @jit
@@ -101,7 +106,7 @@ def _draft_table(batch: Batch, costs: CostTables, width: int) -> np.ndarray:
             keys += batch.visual_tokens[i]
             selecting += 1
     out = np.zeros(MAX_DEPTH + 1)
-    first = select_cost(costs, selecting, keys) + draft_cost(costs, b, kept)
+    first = select_cost(costs, selecting, keys) + draft_cost(costs, max(batch.pending_entries.sum(), b), kept)
     later = draft_cost(costs, b * width, kept)
     for d in range(1, MAX_DEPTH + 1):
         out[d] = first + later * (d - 1)

@@ -152,7 +152,8 @@ class Replica:
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
             kept=context.kept(visual).astype(np.int64),
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
-            emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), recent=np.ones(n),
+            emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), absorbed=np.zeros(n, np.int64),
+            recent=np.ones(n),
             drafted=np.zeros(n, np.int64),
             difficulty=acceptance.request_logits(rng_difficulty, n),
             retention=acceptance.retention(context, visual).astype(float),
@@ -254,6 +255,7 @@ class Replica:
         prefill its prompt and the tokens it already emitted again."""
         self.prefill_target[i] = self.state.context[i] + self.state.emitted[i]
         self.state.cache[i] = 0
+        self.state.absorbed[i] = 0
         self.state.drafted[i] = 0
         self.preemptions[i] += 1
         self.waiting.appendleft(i)
@@ -272,15 +274,16 @@ class Replica:
         return chunks
 
     def _prefill(self, chunks: list[tuple[int, int]]) -> steps.Prefill:
-        tokens = pairs = kv = vision = 0
+        tokens = pairs = kv = vision = longest = 0
         for i, take in chunks:
             done = int(self.state.cache[i])
+            longest = max(longest, done)
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
             if done == 0:
                 vision += int(self.state.visual[i])
-        return steps.Prefill(tokens, pairs, kv, len(chunks), vision)
+        return steps.Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
         """Run steps (just one if it carries prefill) until something

@@ -44,6 +44,7 @@ class RequestState(NamedTuple):
     output: np.ndarray  # [N] int tokens to generate
     emitted: np.ndarray  # [N] int tokens generated so far
     cache: np.ndarray  # [N] int tokens in the KV cache
+    absorbed: np.ndarray  # [N] int text tokens of the cache the drafter has run (its KV cache)
     recent: np.ndarray  # [N] float moving average of accepted tokens per drafted round
     drafted: np.ndarray  # [N] int draft tokens in the request's last round
     difficulty: np.ndarray  # [N] float top-1 acceptance logit of the request
@@ -77,6 +78,7 @@ class Prefill(NamedTuple):
     kv_tokens: int
     requests: int
     vision_tokens: int
+    max_context: int  # the longest context cached before a chunk
 
 
 class Logs(NamedTuple):
@@ -160,7 +162,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
     reserve = b * (depth + 1)
     while steps < max_steps:
         first = steps == 0
-        pf = prefill if first else Prefill(0, 0, 0, 0, 0)
+        pf = prefill if first else Prefill(0, 0, 0, 0, 0, 0)
         ctx = state.cache[ids]
         visual = state.visual[ids]
         kept = state.kept[ids]
@@ -177,8 +179,9 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             conf = np.ones((b, 1, ranks))
             true_ranks = np.zeros((b, 1), dtype=np.int64)
         shown = true_ranks if policy.needs_truth else np.zeros_like(true_ranks)
-        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
-                              pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens)
+        pending = ctx - visual - state.absorbed[ids]  # tokens the drafter's first call this round absorbs
+        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pending, pf.tokens,
+                              pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context)
         plan = kernels.plan_batch(policy.kernel if b > 0 else kernels.AR, policy.params, batch, costs)
 
         # Price the step exactly as planned.
@@ -192,11 +195,14 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             verify += q
             pairs += q * ctx[i]
             for level in range(plan.draft_steps[i]):
-                # A level-wise engine drafts a tree level in one call of its
-                # width; a chain-first one drafts the rank-1 chain, then the
+                # The first call absorbs the tokens accepted since the
+                # request last drafted (its prompt, the first time); after
+                # it, a level-wise engine drafts a tree level in one call of
+                # its width, a chain-first one the rank-1 chain, then the
                 # tree's off-chain parents depth by depth.
-                level_tokens[level] += 1 if level == 0 or policy.chain_drafting else plan.draft_width[i]
+                level_tokens[level] += pending[i] if level == 0 else 1 if policy.chain_drafting else plan.draft_width[i]
             if plan.draft_steps[i] > 0:
+                state.absorbed[ids[i]] = ctx[i] - visual[i]
                 drafted_kept += kept[i]
                 if 0 < kept[i] < visual[i]:
                     select_requests += 1
@@ -210,7 +216,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                     calls += 1
         level_tokens = level_tokens[:calls]
         duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
-                             pf.requests + verify, pf.requests + b, pf.vision_tokens, level_tokens, drafted_kept,
+                             pf.requests + verify, pf.requests + b,
+                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.vision_tokens, level_tokens, drafted_kept,
                              select_requests, select_keys)
         end = t + duration
 
