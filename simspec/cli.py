@@ -306,6 +306,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     v = live.QUICK if args.quick else live.ValidateConfig()
     if args.policy or args.policy_file:
         v = replace(v, policies=tuple(_live_policies(args, (), live.validation_workload(v))))
+    if args.repeats is not None:
+        if not 1 <= args.repeats <= 10:
+            raise InputError(f"--repeats must be in [1, 10] (got {args.repeats})")
+        v = replace(v, repeats=args.repeats)
     models = live.load_models(args.target, args.drafter, args.device)
     report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(live.format_report(report))
@@ -389,6 +393,9 @@ def parser() -> argparse.ArgumentParser:
     val.add_argument("--quick", action="store_true", help="the CI-sized validation (a few minutes)")
     val.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
                      help="policy to validate (repeat; default: five)")
+    val.add_argument("--repeats", type=_number(int, "--repeats"), metavar="N",
+                     help="live runs of each policy and load, averaged (1-10; default 1): on a machine whose "
+                          "speed drifts, more runs narrow the live side's noise")
     val.set_defaults(handler=cmd_validate)
     add_profile_cli(sub)
     for command in (sweep, report, tune, export, dashboard):  # each registers its own subcommand

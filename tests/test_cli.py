@@ -287,3 +287,10 @@ def test_usage_errors_name_the_flag(tmp_path, flag, value):
     assert "Traceback" not in err
     assert flag in err.strip().splitlines()[-1]
     assert not out_dir.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "11", "two"])
+def test_validate_repeats_out_of_range_is_a_one_line_error(value):
+    code, out, err = invoke(["validate", "--repeats", value])
+    assert code != 0 and not out and "Traceback" not in err
+    assert "--repeats must be" in err.strip().splitlines()[-1]

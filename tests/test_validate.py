@@ -73,3 +73,4 @@ def test_a_missing_drafter_checkpoint_is_named(tmp_path):
     with pytest.raises(InputError, match="drafter.pt|meta.json"):
         live.load_models(drafter_dir=str(tmp_path))
 
+

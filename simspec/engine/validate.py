@@ -144,6 +144,7 @@ class ValidateConfig:
     sim_seeds: int = 5
     seed: int = 1  # validation workloads; calibration uses seed + 1000
     speed_probes: bool = True  # time a fixed AR burst around each live run; scale the simulated step costs by it
+    repeats: int = 1  # live runs of each policy and load; the live value is their mean
     live: LiveConfig = LiveConfig()
 
 
@@ -238,8 +239,10 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         requests, examples = live_workload(validation_workload(v, rate), v.seed)
         table[name] = {}
         for spec in v.policies:
-            result = serve_live(models, spec, requests, examples, costs, v.live)
-            live_metrics = metrics.summarize(result.log)
+            runs = [serve_live(models, spec, requests, examples, costs, v.live) for _ in range(v.repeats)]
+            summaries = [metrics.summarize(r.log) for r in runs]
+            live_metrics = {m: float(np.mean([s[m] for s in summaries])) for m in COMPARED}
+            result = runs[0]
             run_costs = costs
             if v.speed_probes:
                 after = speed_probe(models, v, burst)
@@ -248,15 +251,20 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
                 run_costs, before = scaled(cal["cost_fit"], factor), after
             sim_metrics, sim_log = simulate_mean(requests, spec, run_costs, acceptance, engine, v.sim_seeds)
             table[name][spec] = {m: {"live": live_metrics[m], "sim": sim_metrics[m],
-                                     "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")}
+                                     "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan"),
+                                     **({"live_runs": [s[m] for s in summaries]} if v.repeats > 1 else {})}
                                  for m in COMPARED}
             cdf_logs.append((f"{name} {spec}", result.log, sim_log))
-            if spec == v.policies[0]:  # the noise floor: the same live run again
-                again = metrics.summarize(serve_live(models, spec, requests, examples, costs, v.live).log)
-                repeat[name] = {"policy": spec, **{m: again[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan")
+            if spec == v.policies[0]:  # the noise floor: the same live run twice
+                first = summaries[0]
+                if v.repeats > 1:
+                    again = summaries[1]
+                else:
+                    again = metrics.summarize(serve_live(models, spec, requests, examples, costs, v.live).log)
+                    if v.speed_probes:
+                        before = speed_probe(models, v, burst)
+                repeat[name] = {"policy": spec, **{m: again[m] / first[m] - 1 if first[m] else float("nan")
                                                    for m in COMPARED}}
-                if v.speed_probes:
-                    before = speed_probe(models, v, burst)
             bar.update(1)
     bar.close()
     ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
