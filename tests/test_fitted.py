@@ -95,6 +95,37 @@ def test_full_profile_is_calibrated_and_prices_like_its_measurements(tmp_path):
     assert 0 < step < 0.05
 
 
+def test_drafter_and_selection_forms_recover_cross_attention_and_squared_keys(tmp_path):
+    # A drafter step: 0.3 ms + 0.001 ms a row, and once it cross-attends a
+    # 0.25 ms call, 0.002 ms a row and 1e-4 ms a kept token read; selection
+    # with a term in each request's keys squared (a CPU's caches). Both are
+    # judged on held-out grid points, every K and request count included.
+    def drafter(t, k):
+        return 0.3 + 0.001 * t + (k > 0) * (0.25 + 0.002 * t) + 1e-4 * t * k
+
+    def select(r, v):
+        return 0.05 + 2e-5 * r * v + 3e-9 * r * v * v
+
+    ops = {**layer_ops(), **attention_ops(),
+           "drafter_step": pd.DataFrame([(t, k, drafter(t, k)) for t in TOKENS[:12] for k in (0, 8, 64)],
+                                        columns=["tokens", "kept_tokens", "median_ms"]),
+           "select": pd.DataFrame([(r, v, select(r, v)) for r in (1, 2, 4, 8) for v in (576, 1152, 2880)],
+                                  columns=["requests", "visual_tokens", "median_ms"])}
+    write_profile(tmp_path / "h100-sxm" / "LLaVA-1.5-7B", ops)
+    found = profiles.find("h100-sxm", LLAVA, tmp_path)
+    result = fitted.fit_profiles(found, LLAVA, H100)
+    fits = {f.op: f for f in result.fits}
+    assert fits["drafter_step"].points == 36 and len(fits["drafter_step"].heldout) > 0
+    assert fits["drafter_step"].median_ape < 0.02 and fits["select"].median_ape < 0.02
+    model = result.cost_model
+    for t, k in ((1, 0), (3, 8), (40, 64), (100, 16)):  # off the grid too
+        assert model.draft_level_s(t, t * k) == pytest.approx(drafter(t, k) * 1e-3, rel=0.03), (t, k)
+    assert model.select_s(3, 3 * 2000) == pytest.approx(select(3, 2000) * 1e-3, rel=0.03)
+    tables = model.tables  # the compiled prices agree with the model's own
+    assert costs.base.draft_cost(tables, 40, 40 * 64) == pytest.approx(model.draft_level_s(40, 40 * 64), rel=1e-12)
+    assert costs.base.select_cost(tables, 3, 6000) == pytest.approx(model.select_s(3, 6000), rel=1e-12)
+
+
 def test_a_layer_shape_profile_serves_a_model_with_the_same_layers(tmp_path):
     write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", layer_ops())
     model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)  # LLaVA-1.5-7B's LM is Llama-2-7B-shaped

@@ -82,8 +82,11 @@ class CostModel:
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
     draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
+    draft_s_cross_call: float = 0.0  # a drafter step that cross-attends (kept tokens > 0): fixed
+    draft_s_cross_row: float = 0.0  # ... and per draft row
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
-    select_s_per_key: float = 0.0  # ... and per visual key scored
+    select_s_per_key: float = 0.0  # ... per visual key scored
+    select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0):
         """One target forward over ``tokens`` query tokens of ``requests`` sequences."""
@@ -98,11 +101,13 @@ class CostModel:
 
     def draft_level_s(self, tokens, kept_visual_tokens):
         """One drafter step over ``tokens`` draft positions of the batch."""
-        return lookup(self.draft_s_table, tokens) + kept_visual_tokens * self.draft_s_per_kept
+        cross = (self.draft_s_cross_call + tokens * self.draft_s_cross_row) * (kept_visual_tokens > 0)
+        return lookup(self.draft_s_table, tokens) + cross + kept_visual_tokens * self.draft_s_per_kept
 
     def select_s(self, requests, visual_tokens):
         """Visual-token selection for ``requests`` requests over ``visual_tokens`` keys."""
-        return self.select_launch_s * (requests > 0) + visual_tokens * self.select_s_per_key
+        squared = visual_tokens**2 / requests * self.select_s_per_key_sq if requests > 0 else 0.0
+        return self.select_launch_s * (requests > 0) + visual_tokens * self.select_s_per_key + squared
 
     @property
     def calibration(self) -> str:
@@ -113,8 +118,9 @@ class CostModel:
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
-                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.select_launch_s,
-                          self.select_s_per_key)
+                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept,
+                          self.draft_s_cross_call, self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key,
+                          self.select_s_per_key_sq)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
@@ -148,8 +154,11 @@ class CostTables(NamedTuple):
     vision_s: np.ndarray
     draft_s: np.ndarray
     draft_s_per_kept: float
+    draft_cross_call: float
+    draft_cross_row: float
     select_launch_s: float
     select_s_per_key: float
+    select_s_per_key_sq: float
 
 
 jit = numba.njit(cache=True, nogil=True)
@@ -174,12 +183,15 @@ def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits:
 
 @jit
 def draft_cost(t: CostTables, tokens: int, kept: int) -> float:
-    return table_at(t.draft_s, tokens) + kept * t.draft_s_per_kept
+    cross = t.draft_cross_call + tokens * t.draft_cross_row if kept > 0 else 0.0
+    return table_at(t.draft_s, tokens) + cross + kept * t.draft_s_per_kept
 
 
 @jit
 def select_cost(t: CostTables, requests: int, keys: int) -> float:
-    return (t.select_launch_s if requests > 0 else 0.0) + keys * t.select_s_per_key
+    if requests <= 0:
+        return keys * t.select_s_per_key
+    return t.select_launch_s + keys * t.select_s_per_key + keys * keys / requests * t.select_s_per_key_sq
 
 
 @jit

@@ -9,7 +9,11 @@ weights stream, then a compute slope), or a *monotone* interpolant
 (isotonic regression, then PCHIP through the result), whichever predicts
 held-out points better. Attention is fitted once over every attention table
 in the cost model's own form (costs.base), c + blend(kv x alpha, pairs x
-beta) + requests x rho + queries x gamma, all coefficients >= 0. The
+beta) + requests x rho + queries x gamma, all coefficients >= 0. A drafter
+step is a curve in rows at the grid's least K plus what cross-attention
+adds (a call and a cost per row once it cross-attends, and each kept token
+read); selection is a launch, each key, and each request's keys squared
+(caches overflowing on a CPU). The
 fits are rendered into a :class:`CostModel`'s tables; operators a profile
 lacks come from the roofline prior, and the label says which.
 
@@ -350,8 +354,8 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
 
     head = table("lm_head", "tokens", "LM head", "head_s")
     vision = _vision_table(profile, model, need_prior, fits)
-    draft, per_kept = _drafter(profile, need_prior, fits)
-    select_launch, per_key = _select(profile, need_prior, fits)
+    draft, per_kept, cross_call, cross_row = _drafter(profile, need_prior, fits)
+    select_launch, per_key, per_key_sq = _select(profile, need_prior, fits)
     measured = tuple(sorted(set(merged)))
     where = ", ".join(sorted({s for s in sources.values()}))
     label = (f"fitted profile: {profiles[0].meta.get('device', gpu.name)} / {model.name} ({where})"
@@ -361,7 +365,8 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
                      layers_s=frozen_table(layers), head_s=frozen_table(head), kv_s_per_token=kv_s,
                      attn_s_per_pair=pair_s, attn_s_per_request=request_s, attn_s_per_query=query_s,
                      vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
-                     draft_s_per_kept=per_kept, select_launch_s=select_launch, select_s_per_key=per_key)
+                     draft_s_per_kept=per_kept, draft_s_cross_call=cross_call, draft_s_cross_row=cross_row,
+                     select_launch_s=select_launch, select_s_per_key=per_key, select_s_per_key_sq=per_key_sq)
     return Fitted(cost_model=cost, fits=tuple(fits), layer=composed, measured=measured, prior=tuple(used_prior))
 
 
@@ -383,26 +388,68 @@ def _vision_table(profile: Profile, model: ModelSpec, need_prior, fits) -> np.nd
     return vision
 
 
-def _drafter(profile: Profile, need_prior, fits) -> tuple[np.ndarray, float]:
+def _terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients of the columns of ``x``, least squares in relative error."""
+    return optimize.lsq_linear(x / y[:, None], np.ones(len(y)), bounds=(0, np.inf)).x
+
+
+def _drafter_columns(tokens: np.ndarray, kept: np.ndarray, least: float) -> np.ndarray:
+    """What cross-attention adds to a drafter step of ``tokens`` rows each
+    reading ``kept`` visual tokens: a call and a cost per row once it
+    cross-attends at all (when the grid's least K is 0), and the kept
+    tokens read."""
+    on = (kept > least).astype(float) if least == 0 else np.zeros_like(kept)
+    return np.column_stack([on, tokens * on, tokens * (kept - least)])
+
+
+def _drafter(profile: Profile, need_prior, fits):
+    """A drafter step: a curve in rows at the grid's least K, plus
+    cross-attention terms (:func:`_drafter_columns`) fitted to what the
+    other K add. Held out: every fourth distinct rows x (K + 1)."""
     t = profile.tables.get("drafter_step")
     if t is None:
         base = need_prior("drafter")
-        return base.draft_s_table, base.draft_s_per_kept
-    least = t[t["kept_tokens"] == t["kept_tokens"].min()]
-    curve, fit = fit_curve(least["tokens"], least["median_ms"], "drafter_step")
-    fits.append(fit)
-    extra = t["median_ms"].to_numpy(float) - curve(t["tokens"].to_numpy(float))
-    kept = (t["tokens"] * (t["kept_tokens"] - t["kept_tokens"].min())).to_numpy(float)
-    use = kept > 0
-    per_kept = max(float(np.sum(extra[use] * kept[use]) / np.sum(kept[use] ** 2)), 0.0) if use.any() else 0.0
-    return curve(TOKENS) * MS, per_kept * MS
+        return base.draft_s_table, base.draft_s_per_kept, base.draft_s_cross_call, base.draft_s_cross_row
+    tokens, kept = t["tokens"].to_numpy(float), t["kept_tokens"].to_numpy(float)
+    y, least = t["median_ms"].to_numpy(float), float(kept.min())
+
+    def fit(rows):
+        at_least = rows & (kept == least)
+        curve, _ = fit_curve(tokens[at_least], y[at_least])
+        extra = rows & (kept > least)
+        coef = (_terms(_drafter_columns(tokens[extra], kept[extra], least), y[extra] - curve(tokens[extra]))
+                if extra.any() else np.zeros(3))
+        return curve, coef
+
+    def predict(curve, coef, rows):
+        return curve(tokens[rows]) + _drafter_columns(tokens[rows], kept[rows], least) @ coef
+
+    held = _split(tokens * (kept + 1))
+    errors = np.zeros(0)
+    if held.any() and (~held & (kept == least)).sum() >= 2:
+        errors = _ape(predict(*fit(~held), held), y[held])
+    curve, (call, row, per_kept) = fit(np.ones(len(y), dtype=bool))
+    fits.append(OpFit("drafter_step", "curve + cross-attention", len(y), errors))
+    return curve(TOKENS) * MS, per_kept * MS, call * MS, row * MS
 
 
-def _select(profile: Profile, need_prior, fits) -> tuple[float, float]:
+def _select_columns(requests: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Selection: a launch, each key scored, and each request's keys squared
+    (a CPU's caches overflow as one request's keys grow)."""
+    return np.column_stack([np.ones_like(keys), keys, keys**2 / requests])
+
+
+def _select(profile: Profile, need_prior, fits) -> tuple[float, float, float]:
     t = profile.tables.get("select")
     if t is None:
         base = need_prior("selection")
-        return base.select_launch_s, base.select_s_per_key
-    (a, b), fit = fit_line(t["requests"] * t["visual_tokens"], t["median_ms"], "select")
-    fits.append(fit)
-    return a * MS, b * MS
+        return base.select_launch_s, base.select_s_per_key, base.select_s_per_key_sq
+    requests = t["requests"].to_numpy(float)
+    keys = requests * t["visual_tokens"].to_numpy(float)
+    y = t["median_ms"].to_numpy(float)
+    x = _select_columns(requests, keys)
+    held = _split(keys)
+    errors = _ape(x[held] @ _terms(x[~held], y[~held]), y[held]) if held.any() else np.zeros(0)
+    fits.append(OpFit("select", "linear + squared", len(y), errors))
+    launch, per_key, per_key_sq = _terms(x, y)
+    return launch * MS, per_key * MS, per_key_sq * MS

@@ -56,11 +56,10 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
         profile = next(p for p in found if op in p.tables)
         t = profile.tables[op]
         x = t[X_COLUMN[op]].to_numpy(float)
-        if op == "drafter_step":
-            keep = t["kept_tokens"] == t["kept_tokens"].min()
-            x, y = x[keep], t["median_ms"].to_numpy(float)[keep]
-        else:
-            y = t["median_ms"].to_numpy(float)
+        y = t["median_ms"].to_numpy(float)
+        if op == "drafter_step":  # the cost model's drafter step at each K against its points
+            _drafter_panel(ax, t, result)
+            continue
         curve = fitted.fit_curve(x, y, tile=fitted.tile_for(profile, op))[0] if X_COLUMN[op] == "tokens" else None
         ax.plot(x, y, "o", ms=3, label="measured")
         if curve is not None:
@@ -72,6 +71,20 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
         ax.set_ylabel("ms")
         ax.legend(fontsize=7)
     return fig
+
+
+def _drafter_panel(ax, t, result: fitted.Fitted) -> None:
+    for k, rows in t.groupby("kept_tokens"):
+        tokens = rows["tokens"].to_numpy(int)
+        line = ax.plot(tokens, rows["median_ms"], "o", ms=3, label=f"K={k} measured")[0]
+        grid = np.unique(np.geomspace(max(tokens.min(), 1), tokens.max(), 50).astype(int))
+        model = [1e3 * result.cost_model.draft_level_s(int(n), int(n) * int(k)) for n in grid]
+        ax.plot(grid, model, "-", color=line.get_color(), lw=1)
+    ax.set_xscale("log")
+    ax.set_title("drafter_step (lines: the fitted model)", fontsize=9)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=6)
 
 
 def write_png(fig: Figure, path: Path) -> None:
