@@ -199,7 +199,6 @@ class ReplicaView:
     costs: "CostModel"  # prices candidate steps (simspec.costs)
     true_ranks: np.ndarray | None = None  # [B, D] the target's ranks: only the oracle is shown them
     prefill_max_context: int = 0  # the longest context cached before a prefill chunk of this step
-    pending_entries: np.ndarray | None = None  # [B] int tokens accepted since the request last drafted (the drafter's first call absorbs them); None: 1 each
 
     @property
     def batch(self) -> int:

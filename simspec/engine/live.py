@@ -322,9 +322,8 @@ class LiveEngine:
         if self.replay is not None and b and depth > 0:
             replayed = self.replay.round(np.array([s.replay[0] for s in decode]),
                                          np.array([s.replay[1] for s in decode]), depth)
-        pending = np.array([len(s.entries) for s in decode], dtype=np.int64)  # as the step starts, for every plan
         longest = max((s.cache for s, _ in chunks), default=0)
-        view = self._view(decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), longest,
+        view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks), longest,
                           vision_tokens)
         plan = self.policy.plan(view) if b else None
         while b and depth > 0:
@@ -336,7 +335,7 @@ class LiveEngine:
                 probs = decode[i].conf_pending if known[i] == 0 else chains[i][known[i] - 1].conf
                 conf[i, known[i], :] = (probs if replayed is None else replayed[0][i, known[i]])[:ranks]
                 known[i] += 1
-            view = self._view(decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, len(chunks),
+            view = self._view(decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, len(chunks),
                               longest, vision_tokens)
             plan = self.policy.plan(view)
 
@@ -617,7 +616,7 @@ class LiveEngine:
             self.v_cache[l][s.slot, s.cache:s.cache + len(nodes)] = out.values[l][row, idx]
 
     # -- views, traces, logs ---------------------------------------------------------
-    def _view(self, decode, conf, kept, pending, prefill_tokens, prefill_pairs, prefill_kv, prefill_requests,
+    def _view(self, decode, conf, kept, prefill_tokens, prefill_pairs, prefill_kv, prefill_requests,
               prefill_max_context, vision_tokens):
         return ReplicaView(
             context_tokens=np.array([s.cache for s in decode], dtype=np.int64),
@@ -625,7 +624,7 @@ class LiveEngine:
             kept_visual_tokens=kept, remaining_tokens=np.array([s.remaining for s in decode], dtype=np.int64),
             recent_accepted=np.array([s.recent for s in decode]), conf=conf, prefill_tokens=prefill_tokens,
             prefill_attn_pairs=prefill_pairs, prefill_kv_tokens=prefill_kv, prefill_requests=prefill_requests,
-            prefill_max_context=prefill_max_context, vision_tokens=vision_tokens, costs=self.costs, pending_entries=pending)
+            prefill_max_context=prefill_max_context, vision_tokens=vision_tokens, costs=self.costs)
 
     @staticmethod
     def _trace(s: _Seq, chain: list[_Node], known: int, new_tokens: list[int], accepted: int,

@@ -60,8 +60,7 @@ class Policy(ABC):
         batch = kernels.Batch(
             _ints(view.context_tokens), _ints(view.visual_tokens), _ints(view.kept_visual_tokens),
             _ints(view.remaining_tokens), np.ascontiguousarray(view.recent_accepted, dtype=np.float64),
-            np.ascontiguousarray(conf, dtype=np.float64), _ints(truth),
-            _ints(view.pending_entries if view.pending_entries is not None else np.ones(b)), int(view.prefill_tokens),
+            np.ascontiguousarray(conf, dtype=np.float64), _ints(truth), int(view.prefill_tokens),
             int(view.prefill_attn_pairs), int(view.prefill_kv_tokens), int(view.prefill_requests),
             int(view.vision_tokens), int(view.prefill_max_context))
         plan = kernels.plan_batch(self.kernel, self.params(), batch, view.costs.tables)

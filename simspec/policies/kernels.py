@@ -10,8 +10,12 @@ compiled code dispatches on plain values.
 Pricing: a plan for the batch is priced by the cost model's own step
 formula (costs.base.step_cost) with the draft tokens added: one target
 forward over prefill chunks + 1 + draft tokens per request, drafter steps
-(at depth 1 the tokens each request accepted since it last drafted,
-``width`` per request after), selection when the
+(one row per request at depth 1, ``width`` after). The first call also
+absorbs the tokens each request accepted since it last drafted, and the
+simulator prices that, but plans do not: a round without drafts only
+defers it to the next round that drafts (and a call absorbing several
+rounds' tokens at once costs less than several calls), so it is not a
+cost of drafting now, selection when the
 drafter sees kept visual tokens, overhead.
 """
 
@@ -41,7 +45,6 @@ class Batch(NamedTuple):
     recent_accepted: np.ndarray  # [B] float64
     conf: np.ndarray  # [B, D, R] float64
     true_ranks: np.ndarray  # [B, D] int64 (zeros unless the policy may see them)
-    pending_entries: np.ndarray  # [B] int64 tokens the drafter's first call absorbs
     prefill_tokens: int
     prefill_attn_pairs: int
     prefill_kv_tokens: int
@@ -106,7 +109,7 @@ def _draft_table(batch: Batch, costs: CostTables, width: int) -> np.ndarray:
             keys += batch.visual_tokens[i]
             selecting += 1
     out = np.zeros(MAX_DEPTH + 1)
-    first = select_cost(costs, selecting, keys) + draft_cost(costs, max(batch.pending_entries.sum(), b), kept)
+    first = select_cost(costs, selecting, keys) + draft_cost(costs, b, kept)
     later = draft_cost(costs, b * width, kept)
     for d in range(1, MAX_DEPTH + 1):
         out[d] = first + later * (d - 1)

@@ -180,7 +180,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             true_ranks = np.zeros((b, 1), dtype=np.int64)
         shown = true_ranks if policy.needs_truth else np.zeros_like(true_ranks)
         pending = ctx - visual - state.absorbed[ids]  # tokens the drafter's first call this round absorbs
-        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pending, pf.tokens,
+        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
                               pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context)
         plan = kernels.plan_batch(policy.kernel if b > 0 else kernels.AR, policy.params, batch, costs)
 
