@@ -74,3 +74,24 @@ def test_a_missing_drafter_checkpoint_is_named(tmp_path):
         live.load_models(drafter_dir=str(tmp_path))
 
 
+
+
+def test_repeats_go_round_the_policies_and_average(monkeypatch):
+    v = live.ValidateConfig(policies=("ar", "linear:k=2"), loads=(0.3,), requests=16, calibration_requests=24,
+                            sim_seeds=1, speed_probes=False, repeats=2)
+    order = []
+    serve = live.serve_live
+
+    def recording(models, spec, *args, **kwargs):
+        order.append(spec)
+        return serve(models, spec, *args, **kwargs)
+
+    monkeypatch.setattr(live, "serve_live", recording)
+    report = live.validate(live.load_models(), v, None, progress=False)
+    assert order[-4:] == ["ar", "linear:k=2", "ar", "linear:k=2"]  # validation's live runs, after calibration's
+    rows = report["validation"]["load=0.3"]
+    for cells in rows.values():
+        for cell in cells.values():
+            assert len(cell["live_runs"]) == 2 and cell["live"] == pytest.approx(sum(cell["live_runs"]) / 2)
+    ar = rows["ar"]["mean_e2el_ms"]["live_runs"]
+    assert report["live_repeat_rel_diff"]["load=0.3"]["mean_e2el_ms"] == pytest.approx(ar[1] / ar[0] - 1)

@@ -144,7 +144,7 @@ class ValidateConfig:
     sim_seeds: int = 5
     seed: int = 1  # validation workloads; calibration uses seed + 1000
     speed_probes: bool = True  # time a fixed AR burst around each live run; scale the simulated step costs by it
-    repeats: int = 1  # live runs of each policy and load; the live value is their mean
+    repeats: int = 1  # live runs of each policy and load, taken round the policies; the live value is their mean
     live: LiveConfig = LiveConfig()
 
 
@@ -232,40 +232,44 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         burst = burst_workload(v)
         reference = float(np.median([speed_probe(models, v, burst) for _ in range(3)]))
         before = speed_probe(models, v, burst)
-    bar = tqdm(total=len(v.loads) * len(v.policies), desc="validate", disable=not progress, leave=False)
+    bar = tqdm(total=len(v.loads) * len(v.policies) * v.repeats, desc="validate", disable=not progress, leave=False)
     for load in v.loads:
         rate = load * saturation
         name = f"load={load:g}"
         requests, examples = live_workload(validation_workload(v, rate), v.seed)
         table[name] = {}
+        runs: dict[str, list[LiveResult]] = {spec: [] for spec in v.policies}
+        factors: dict[str, list[float]] = {spec: [] for spec in v.policies}  # machine speed around each run
+        again = None
+        for _ in range(v.repeats):  # A B C, A B C: drift over minutes falls on every policy alike
+            for spec in v.policies:
+                runs[spec].append(serve_live(models, spec, requests, examples, costs, v.live))
+                if v.speed_probes:
+                    after = speed_probe(models, v, burst)
+                    factors[spec].append(0.5 * (before + after) / reference)
+                    before = after
+                if v.repeats == 1 and spec == v.policies[0]:  # the noise floor: the same live run again
+                    again = metrics.summarize(serve_live(models, spec, requests, examples, costs, v.live).log)
+                    if v.speed_probes:
+                        before = speed_probe(models, v, burst)
+                bar.update(1)
         for spec in v.policies:
-            runs = [serve_live(models, spec, requests, examples, costs, v.live) for _ in range(v.repeats)]
-            summaries = [metrics.summarize(r.log) for r in runs]
+            summaries = [metrics.summarize(r.log) for r in runs[spec]]
             live_metrics = {m: float(np.mean([s[m] for s in summaries])) for m in COMPARED}
-            result = runs[0]
             run_costs = costs
             if v.speed_probes:
-                after = speed_probe(models, v, burst)
-                factor = 0.5 * (before + after) / reference
-                speed.setdefault(name, {})[spec] = factor
-                run_costs, before = scaled(cal["cost_fit"], factor), after
+                speed.setdefault(name, {})[spec] = factor = float(np.mean(factors[spec]))
+                run_costs = scaled(cal["cost_fit"], factor)
             sim_metrics, sim_log = simulate_mean(requests, spec, run_costs, acceptance, engine, v.sim_seeds)
             table[name][spec] = {m: {"live": live_metrics[m], "sim": sim_metrics[m],
                                      "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan"),
                                      **({"live_runs": [s[m] for s in summaries]} if v.repeats > 1 else {})}
                                  for m in COMPARED}
-            cdf_logs.append((f"{name} {spec}", result.log, sim_log))
-            if spec == v.policies[0]:  # the noise floor: the same live run twice
-                first = summaries[0]
-                if v.repeats > 1:
-                    again = summaries[1]
-                else:
-                    again = metrics.summarize(serve_live(models, spec, requests, examples, costs, v.live).log)
-                    if v.speed_probes:
-                        before = speed_probe(models, v, burst)
-                repeat[name] = {"policy": spec, **{m: again[m] / first[m] - 1 if first[m] else float("nan")
+            cdf_logs.append((f"{name} {spec}", runs[spec][0].log, sim_log))
+            if spec == v.policies[0]:  # the noise floor: two live runs of the same workload
+                first, second = summaries[0], summaries[1] if v.repeats > 1 else again
+                repeat[name] = {"policy": spec, **{m: second[m] / first[m] - 1 if first[m] else float("nan")
                                                    for m in COMPARED}}
-            bar.update(1)
     bar.close()
     ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
                       "sim": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["sim"])}
