@@ -40,10 +40,17 @@ def per_request_tokens(log) -> np.ndarray:
 
 
 def invoke(argv) -> tuple[int, str, str]:
-    """``simspec ARGV`` in this process: (exit status, stdout, stderr)."""
+    """``simspec ARGV`` in this process: (exit status, stdout, stderr).
+    argparse's own errors exit through SystemExit; any other exception
+    would reach the user as a traceback, so it fails the test."""
     from simspec import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as exit_:
+            code = exit_.code
+        except Exception as exc:  # noqa: BLE001 - reported as the failure
+            pytest.fail(f"simspec {' '.join(map(str, argv))} raised {type(exc).__name__}: {exc}")
     return code, out.getvalue(), err.getvalue()

@@ -6,9 +6,7 @@ traceback and no half-written run folder."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import subprocess
 import sys
@@ -19,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simspec import cli, config
+from conftest import invoke
+from simspec import config
 from simspec.acceptance import PRESETS
 from simspec.config import DEFAULT_POLICIES
 
@@ -33,21 +32,6 @@ METRICS = ("mean_ttft_ms", "p99_e2el_ms", "request_throughput", "output_throughp
 HEADER = ("mean_ttft_ms", "median_tpot_ms", "p95_itl_ms", "p99_e2el_ms", "request_throughput",
           "output_throughput", "spec_decode_acceptance_length")
 PNGS = ("latency_cdf.png", "plan_mix.png", "throughput.png")
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    """``cli.main(argv)`` -> (exit code, stdout, stderr). argparse's own
-    errors exit through SystemExit; any other exception would reach the user
-    as a traceback, so it fails the test."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in argv])
-        except SystemExit as exit_:
-            code = exit_.code
-        except Exception as exc:  # noqa: BLE001 - reported as the failure
-            pytest.fail(f"simspec {' '.join(map(str, argv))} raised {type(exc).__name__}: {exc}")
-    return code, out.getvalue(), err.getvalue()
 
 
 def table(stdout: str) -> tuple[list[str], list[str]]:

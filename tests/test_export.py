@@ -4,13 +4,12 @@ approximation (zero when the engine can express the schedule exactly)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
-from simspec import cli, config, export, tune
+from conftest import invoke
+from simspec import config, export, tune
 
 SCENARIO = config.build(flag_values={"cost_model": "affine:10,5", "acceptance": "iid:0.6", "workload": {
     "num_requests": 20, "multimodal_share": 0.0, "prompt_mean_tokens": 16, "output_mean_tokens": 48}})
@@ -41,13 +40,6 @@ def tuned_with(stages: list[tuple[int, str, float]], linear_k: dict[float, int],
 MIXED = [(1, "tree:depth=4,topk=3,budget=10", 0.1), (4, "marginal:depth=5,topk=4,max_nodes=128", 0.3),
          (16, "linear:k=2", 0.6), (64, "ar", 0.9)]
 MIXED_K = {0.1: 5, 0.3: 4, 0.6: 2, 0.9: 1}
-
-
-def invoke(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_vllm_gets_a_draft_length_per_batch_range():
