@@ -10,13 +10,13 @@ compiled code dispatches on plain values.
 Pricing: a plan for the batch is priced by the cost model's own step
 formula (costs.base.step_cost) with the draft tokens added: one target
 forward over prefill chunks + 1 + draft tokens per request, drafter steps
-(one row per request at depth 1, ``width`` after). The first call also
-absorbs the tokens each request accepted since it last drafted, and the
-simulator prices that, but plans do not: a round without drafts only
-defers it to the next round that drafts (and a call absorbing several
-rounds' tokens at once costs less than several calls), so it is not a
-cost of drafting now, selection when the
-drafter sees kept visual tokens, overhead.
+(one row per request at depth 1, ``width`` after), selection when the
+drafter sees kept visual tokens, overhead. The first drafter call also
+absorbs the tokens each request accepted since it last drafted; the
+simulator prices that, plans do not: a round without drafts only defers
+it to the next round that drafts (and one call absorbing several rounds'
+tokens costs less than several calls), so it is not a cost of drafting
+now.
 """
 
 from __future__ import annotations
