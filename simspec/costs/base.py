@@ -118,9 +118,9 @@ class CostModel:
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
-                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept,
-                          self.draft_s_cross_call, self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key,
-                          self.select_s_per_key_sq)
+                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token,
+                          self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.draft_s_cross_call,
+                          self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
