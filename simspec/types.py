@@ -107,6 +107,11 @@ class StepShape:
     attn_pairs: int = 0  # sum over requests of query tokens x context tokens
     attn_requests: int = 0  # sequences attention runs over (prefill chunks + decode requests)
     padded_kv_tokens: int = 0  # attention rows x the longest cached context (a dense, padded cache batch)
+    prefill_tokens: int = 0  # of forward_tokens: prefill chunks' (the rest: decode rounds)
+    prefill_kv_tokens: int = 0  # of kv_read_tokens: prefill chunks'
+    prefill_attn_pairs: int = 0  # of attn_pairs: prefill chunks'
+    prefill_requests: int = 0  # of attn_requests: prefill chunks
+    verifying: bool = False  # some decode round verifies drafts: the rounds run as verification
     logit_tokens: int = 0  # positions whose logits are computed (LM head)
     vision_tokens: int = 0  # visual tokens produced by the vision encoder this step
     draft_level_tokens: tuple[int, ...] = ()  # drafter tokens at each draft depth

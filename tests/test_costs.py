@@ -61,10 +61,51 @@ def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
              + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
     assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
     tables = model.tables
-    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000)
+    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000, 0, 0, 0, 0, False)
     assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12, 18000), rel=1e-12)
     extra = 12 * 3e-5 + 300 * 2e-6 + 18000 * 1e-8 if terms else 0.0
     assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12, 18000) + extra, rel=1e-12)
+
+
+def by_kind(model):
+    """``model`` with its own attention coefficients for each kind, one of them past a cache knee."""
+    row = costs.base.attention_row
+    table = np.array([row(kv_s=1e-7, pair_s=1e-10, request_s=1e-5, query_s=1e-6, floor_s=2e-4),  # prefill
+                      row(kv_s=3e-7, pair_s=2e-10, request_s=2e-5, kv_over_s=1e-6, kv_knee=4000),  # decode
+                      row(kv_s=5e-7, pair_s=4e-10, query_s=3e-6, floor_s=1e-4, pair_over_s=1e-9, pair_knee=20000)])
+    return dataclasses.replace(model, attention_by_kind=table)
+
+
+SPLIT = dict(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
+             prefill_tokens=200, prefill_kv_tokens=1200, prefill_attn_pairs=60000, prefill_requests=2)
+
+
+@pytest.mark.parametrize("verifying", [False, True])
+def test_each_kind_of_attention_is_priced_by_its_own_coefficients(roofline, verifying):
+    model = by_kind(roofline)
+    # Prefill: 200 tokens of 2 chunks reading 1200 tokens over 60000 pairs;
+    # the rounds: 100 tokens of 10 requests over 7800 tokens and 30000 pairs.
+    if verifying:  # past the pair knee (20000): 10000 pairs at the extra price
+        memory, compute, linear = 7800 * 5e-7, 30000 * 4e-10 + 10000 * 1e-9, 100 * 3e-6 + 1e-4
+    else:  # past the kv knee (4000): 3800 tokens at the extra price
+        memory, compute, linear = 7800 * 3e-7 + 3800 * 1e-6, 30000 * 2e-10, 10 * 2e-5
+    memory += 1200 * 1e-7
+    compute += 60000 * 1e-10
+    linear += 2 * 1e-5 + 200 * 1e-6 + 2e-4
+    attention = costs.base.blend(memory, compute) + linear
+    no_attention = dataclasses.replace(roofline, kv_s_per_token=0.0, attn_s_per_pair=0.0)
+    expected = no_attention.forward_s(300, 9000, 90000, 40, 12) + attention
+    shape = StepShape(**SPLIT, verifying=verifying)
+    assert model.step_s(shape) == pytest.approx(model.overhead_s + expected, rel=1e-12)
+    compiled = costs.base.forward_cost(model.tables, 300, 9000, 90000, 40, 12, 0, 200, 1200, 60000, 2, verifying)
+    assert compiled == pytest.approx(expected, rel=1e-12)
+
+
+def test_one_set_of_coefficients_prices_every_split_alike(roofline):
+    model = with_attention_terms(roofline)
+    whole = model.step_s(StepShape(**{k: v for k, v in SPLIT.items() if not k.startswith("prefill")}))
+    for verifying in (False, True):
+        assert model.step_s(StepShape(**SPLIT, verifying=verifying)) == pytest.approx(whole, rel=1e-12)
 
 
 def test_tables_extrapolate_past_their_end(roofline):

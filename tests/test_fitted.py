@@ -11,7 +11,7 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs
 from simspec.costs import fitted, profiles
-from simspec.costs.base import blend
+from simspec.costs.base import A_QUERY, A_REQUEST, DECODE, PREFILL, VERIFY, blend
 from simspec.types import InputError, StepShape
 
 TOKENS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
@@ -179,11 +179,16 @@ def test_costs_report_without_a_profile_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("simspec: error: device h100-sxm: no profile")
 
 
-TRUE_ATTENTION = fitted.AttentionFit(floor_ms=0.01, kv_ms=2e-6, pair_ms=1e-8, request_ms=0.004, query_ms=3e-5)
+TRUE_ATTENTION = {  # by kind (costs.base PREFILL, DECODE, VERIFY); decode has a cache knee between measured sizes
+    PREFILL: fitted.AttentionFit(floor_ms=0.01, kv_ms=2e-6, pair_ms=1e-8, request_ms=0.0, query_ms=3e-5),
+    DECODE: fitted.AttentionFit(floor_ms=0.003, kv_ms=1e-6, pair_ms=0.0, request_ms=0.002, query_ms=0.0,
+                                kv_over_ms=4e-6, kv_knee=20000.0),
+    VERIFY: fitted.AttentionFit(floor_ms=0.02, kv_ms=3e-6, pair_ms=5e-8, request_ms=0.001, query_ms=2e-4),
+}
 
 
-def attention_tables(truth: fitted.AttentionFit) -> dict[str, pd.DataFrame]:
-    """Every attention table, timed by ``truth`` exactly."""
+def attention_tables(truth: dict[int, fitted.AttentionFit]) -> dict[str, pd.DataFrame]:
+    """Every attention table, timed by its kind's ``truth`` exactly."""
     tables = {
         "attn_decode": pd.DataFrame([(b, c) for b in (1, 8, 32, 64) for c in (128, 512, 2048, 8192)],
                                     columns=["batch", "context_tokens"]),
@@ -195,36 +200,58 @@ def attention_tables(truth: fitted.AttentionFit) -> dict[str, pd.DataFrame]:
     for table in tables.values():
         table["median_ms"] = 1.0
     profile = profiles.Profile(folder=None, meta={}, tables=tables)
-    ms = truth(fitted.attention_terms(profile))
+    a = fitted.attention_terms(profile)
+    ms = np.zeros(len(a.ms))
+    for kind, fit in truth.items():
+        ms[a.which == kind] = fit(a[a.which == kind])
     start = 0
-    for table in tables.values():
-        table["median_ms"] = ms[start:start + len(table)]
-        start += len(table)
+    for op in fitted.ATTENTION_OPS:  # attention_terms' order
+        tables[op]["median_ms"] = ms[start:start + len(tables[op])]
+        start += len(tables[op])
     return tables
 
 
-def test_attention_fit_recovers_known_coefficients(tmp_path):
+def test_attention_fit_recovers_each_kinds_coefficients_and_cache_knee(tmp_path):
     write_profile(tmp_path / "test-gpu" / "Llama-2-7B", attention_tables(TRUE_ATTENTION))
     found, fits = fitted.fit_attention(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B"))
-    for name in fitted.AttentionFit.__slots__:
-        assert getattr(found, name) == pytest.approx(getattr(TRUE_ATTENTION, name), rel=1e-3), name
+    assert set(found) == {PREFILL, DECODE, VERIFY}
+    for kind, truth in TRUE_ATTENTION.items():
+        for name in fitted.AttentionFit.__slots__:
+            assert getattr(found[kind], name) == pytest.approx(getattr(truth, name), rel=1e-3, abs=1e-12), (kind, name)
     assert all(fit.p95_ape < 1e-3 for fit in fits)
+    assert [fit.kind for fit in fits] == ["attention", "attention + cache knee", "attention"]
 
 
 def test_fitted_attention_terms_reach_the_simulators_forward(tmp_path):
     write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(), **attention_tables(TRUE_ATTENTION)})
     model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
     per_model = 1e-3 * LLAVA.layers
-    assert model.attn_s_per_request == pytest.approx(TRUE_ATTENTION.request_ms * per_model, rel=1e-3)
-    assert model.attn_s_per_query == pytest.approx(TRUE_ATTENTION.query_ms * per_model, rel=1e-3)
+    for kind, truth in TRUE_ATTENTION.items():
+        assert model.attention[kind] == pytest.approx(truth.row(per_model), rel=1e-3, abs=1e-12)
     # 8 decode requests over 1000 tokens each: one more request costs its sequence, query and context
-    base = model.forward_s(8, 8000, 8000, 8, 8)
-    more = model.forward_s(9, 9000, 9000, 9, 9)
-    assert more - base > model.attn_s_per_request + model.attn_s_per_query
+    for verifying, kind in ((False, DECODE), (True, VERIFY)):
+        base = model.forward_s(8, 8000, 8000, 8, 8, verifying=verifying)
+        more = model.forward_s(9, 9000, 9000, 9, 9, verifying=verifying)
+        assert more - base > model.attention[kind, A_REQUEST] + model.attention[kind, A_QUERY]
     tokens = np.arange(1, 2049)
     for requests in (1, 64):  # monotone in tokens at any request count
-        assert np.all(np.diff(model.forward_s(tokens, 1000 * requests, tokens * 1000, tokens, requests)) >= 0)
+        assert np.all(np.diff(model.forward_s(tokens, 1000 * requests, tokens * 1000, tokens, requests,
+                                              verifying=True)) >= 0)
     assert model.forward_s(64, 64000, 64000, 64, 64) > model.forward_s(64, 64000, 64000, 64, 1)
+    # A prefill chunk is priced as prefill: 512 tokens over 1024 cached, with 8 decode requests.
+    prefill = (512, 1536, 512 * 1024 + 512 * 513 // 2, 1)
+    mixed = model.forward_s(520, 1536 + 8000, prefill[2] + 8000, 9, 9, prefill=prefill)
+    as_decode = model.forward_s(520, 1536 + 8000, prefill[2] + 8000, 9, 9)
+    assert mixed != pytest.approx(as_decode, rel=1e-3)
+
+
+def test_an_attention_kind_the_profile_lacks_is_priced_as_a_measured_one_and_said(tmp_path):
+    tables = attention_tables(TRUE_ATTENTION)
+    del tables["attn_tree_verify"]
+    write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(), **tables})
+    model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
+    assert model.attention[VERIFY] == pytest.approx(model.attention[DECODE])
+    assert "verify attention priced as decode" in model.label
 
 
 def test_a_gpu_gemm_is_fitted_in_whole_row_tiles():

@@ -169,6 +169,21 @@ def test_padded_attention_prices_rows_times_the_longest_context():
     assert log.step_duration_s.sum() == pytest.approx(1e-6 * 2 * (p + p + 1))
 
 
+def test_each_kind_of_attention_call_is_priced_as_its_own_kind():
+    # Only attention floors cost: 1 ms a prefill call, 2 ms a decode call,
+    # 3 ms a verification call. One request of 20 prompt tokens and 9
+    # output tokens: a prefill step, then AR decodes 8 steps; linear:k=1
+    # verifies a draft in every step after it.
+    floors = np.array([costs.base.attention_row(floor_s=s) for s in (1e-3, 2e-3, 3e-3)])
+    model = costs.CostModel(label="attention floors only", calibrated=False, attention_by_kind=floors)
+    requests = requests_at([0.0], prompt=20, output=9)
+    ar = run(requests, policies.parse("ar"), cost_model=model)
+    assert ar.step_duration_s.tolist() == pytest.approx([1e-3] + [2e-3] * 8)
+    linear = run(requests, policies.parse("linear:k=1"), cost_model=model)
+    steps = len(linear.step_duration_s)
+    assert 1 < steps < 9 and linear.step_duration_s.tolist() == pytest.approx([1e-3] + [3e-3] * (steps - 1))
+
+
 def test_chain_first_drafting_counts_each_off_chain_parent_once():
     """A chain-first engine drafts the rank-1 chain, then one row per plan
     node off that chain that has children, depth by depth."""

@@ -2,18 +2,28 @@
 
 Imports: numpy and simspec.types. Every cost model is one shape: per-token
 tables for what depends on a token count alone (the target's decoder
-layers, the LM head, the vision encoder, a drafter step) and four
-coefficients for attention, whose cost depends on the context it reads:
+layers, the LM head, the vision encoder, a drafter step) and coefficients
+for attention, whose cost depends on the context it reads:
 
-    forward(T, kv, P, L, R, K) = layers[T] + head[L] + blend(kv * kv_s, P * pair_s)
-                                 + R * request_s + T * query_s + K * padded_s
+    forward(T, L, K, work) = layers[T] + head[L] + blend(sum_k mem_k, sum_k compute_k)
+                             + sum_k (floor_k + R_k * request_k + Q_k * query_k) + K * padded_s
+    mem_k     = kv_k * kv_s_k + max(kv_k - kv_knee_k, 0) * kv_over_k
+    compute_k = P_k * pair_s_k + max(P_k - pair_knee_k, 0) * pair_over_k
 
-with T query tokens, kv context tokens read, P query x key pairs, L logit
-rows, R sequences attended (prefill chunks + decode requests), and
-``blend`` the smooth maximum of memory and compute time. The per-sequence
-and per-query terms are what a kernel spends on each sequence and each
-query row besides reading keys and computing scores (setup, softmax
-rows); the roofline prior and closed forms leave them 0. K is the step's
+with T query tokens, L logit rows, and for each kind k of attention call
+(prefill chunks; the decode requests' rounds, or their verification when
+any of them verifies drafts, as SGLang runs a batch in its decode or its
+target-verify mode) kv_k context tokens read, P_k query x key pairs, R_k
+sequences and Q_k query tokens; ``blend`` is the smooth maximum of memory
+and compute time. The per-sequence and per-query terms are what a kernel
+spends on each sequence and each query row besides reading keys and
+computing scores (setup, softmax rows), the floor what a call costs at
+all; the knees are where the data a call touches outgrows a cache, past
+which each token or pair costs the extra ``*_over`` (a CPU's last-level
+cache, a GPU's L2). The roofline prior, closed forms and live-step fits
+give every kind the same coefficients and leave floors, knees and the
+per-sequence and per-query terms 0 where they do not measure them; then
+the kinds price exactly as one call. K is the step's
 attention rows times its longest cached context: an engine that gathers
 the batch's caches into one dense, padded tensor each step (simspec's live
 engine) pays for every slot of it; paged attention does not, and profiles
@@ -63,6 +73,28 @@ def frozen_table(values) -> np.ndarray:
 ZERO_TABLE = frozen_table(0.0)
 TOKENS = np.arange(TABLE_TOKENS, dtype=float)
 
+PREFILL, DECODE, VERIFY = 0, 1, 2  # kinds of attention call: rows of CostModel.attention
+ATTENTION_KINDS = ("prefill", "decode", "verify")
+# Columns of CostModel.attention (whole model, every layer; knees in tokens / pairs).
+A_FLOOR, A_KV, A_KV_OVER, A_KV_KNEE, A_PAIR, A_PAIR_OVER, A_PAIR_KNEE, A_REQUEST, A_QUERY = range(9)
+ATTENTION_TERMS = ("floor_s", "kv_s", "kv_over_s", "kv_knee", "pair_s", "pair_over_s", "pair_knee", "request_s",
+                   "query_s")
+
+
+def attention_row(kv_s=0.0, pair_s=0.0, request_s=0.0, query_s=0.0, floor_s=0.0, kv_over_s=0.0, kv_knee=0.0,
+                  pair_over_s=0.0, pair_knee=0.0) -> np.ndarray:
+    """One kind's coefficients in the column order of ``ATTENTION_TERMS``."""
+    return np.array([floor_s, kv_s, kv_over_s, kv_knee, pair_s, pair_over_s, pair_knee, request_s, query_s])
+
+
+def _attention_parts(row: np.ndarray, kv, pairs, requests, queries):
+    """(memory s, compute s, linear s) of one kind's call (module docstring)."""
+    kv, pairs = np.asarray(kv, dtype=float), np.asarray(pairs, dtype=float)
+    memory = kv * row[A_KV] + np.maximum(kv - row[A_KV_KNEE], 0.0) * row[A_KV_OVER]
+    compute = pairs * row[A_PAIR] + np.maximum(pairs - row[A_PAIR_KNEE], 0.0) * row[A_PAIR_OVER]
+    linear = np.where(np.asarray(queries) > 0, row[A_FLOOR], 0.0) + requests * row[A_REQUEST] + queries * row[A_QUERY]
+    return memory, compute, linear
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostModel:
@@ -74,10 +106,12 @@ class CostModel:
     overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
     layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] all decoder layers by T
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
-    kv_s_per_token: float = 0.0  # attention reading one context token's K/V in every layer
-    attn_s_per_pair: float = 0.0  # attention compute of one query x key pair in every layer
-    attn_s_per_request: float = 0.0  # attention of one sequence (prefill chunk or decode request) in every layer
-    attn_s_per_query: float = 0.0  # attention of one query token in every layer
+    # Attention of every kind alike, unless ``attention_by_kind`` is given:
+    kv_s_per_token: float = 0.0  # reading one context token's K/V in every layer
+    attn_s_per_pair: float = 0.0  # compute of one query x key pair in every layer
+    attn_s_per_request: float = 0.0  # one sequence (prefill chunk or decode request) in every layer
+    attn_s_per_query: float = 0.0  # one query token in every layer
+    attention_by_kind: np.ndarray | None = field(default=None, repr=False, compare=False)  # [3, 9] (module docstring)
     kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
@@ -88,11 +122,29 @@ class CostModel:
     select_s_per_key: float = 0.0  # ... per visual key scored
     select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
 
-    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0):
-        """One target forward over ``tokens`` query tokens of ``requests`` sequences."""
-        attention = (blend(kv_read_tokens * self.kv_s_per_token, attn_pairs * self.attn_s_per_pair)
-                     + requests * self.attn_s_per_request + tokens * self.attn_s_per_query
-                     + padded_kv_tokens * self.kv_s_per_padded_token)
+    @property
+    def attention(self) -> np.ndarray:
+        """[3, 9] attention coefficients by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS)."""
+        if self.attention_by_kind is not None:
+            return self.attention_by_kind
+        row = attention_row(self.kv_s_per_token, self.attn_s_per_pair, self.attn_s_per_request, self.attn_s_per_query)
+        table = np.ascontiguousarray(np.broadcast_to(row, (3, len(ATTENTION_TERMS))))
+        table.flags.writeable = False
+        return table
+
+    def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
+                  prefill=(0, 0, 0, 0), verifying=False):
+        """One target forward over ``tokens`` query tokens of ``requests``
+        sequences; ``prefill`` = (tokens, kv, pairs, requests) is the part of
+        those totals that prefill chunks are, the rest are decode rounds, or
+        verification when ``verifying``."""
+        a = self.attention
+        p_tokens, p_kv, p_pairs, p_requests = prefill
+        m1, c1, l1 = _attention_parts(a[PREFILL], p_kv, p_pairs, p_requests, p_tokens)
+        m2, c2, l2 = _attention_parts(a[VERIFY if verifying else DECODE], np.subtract(kv_read_tokens, p_kv),
+                                      np.subtract(attn_pairs, p_pairs), np.subtract(requests, p_requests),
+                                      np.subtract(tokens, p_tokens))
+        attention = blend(m1 + m2, c1 + c2) + l1 + l2 + padded_kv_tokens * self.kv_s_per_padded_token
         return lookup(self.layers_s, tokens) + lookup(self.head_s, logit_tokens) + attention
 
     def vision_s(self, vision_tokens):
@@ -117,8 +169,7 @@ class CostModel:
     @property
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
-        return CostTables(self.overhead_s, self.layers_s, self.head_s, self.kv_s_per_token, self.attn_s_per_pair,
-                          self.attn_s_per_request, self.attn_s_per_query, self.kv_s_per_padded_token,
+        return CostTables(self.overhead_s, self.layers_s, self.head_s, self.attention, self.kv_s_per_padded_token,
                           self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.draft_s_cross_call,
                           self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq)
 
@@ -126,8 +177,9 @@ class CostModel:
         """Seconds for one engine step (the simulator's own formula)."""
         levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
         return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.vision_tokens, levels,
-                         shape.draft_kept_visual_tokens,
+                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.prefill_tokens,
+                         shape.prefill_kv_tokens, shape.prefill_attn_pairs, shape.prefill_requests, shape.verifying,
+                         shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
                          shape.select_requests, shape.select_visual_tokens)
 
     def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
@@ -136,8 +188,10 @@ class CostModel:
         the memory-bound region, the compute slope beyond the knee."""
         t, kv, pairs, logits = shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens
         r, padded = shape.attn_requests, shape.padded_kv_tokens
-        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r, padded)
-                     - self.forward_s(t, kv, pairs, logits, r, padded))
+        prefill = (shape.prefill_tokens, shape.prefill_kv_tokens, shape.prefill_attn_pairs, shape.prefill_requests)
+        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r, padded, prefill=prefill,
+                                    verifying=True)
+                     - self.forward_s(t, kv, pairs, logits, r, padded, prefill=prefill, verifying=True))
 
 
 class CostTables(NamedTuple):
@@ -146,10 +200,7 @@ class CostTables(NamedTuple):
     overhead_s: float
     layers_s: np.ndarray
     head_s: np.ndarray
-    kv_s_per_token: float
-    attn_s_per_pair: float
-    attn_s_per_request: float
-    attn_s_per_query: float
+    attn: np.ndarray  # [3, 9] CostModel.attention
     kv_s_per_padded: float
     vision_s: np.ndarray
     draft_s: np.ndarray
@@ -174,10 +225,26 @@ def table_at(table: np.ndarray, tokens: int) -> float:
 
 
 @jit
+def attention_parts(a: np.ndarray, kind: int, kv: int, pairs: int, requests: int, queries: int):
+    """(memory s, compute s, linear s) of one kind's attention call (module docstring)."""
+    memory = kv * a[kind, A_KV] + max(kv - a[kind, A_KV_KNEE], 0.0) * a[kind, A_KV_OVER]
+    compute = pairs * a[kind, A_PAIR] + max(pairs - a[kind, A_PAIR_KNEE], 0.0) * a[kind, A_PAIR_OVER]
+    linear = requests * a[kind, A_REQUEST] + queries * a[kind, A_QUERY]
+    if queries > 0:
+        linear += a[kind, A_FLOOR]
+    return memory, compute, linear
+
+
+@jit
 def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
-                 padded: int) -> float:
-    attention = ((kv_tokens * t.kv_s_per_token) ** BLEND_P + (pairs * t.attn_s_per_pair) ** BLEND_P) ** (1.0 / BLEND_P)
-    attention += requests * t.attn_s_per_request + tokens * t.attn_s_per_query + padded * t.kv_s_per_padded
+                 padded: int, pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool) -> float:
+    """A target forward: totals, of which the ``pf_`` part is prefill
+    chunks and the rest decode rounds (or verification when ``verifying``)."""
+    m1, c1, l1 = attention_parts(t.attn, PREFILL, pf_kv, pf_pairs, pf_requests, pf_tokens)
+    m2, c2, l2 = attention_parts(t.attn, VERIFY if verifying else DECODE, kv_tokens - pf_kv, pairs - pf_pairs,
+                                 requests - pf_requests, tokens - pf_tokens)
+    memory, compute = m1 + m2, c1 + c2
+    attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + padded * t.kv_s_per_padded
     return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
 
 
@@ -196,10 +263,12 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 
 @jit
 def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int, padded: int,
+              pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool,
               vision_tokens: int, level_tokens: np.ndarray, kept: int, select_requests: int,
               select_keys: int) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded)
+    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded, pf_tokens, pf_kv,
+                                        pf_pairs, pf_requests, verifying)
     if vision_tokens > 0:
         total += table_at(t.vision_s, vision_tokens)
     for level in range(len(level_tokens)):

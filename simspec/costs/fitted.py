@@ -7,14 +7,15 @@ Every operator that depends on a token count gets a curve that is monotone
 in it: either a *roofline* form, c + (a^p + (b x)^p)^(1/p) (flat while
 weights stream, then a compute slope), or a *monotone* interpolant
 (isotonic regression, then PCHIP through the result), whichever predicts
-held-out points better. Attention is fitted once over every attention table
+held-out points better. Attention is fitted per kind of call (prefill,
+decode, tree verification: each its own table and often its own kernel)
 in the cost model's own form (costs.base), c + blend(kv x alpha, pairs x
-beta) + requests x rho + queries x gamma, all coefficients >= 0. A drafter
-step is a curve in rows at the grid's least K plus what cross-attention
-adds (a call and a cost per row once it cross-attends, and each kept token
-read); selection is a launch, each key, and each request's keys squared
-(caches overflowing on a CPU). The
-fits are rendered into a :class:`CostModel`'s tables; operators a profile
+beta) + requests x rho + queries x gamma, all coefficients >= 0, with a
+cache knee on kv and on pairs where Akaike's criterion says it pays. A
+drafter step is a curve in rows at the grid's least K plus what
+cross-attention adds (a call and a cost per row once it cross-attends, and
+each kept token read); selection is a launch, each key, and each request's
+keys squared (caches overflowing on a CPU). The fits are rendered into a :class:`CostModel`'s tables; operators a profile
 lacks come from the roofline prior, and the label says which.
 
 Held-out error: the points of each operator are sorted by size and every
@@ -24,19 +25,20 @@ judged on those. The shipped model is then refitted on all points.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import interpolate, optimize
 
-from simspec.costs.base import BLEND_P, TOKENS, CostModel, frozen_table
+from simspec.costs.base import (ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, TOKENS, VERIFY, CostModel, attention_row,
+                                frozen_table)
 from simspec.costs.profiles import LAYER_OPS, Profile
 from simspec.costs.roofline import STEP_OVERHEAD_S, roofline
 from simspec.costs.specs import GpuSpec, ModelSpec
 from simspec.types import InputError
 
 MS = 1e-3
-ATTENTION_OPS = ("attn_decode", "attn_prefill", "attn_tree_verify")
+ATTENTION_OPS = ("attn_prefill", "attn_decode", "attn_tree_verify")  # indexed by kind (costs.base PREFILL ...)
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "lm_head")
 GEMM_TILE_TOKENS = 64  # on a GPU a GEMM runs whole row tiles: 65 rows cost what 128 do
 
@@ -165,26 +167,47 @@ class AttentionTerms:
     requests: np.ndarray  # [N] sequences attended
     queries: np.ndarray  # [N] query tokens
     ms: np.ndarray  # [N] measured, per layer
-    which: np.ndarray  # [N] index into ATTENTION_OPS
+    which: np.ndarray  # [N] index into ATTENTION_OPS, which is the kind (costs.base PREFILL ...)
 
     def __getitem__(self, rows) -> "AttentionTerms":
         return AttentionTerms(self.kv[rows], self.pairs[rows], self.requests[rows], self.queries[rows],
                               self.ms[rows], self.which[rows])
 
 
+NO_KNEE = np.inf
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionFit:
-    """ms per layer = floor + blend(kv x kv_ms, pairs x pair_ms) + requests x request_ms + queries x query_ms."""
+    """One kind's call, ms per layer (costs.base's form): floor +
+    blend(memory, compute) + requests x request_ms + queries x query_ms, with
+    memory = kv x kv_ms + (kv - kv_knee)+ x kv_over_ms and compute = pairs x
+    pair_ms + (pairs - pair_knee)+ x pair_over_ms. A knee is where what the
+    call touches outgrows a cache; ``NO_KNEE`` where none is fitted."""
 
     floor_ms: float
     kv_ms: float
     pair_ms: float
     request_ms: float
     query_ms: float
+    kv_over_ms: float = 0.0
+    kv_knee: float = NO_KNEE
+    pair_over_ms: float = 0.0
+    pair_knee: float = NO_KNEE
 
     def __call__(self, a: AttentionTerms) -> np.ndarray:
-        return (self.floor_ms + ((a.kv * self.kv_ms) ** BLEND_P + (a.pairs * self.pair_ms) ** BLEND_P) ** (1.0 / BLEND_P)
+        memory = a.kv * self.kv_ms + np.maximum(a.kv - self.kv_knee, 0.0) * self.kv_over_ms
+        compute = a.pairs * self.pair_ms + np.maximum(a.pairs - self.pair_knee, 0.0) * self.pair_over_ms
+        return (self.floor_ms + (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P)
                 + a.requests * self.request_ms + a.queries * self.query_ms)
+
+    def row(self, scale: float) -> np.ndarray:
+        """costs.base's coefficient row, times ``scale`` (ms per layer to s per model)."""
+        knee = lambda k: 0.0 if k == NO_KNEE else k  # noqa: E731 (no extra cost: any knee prices the same)
+        return attention_row(kv_s=self.kv_ms * scale, pair_s=self.pair_ms * scale, request_s=self.request_ms * scale,
+                             query_s=self.query_ms * scale, floor_s=self.floor_ms * scale,
+                             kv_over_s=self.kv_over_ms * scale, kv_knee=knee(self.kv_knee),
+                             pair_over_s=self.pair_over_ms * scale, pair_knee=knee(self.pair_knee))
 
 
 def attention_terms(profile: Profile) -> AttentionTerms | None:
@@ -209,33 +232,126 @@ def attention_terms(profile: Profile) -> AttentionTerms | None:
     return AttentionTerms(*(np.concatenate(column) for column in zip(*parts)))
 
 
-def _fit_attention(a: AttentionTerms) -> AttentionFit:
-    """Least squares in log time; each attention table weighs the same
-    however many points it has."""
-    weight = 1.0 / np.sqrt(np.bincount(a.which)[a.which])
+KNEE_CANDIDATES = 5  # knees tried per term, at quantiles of the measured sizes
+PRECISION = 1e-4  # relative: residuals below it are timing noise to the knee choice
+
+
+def _knees(sizes: np.ndarray) -> list[float]:
+    inner = np.quantile(np.unique(sizes), np.linspace(0.15, 0.85, KNEE_CANDIDATES), method="nearest")
+    return [NO_KNEE, *np.unique(inner).tolist()]
+
+
+def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
+                    move_knees: bool = False) -> tuple[float, AttentionFit]:
+    """Least squares in log time with the knees fixed (or, with
+    ``move_knees``, starting from them and free within the measured sizes);
+    (sum of squares, fit). Starts from the additive form's non-negative
+    least squares (memory plus compute instead of their smooth maximum)."""
+    # Terms in AttentionFit's order: floor, kv, pair, request, query, kv over, pair over.
+    columns = np.column_stack([np.ones_like(a.kv), a.kv, a.pairs, a.requests, a.queries,
+                               np.maximum(a.kv - kv_knee, 0.0), np.maximum(a.pairs - pair_knee, 0.0)])
+    # A table that cannot tell two terms apart keeps the first: one
+    # sequence per prefill call (the floor); one query per decode request,
+    # reading its context once (kv, memory-bound).
+    pairs = not _pairs_are_kv(a)
+    free = np.array([True, True, pairs, bool(np.any(a.requests != 1)), bool(np.any(a.queries != a.requests)),
+                     kv_knee != NO_KNEE, pairs and pair_knee != NO_KNEE])
+
+    knees = [(k, sizes) for k, sizes in ((kv_knee, a.kv), (pair_knee, a.pairs)) if k != NO_KNEE] if move_knees else []
+    n = int(free.sum())
+
+    def fit_of(theta) -> AttentionFit:
+        full = np.zeros(len(free))
+        full[free] = theta[:n]
+        moved = iter(np.exp(theta[n:]))
+        kv = next(moved) if move_knees and kv_knee != NO_KNEE else kv_knee
+        pair = next(moved) if move_knees and pair_knee != NO_KNEE else pair_knee
+        return AttentionFit(*(float(v) for v in full[:5]), kv_over_ms=float(full[5]), kv_knee=float(kv),
+                            pair_over_ms=float(full[6]), pair_knee=float(pair))
 
     def residual(theta):
-        return weight * np.log(AttentionFit(*theta)(a) / a.ms)
+        return np.log(np.maximum(fit_of(theta)(a), 1e-300) / a.ms)
 
-    start = [0.5 * a.ms.min(), np.median(a.ms / a.kv), np.median(a.ms / a.pairs),
-             0.01 * np.median(a.ms / a.requests), 0.01 * np.median(a.ms / a.queries)]
-    fit = optimize.least_squares(residual, start, bounds=(0, np.inf), x_scale="jac")
-    return AttentionFit(*(float(v) for v in fit.x))
+    # Two starts (the form is not convex): the additive form's solution,
+    # and each term alone explaining the median point.
+    additive = _terms(columns[:, free], a.ms)
+    used = columns[:, free]
+    alone = np.array([np.median(a.ms[c > 0] / c[c > 0]) / 2 if np.any(c > 0) else 0.0 for c in used.T])
+    lower, upper = np.zeros(n), np.full(n, np.inf)
+    if knees:  # log knees, within the measured sizes
+        lower = np.concatenate([lower, [np.log(s.min()) for _, s in knees]])
+        upper = np.concatenate([upper, [np.log(s.max()) for _, s in knees]])
+    best = None
+    for start in (additive, alone):
+        start = np.concatenate([np.maximum(start, 1e-12 * a.ms.min()), [np.log(k) for k, _ in knees]])
+        fit = optimize.least_squares(residual, start, bounds=(lower, upper), x_scale="jac")
+        if best is None or fit.cost < best.cost:
+            best = fit
+    return float(np.sum(best.fun ** 2)), fit_of(best.x)
 
 
-def fit_attention(profile: Profile) -> tuple[AttentionFit, list[OpFit]] | None:
-    """The joint attention fit, and its held-out error on each table."""
+def _pairs_are_kv(a: AttentionTerms) -> bool:
+    return bool(np.array_equal(a.pairs, a.kv))
+
+
+def _fit_attention(a: AttentionTerms) -> AttentionFit:
+    """One kind's fit: the knees (none, or one at a quantile of the
+    measured sizes, for memory and for compute) chosen by Akaike's
+    criterion on log time, so a knee must pay for its two parameters
+    (residuals below 0.01% count as 0.01%: timing precision)."""
+    best = None
+    n = len(a.ms)
+    for kv_knee in _knees(a.kv):
+        for pair_knee in [NO_KNEE] if _pairs_are_kv(a) else _knees(a.pairs):
+            ss, fit = _fit_with_knees(a, kv_knee, pair_knee)
+            params = 5 + 2 * (kv_knee != NO_KNEE) + 2 * (pair_knee != NO_KNEE)
+            score = n * np.log(max(ss / n, PRECISION ** 2)) + 2 * params
+            if best is None or score < best[0]:
+                best = (score, fit, ss, kv_knee, pair_knee)
+    _, fit, ss, kv_knee, pair_knee = best
+    if kv_knee != NO_KNEE or pair_knee != NO_KNEE:  # the knees between the candidates
+        moved_ss, moved = _fit_with_knees(a, kv_knee, pair_knee, move_knees=True)
+        if moved_ss < ss:
+            return moved
+    return fit
+
+
+def fit_attention(profile: Profile) -> tuple[dict[int, AttentionFit], list[OpFit]] | None:
+    """A fit for each kind of attention the profile measured (keyed by
+    ATTENTION_OPS index: prefill, decode, tree verification), and its
+    held-out error."""
     a = attention_terms(profile)
     if a is None:
         return None
-    held = np.zeros(len(a.ms), dtype=bool)
+    found, fits = {}, []
     for k in np.unique(a.which):
-        rows = a.which == k
-        held[rows] = _split(a.pairs[rows])
-    errors = _ape(_fit_attention(a[~held])(a), a.ms)
-    fits = [OpFit(f"{ATTENTION_OPS[k]} (attention fit)", "attention", int((a.which == k).sum()),
-                  errors[held & (a.which == k)]) for k in np.unique(a.which)]
-    return _fit_attention(a), fits
+        rows = a[a.which == k]
+        held = _split(rows.pairs)
+        errors = _ape(_fit_attention(rows[~held])(rows[held]), rows.ms[held]) if held.any() else np.zeros(0)
+        found[int(k)] = _fit_attention(rows)
+        fits.append(OpFit(ATTENTION_OPS[k], "attention" + (" + cache knee" if _has_knee(found[int(k)]) else ""),
+                          len(rows.ms), errors))
+    return found, fits
+
+
+def _has_knee(fit: AttentionFit) -> bool:
+    return fit.kv_knee != NO_KNEE or fit.pair_knee != NO_KNEE
+
+
+def attention_by_kind(found: dict[int, AttentionFit], layers: int) -> tuple[np.ndarray, list[str]]:
+    """[3, 9] coefficients (costs.base) from the kinds measured; a kind not
+    measured takes the nearest measured one (verification <-> decode,
+    prefill <- decode), named in the second value."""
+    borrow = {PREFILL: (DECODE, VERIFY), DECODE: (VERIFY, PREFILL), VERIFY: (DECODE, PREFILL)}
+    rows, notes = [], []
+    for kind in (PREFILL, DECODE, VERIFY):
+        source = kind if kind in found else next(k for k in borrow[kind] if k in found)
+        if source != kind:
+            notes.append(f"{ATTENTION_KINDS[kind]} attention priced as {ATTENTION_KINDS[source]}")
+        rows.append(found[source].row(MS * layers))
+    table = np.array(rows)
+    table.flags.writeable = False
+    return table, notes
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -264,6 +380,7 @@ class Fitted:
     layer: OpFit | None  # the composed decoder layer (sum of its linear pieces) on held-out sizes
     measured: tuple[str, ...]
     prior: tuple[str, ...]  # pieces taken from the roofline prior
+    attention: dict = field(default_factory=dict)  # kind -> AttentionFit, for the kinds measured
 
 
 def _layer_curves(profile: Profile):
@@ -329,20 +446,15 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     else:
         per_layer = None
     attention = fit_attention(profile)
+    borrowed: list[str] = []
+    found: dict[int, AttentionFit] = {}
     if attention is not None:
-        attn, attention_fits = attention
+        found, attention_fits = attention
         fits.extend(attention_fits)
-        per_model = MS * model.layers
-        kv_s, pair_s, attn_floor = attn.kv_ms * per_model, attn.pair_ms * per_model, attn.floor_ms * per_model
-        request_s, query_s = attn.request_ms * per_model, attn.query_ms * per_model
+        by_kind, borrowed = attention_by_kind(found, model.layers)
     else:
-        base = need_prior("attention")
-        kv_s, pair_s, attn_floor = base.kv_s_per_token, base.attn_s_per_pair, 0.0
-        request_s, query_s = base.attn_s_per_request, base.attn_s_per_query
-    if per_layer is not None:
-        layers = per_layer * model.layers + attn_floor * (TOKENS > 0)
-    else:
-        layers = need_prior("decoder layers").layers_s + attn_floor * (TOKENS > 0)
+        by_kind = need_prior("attention").attention
+    layers = per_layer * model.layers if per_layer is not None else need_prior("decoder layers").layers_s
 
     def table(op: str, x_column: str, piece: str, fallback):
         t = profile.tables.get(op)
@@ -359,15 +471,16 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     measured = tuple(sorted(set(merged)))
     where = ", ".join(sorted({s for s in sources.values()}))
     label = (f"fitted profile: {profiles[0].meta.get('device', gpu.name)} / {model.name} ({where})"
-             + (f"; roofline prior for {', '.join(used_prior)}" if used_prior else ""))
+             + (f"; roofline prior for {', '.join(used_prior)}" if used_prior else "")
+             + (f"; {', '.join(borrowed)}" if borrowed else ""))
     cost = CostModel(label=label, calibrated=not used_prior, partly_calibrated=bool(used_prior),
                      overhead_s=STEP_OVERHEAD_S,
-                     layers_s=frozen_table(layers), head_s=frozen_table(head), kv_s_per_token=kv_s,
-                     attn_s_per_pair=pair_s, attn_s_per_request=request_s, attn_s_per_query=query_s,
+                     layers_s=frozen_table(layers), head_s=frozen_table(head), attention_by_kind=by_kind,
                      vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
                      draft_s_per_kept=per_kept, draft_s_cross_call=cross_call, draft_s_cross_row=cross_row,
                      select_launch_s=select_launch, select_s_per_key=per_key, select_s_per_key_sq=per_key_sq)
-    return Fitted(cost_model=cost, fits=tuple(fits), layer=composed, measured=measured, prior=tuple(used_prior))
+    return Fitted(cost_model=cost, fits=tuple(fits), layer=composed, measured=measured, prior=tuple(used_prior),
+                  attention=found)
 
 
 def _vision_table(profile: Profile, model: ModelSpec, need_prior, fits) -> np.ndarray:

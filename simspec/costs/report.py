@@ -48,9 +48,15 @@ def table(result: fitted.Fitted) -> str:
 
 def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
     ops = [op for op in X_COLUMN if any(op in p.tables for p in found)]
+    merged = profiles.Profile(folder=None, meta={}, tables={op: t for p in reversed(found) for op, t in p.tables.items()})
+    terms = fitted.attention_terms(merged) if result.attention else None
+    kinds = [k for k in sorted(result.attention) if terms is not None and np.any(terms.which == k)]
     cols = 3
-    rows = max(1, math.ceil(len(ops) / cols))
+    rows = max(1, math.ceil((len(ops) + len(kinds)) / cols))
     fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
+    for k, kind in enumerate(kinds):
+        _attention_panel(fig.add_subplot(rows, cols, len(ops) + k + 1), terms[terms.which == kind],
+                         result.attention[kind], fitted.ATTENTION_OPS[kind])
     for k, op in enumerate(ops):
         ax = fig.add_subplot(rows, cols, k + 1)
         profile = next(p for p in found if op in p.tables)
@@ -71,6 +77,18 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
         ax.set_ylabel("ms")
         ax.legend(fontsize=7)
     return fig
+
+
+def _attention_panel(ax, terms: fitted.AttentionTerms, fit: fitted.AttentionFit, op: str) -> None:
+    """Fitted against measured, every grid point (on the line: exact)."""
+    predicted = fit(terms)
+    ax.loglog(terms.ms, predicted, "o", ms=3, label="grid points")
+    span = [min(terms.ms.min(), predicted.min()), max(terms.ms.max(), predicted.max())]
+    ax.plot(span, span, "-", lw=1, label="fitted = measured")
+    ax.set_title(f"{op} (attention fit)", fontsize=9)
+    ax.set_xlabel("measured ms")
+    ax.set_ylabel("fitted ms")
+    ax.legend(fontsize=7)
 
 
 def _drafter_panel(ax, t, result: fitted.Fitted) -> None:

@@ -127,6 +127,11 @@ class StepRecord:
     batch: int
     plans: tuple[int, int, int]
     padded_kv_tokens: int = 0  # attention rows x the longest cached context (the dense caches it gathers)
+    prefill_tokens: int = 0  # of forward_tokens etc.: the prefill chunks' part
+    prefill_kv_tokens: int = 0
+    prefill_attn_pairs: int = 0
+    prefill_requests: int = 0
+    verifying: bool = False  # some decode round verified drafts
     draft_s: float = 0.0  # of duration_s: drafting (selection and planning included)
     target_s: float = 0.0  # ... the vision encoder, the target forward and acceptance
 
@@ -432,7 +437,9 @@ class LiveEngine:
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
-            padded_kv_tokens=len(rows_len) * max(rows_len, default=0),
+            padded_kv_tokens=len(rows_len) * max(rows_len, default=0), prefill_tokens=prefill_tokens,
+            prefill_kv_tokens=prefill_kv, prefill_attn_pairs=prefill_pairs, prefill_requests=len(chunks),
+            verifying=verify_tokens > b,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
             vision_tokens=vision_tokens, draft_level_tokens=tuple(calls),
             draft_kept_visual_tokens=int(sum(kept[i] for i in drafting)), select_requests=len(selecting),

@@ -9,7 +9,9 @@ compiled code dispatches on plain values.
 
 Pricing: a plan for the batch is priced by the cost model's own step
 formula (costs.base.step_cost) with the draft tokens added: one target
-forward over prefill chunks + 1 + draft tokens per request, drafter steps
+forward over prefill chunks + 1 + draft tokens per request (its rounds
+priced as verification once any request verifies a draft, as decode
+otherwise), drafter steps
 (one row per request at depth 1, ``width`` after), selection when the
 drafter sees kept visual tokens, overhead. The first drafter call also
 absorbs the tokens each request accepted since it last drafted; the
@@ -72,6 +74,10 @@ class Pricing(NamedTuple):
     kv_tokens: int  # KV tokens attention reads
     pairs0: int  # query x key pairs without drafts
     padded: int  # attention rows x the longest cached context (drafts do not change it)
+    pf_tokens: int  # the prefill chunks' part of the totals
+    pf_kv: int
+    pf_pairs: int
+    pf_requests: int
     fixed_s: float  # overhead + vision encoder
     draft_s: np.ndarray  # [MAX_DEPTH + 1] drafting d levels, selection included
     rate0: float  # tokens per second of the step without drafts
@@ -86,16 +92,21 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
     fixed = costs.overhead_s + vision
     padded = logits0 * max(batch.prefill_max_context, batch.context_tokens.max() if b > 0 else 0)
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded))
-    return Pricing(tokens0, logits0, kv, pairs0, padded, fixed, _draft_table(batch, costs, width), rate0)
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded, batch.prefill_tokens,
+                                      batch.prefill_kv_tokens, batch.prefill_attn_pairs, batch.prefill_requests,
+                                      False))
+    return Pricing(tokens0, logits0, kv, pairs0, padded, batch.prefill_tokens, batch.prefill_kv_tokens,
+                   batch.prefill_attn_pairs, batch.prefill_requests, fixed, _draft_table(batch, costs, width), rate0)
 
 
 @jit
 def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> float:
     """Seconds of the step with ``n`` draft tokens adding ``pairs`` attention
-    pairs, drafted ``deepest`` levels deep."""
+    pairs, drafted ``deepest`` levels deep (the drafting table's depth 0
+    costs nothing)."""
     return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n,
-                                    p.logits0, p.padded) + p.draft_s[deepest]
+                                    p.logits0, p.padded, p.pf_tokens, p.pf_kv, p.pf_pairs, p.pf_requests,
+                                    n > 0) + p.draft_s[deepest]
 
 
 @jit
@@ -168,7 +179,10 @@ def _best_prefix(batch: Batch, costs: CostTables, values: np.ndarray, codes: np.
     """
     b = len(batch.context_tokens)
     p = _pricing(batch, costs, width)
-    slope = _step_s(costs, p, 1, 0, 0) - _step_s(costs, p, 0, 0, 0)
+    # The first draft also turns the rounds into verification: the cheaper
+    # of that step and the next is the least any node can cost.
+    slope = min(_step_s(costs, p, 1, 0, 0) - _step_s(costs, p, 0, 0, 0),
+                _step_s(costs, p, 2, 0, 0) - _step_s(costs, p, 1, 0, 0))
     rows, chosen, value, depth = trees.ranked_candidates(values, codes, depths, batch.remaining_tokens,
                                                          p.rate0 * max(slope, 0.0), max_nodes)
     gain, pairs, deepest, best, take = float(b), 0, 0, p.rate0, 0

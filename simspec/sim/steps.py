@@ -217,8 +217,9 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
         level_tokens = level_tokens[:calls]
         duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
                              pf.requests + verify, pf.requests + b,
-                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.vision_tokens, level_tokens, drafted_kept,
-                             select_requests, select_keys)
+                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.tokens,
+                             pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b, pf.vision_tokens, level_tokens,
+                             drafted_kept, select_requests, select_keys)
         end = t + duration
 
         # Accept and log.
