@@ -33,7 +33,7 @@ import numpy as np
 from scipy.optimize import minimize, nnls
 
 from simspec.acceptance import AcceptanceModel, draw_round
-from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table
+from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table, uniform_attention
 from simspec.types import MAX_RANK, InputError, require
 
 ACCEPTANCE_FORMAT = "simspec-acceptance/1"
@@ -241,7 +241,7 @@ def cost_model_from(c: dict, label: str) -> CostModel:
     return CostModel(
         label=label, calibrated=True, overhead_s=c["overhead"],
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
-        attn_s_per_pair=c["attn_pair"], attn_s_per_request=c["attn_request"],
+        attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
         kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
         vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
         draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),

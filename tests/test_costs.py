@@ -48,7 +48,9 @@ def test_constant_and_affine_closed_forms():
 
 def with_attention_terms(model):
     """``model`` with per-sequence and per-query attention terms (a fitted model's form)."""
-    return dataclasses.replace(model, attn_s_per_request=3e-5, attn_s_per_query=2e-6, kv_s_per_padded_token=1e-8)
+    a = model.attention.copy()
+    a[:, costs.base.A_REQUEST], a[:, costs.base.A_QUERY] = 3e-5, 2e-6
+    return dataclasses.replace(model, attention=costs.base.attention_table(*a), kv_s_per_padded_token=1e-8)
 
 
 @pytest.mark.parametrize("terms", [False, True], ids=["roofline", "with-request-query-and-padding-terms"])
@@ -70,10 +72,11 @@ def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
 def by_kind(model):
     """``model`` with its own attention coefficients for each kind, one of them past a cache knee."""
     row = costs.base.attention_row
-    table = np.array([row(kv_s=1e-7, pair_s=1e-10, request_s=1e-5, query_s=1e-6, floor_s=2e-4),  # prefill
-                      row(kv_s=3e-7, pair_s=2e-10, request_s=2e-5, kv_over_s=1e-6, kv_knee=4000),  # decode
-                      row(kv_s=5e-7, pair_s=4e-10, query_s=3e-6, floor_s=1e-4, pair_over_s=1e-9, pair_knee=20000)])
-    return dataclasses.replace(model, attention_by_kind=table)
+    table = costs.base.attention_table(
+        row(kv_s=1e-7, pair_s=1e-10, request_s=1e-5, query_s=1e-6, floor_s=2e-4),  # prefill
+        row(kv_s=3e-7, pair_s=2e-10, request_s=2e-5, kv_over_s=1e-6, kv_knee=4000),  # decode
+        row(kv_s=5e-7, pair_s=4e-10, query_s=3e-6, floor_s=1e-4, pair_over_s=1e-9, pair_knee=20000))
+    return dataclasses.replace(model, attention=table)
 
 
 SPLIT = dict(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
@@ -93,7 +96,7 @@ def test_each_kind_of_attention_is_priced_by_its_own_coefficients(roofline, veri
     compute += 60000 * 1e-10
     linear += 2 * 1e-5 + 200 * 1e-6 + 2e-4
     attention = costs.base.blend(memory, compute) + linear
-    no_attention = dataclasses.replace(roofline, kv_s_per_token=0.0, attn_s_per_pair=0.0)
+    no_attention = dataclasses.replace(roofline, attention=costs.base.ZERO_ATTENTION)
     expected = no_attention.forward_s(300, 9000, 90000, 40, 12) + attention
     shape = StepShape(**SPLIT, verifying=verifying)
     assert model.step_s(shape) == pytest.approx(model.overhead_s + expected, rel=1e-12)

@@ -174,8 +174,8 @@ def test_each_kind_of_attention_call_is_priced_as_its_own_kind():
     # 3 ms a verification call. One request of 20 prompt tokens and 9
     # output tokens: a prefill step, then AR decodes 8 steps; linear:k=1
     # verifies a draft in every step after it.
-    floors = np.array([costs.base.attention_row(floor_s=s) for s in (1e-3, 2e-3, 3e-3)])
-    model = costs.CostModel(label="attention floors only", calibrated=False, attention_by_kind=floors)
+    floors = costs.base.attention_table(*(costs.base.attention_row(floor_s=s) for s in (1e-3, 2e-3, 3e-3)))
+    model = costs.CostModel(label="attention floors only", calibrated=False, attention=floors)
     requests = requests_at([0.0], prompt=20, output=9)
     ar = run(requests, policies.parse("ar"), cost_model=model)
     assert ar.step_duration_s.tolist() == pytest.approx([1e-3] + [2e-3] * 8)

@@ -87,13 +87,20 @@ def attention_row(kv_s=0.0, pair_s=0.0, request_s=0.0, query_s=0.0, floor_s=0.0,
     return np.array([floor_s, kv_s, kv_over_s, kv_knee, pair_s, pair_over_s, pair_knee, request_s, query_s])
 
 
-def _attention_parts(row: np.ndarray, kv, pairs, requests, queries):
-    """(memory s, compute s, linear s) of one kind's call (module docstring)."""
-    kv, pairs = np.asarray(kv, dtype=float), np.asarray(pairs, dtype=float)
-    memory = kv * row[A_KV] + np.maximum(kv - row[A_KV_KNEE], 0.0) * row[A_KV_OVER]
-    compute = pairs * row[A_PAIR] + np.maximum(pairs - row[A_PAIR_KNEE], 0.0) * row[A_PAIR_OVER]
-    linear = np.where(np.asarray(queries) > 0, row[A_FLOOR], 0.0) + requests * row[A_REQUEST] + queries * row[A_QUERY]
-    return memory, compute, linear
+def attention_table(prefill: np.ndarray, decode: np.ndarray, verify: np.ndarray) -> np.ndarray:
+    """[3, 9] read-only: a CostModel's ``attention`` from one row per kind."""
+    table = np.ascontiguousarray(np.stack([prefill, decode, verify]), dtype=float)
+    table.flags.writeable = False
+    return table
+
+
+def uniform_attention(**terms) -> np.ndarray:
+    """Every kind priced alike (``attention_row``'s terms): one call's form."""
+    row = attention_row(**terms)
+    return attention_table(row, row, row)
+
+
+ZERO_ATTENTION = uniform_attention()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,12 +113,8 @@ class CostModel:
     overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
     layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] all decoder layers by T
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
-    # Attention of every kind alike, unless ``attention_by_kind`` is given:
-    kv_s_per_token: float = 0.0  # reading one context token's K/V in every layer
-    attn_s_per_pair: float = 0.0  # compute of one query x key pair in every layer
-    attn_s_per_request: float = 0.0  # one sequence (prefill chunk or decode request) in every layer
-    attn_s_per_query: float = 0.0  # one query token in every layer
-    attention_by_kind: np.ndarray | None = field(default=None, repr=False, compare=False)  # [3, 9] (module docstring)
+    # [3, 9] attention by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS; module docstring)
+    attention: np.ndarray = field(default_factory=lambda: ZERO_ATTENTION, repr=False, compare=False)
     kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
@@ -122,30 +125,16 @@ class CostModel:
     select_s_per_key: float = 0.0  # ... per visual key scored
     select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
 
-    @property
-    def attention(self) -> np.ndarray:
-        """[3, 9] attention coefficients by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS)."""
-        if self.attention_by_kind is not None:
-            return self.attention_by_kind
-        row = attention_row(self.kv_s_per_token, self.attn_s_per_pair, self.attn_s_per_request, self.attn_s_per_query)
-        table = np.ascontiguousarray(np.broadcast_to(row, (3, len(ATTENTION_TERMS))))
-        table.flags.writeable = False
-        return table
-
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
                   prefill=(0, 0, 0, 0), verifying=False):
         """One target forward over ``tokens`` query tokens of ``requests``
         sequences; ``prefill`` = (tokens, kv, pairs, requests) is the part of
         those totals that prefill chunks are, the rest are decode rounds, or
-        verification when ``verifying``."""
-        a = self.attention
-        p_tokens, p_kv, p_pairs, p_requests = prefill
-        m1, c1, l1 = _attention_parts(a[PREFILL], p_kv, p_pairs, p_requests, p_tokens)
-        m2, c2, l2 = _attention_parts(a[VERIFY if verifying else DECODE], np.subtract(kv_read_tokens, p_kv),
-                                      np.subtract(attn_pairs, p_pairs), np.subtract(requests, p_requests),
-                                      np.subtract(tokens, p_tokens))
-        attention = blend(m1 + m2, c1 + c2) + l1 + l2 + padded_kv_tokens * self.kv_s_per_padded_token
-        return lookup(self.layers_s, tokens) + lookup(self.head_s, logit_tokens) + attention
+        verification when ``verifying``. The compiled :func:`forward_cost`,
+        element by element over array arguments."""
+        out = _forward_each(self.tables, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests,
+                            padded_kv_tokens, *prefill, verifying)
+        return float(out) if np.ndim(out) == 0 else out
 
     def vision_s(self, vision_tokens):
         """Vision encoder producing ``vision_tokens`` visual tokens."""
@@ -246,6 +235,9 @@ def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits:
     memory, compute = m1 + m2, c1 + c2
     attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + padded * t.kv_s_per_padded
     return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
+
+
+_forward_each = np.vectorize(forward_cost, otypes=[float], excluded={0})
 
 
 @jit

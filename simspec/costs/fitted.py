@@ -31,7 +31,7 @@ import numpy as np
 from scipy import interpolate, optimize
 
 from simspec.costs.base import (ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, TOKENS, VERIFY, CostModel, attention_row,
-                                frozen_table)
+                                attention_table, frozen_table)
 from simspec.costs.profiles import LAYER_OPS, Profile
 from simspec.costs.roofline import STEP_OVERHEAD_S, roofline
 from simspec.costs.specs import GpuSpec, ModelSpec
@@ -349,9 +349,7 @@ def attention_by_kind(found: dict[int, AttentionFit], layers: int) -> tuple[np.n
         if source != kind:
             notes.append(f"{ATTENTION_KINDS[kind]} attention priced as {ATTENTION_KINDS[source]}")
         rows.append(found[source].row(MS * layers))
-    table = np.array(rows)
-    table.flags.writeable = False
-    return table, notes
+    return attention_table(*rows), notes
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -475,7 +473,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
              + (f"; {', '.join(borrowed)}" if borrowed else ""))
     cost = CostModel(label=label, calibrated=not used_prior, partly_calibrated=bool(used_prior),
                      overhead_s=STEP_OVERHEAD_S,
-                     layers_s=frozen_table(layers), head_s=frozen_table(head), attention_by_kind=by_kind,
+                     layers_s=frozen_table(layers), head_s=frozen_table(head), attention=by_kind,
                      vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
                      draft_s_per_kept=per_kept, draft_s_cross_call=cross_call, draft_s_cross_row=cross_row,
                      select_launch_s=select_launch, select_s_per_key=per_key, select_s_per_key_sq=per_key_sq)

@@ -10,7 +10,7 @@ policy exploits (DESIGN.md "Cost model").
 
 from __future__ import annotations
 
-from simspec.costs.base import TOKENS, CostModel, blend, frozen_table
+from simspec.costs.base import TOKENS, CostModel, blend, frozen_table, uniform_attention
 from simspec.costs.specs import GpuSpec, ModelSpec
 
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights / KV
@@ -36,8 +36,8 @@ def roofline(model: ModelSpec, gpu: GpuSpec) -> CostModel:
     return CostModel(
         label=f"roofline prior: {gpu.name} / {model.name}", calibrated=False, overhead_s=STEP_OVERHEAD_S,
         layers_s=frozen_table(model.layers * gemm(model.layer_params)), head_s=frozen_table(head),
-        kv_s_per_token=model.kv_bytes_per_token / bw,
-        attn_s_per_pair=4.0 * model.layers * model.hidden / (gpu.bf16_flops * ATTENTION_EFFICIENCY),
+        attention=uniform_attention(kv_s=model.kv_bytes_per_token / bw,
+                                    pair_s=4.0 * model.layers * model.hidden / (gpu.bf16_flops * ATTENTION_EFFICIENCY)),
         vision_s_table=frozen_table(vision),
         # An EAGLE drafter step: fc + one decoder layer, then the shared LM head.
         draft_s_table=frozen_table(KERNEL_LAUNCH_S + gemm(model.drafter_params) + head),
