@@ -213,7 +213,7 @@ def attention_tables(truth: dict[int, fitted.AttentionFit]) -> dict[str, pd.Data
 
 def test_attention_fit_recovers_each_kinds_coefficients_and_cache_knee(tmp_path):
     write_profile(tmp_path / "test-gpu" / "Llama-2-7B", attention_tables(TRUE_ATTENTION))
-    found, fits = fitted.fit_attention(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B"))
+    found, fits = fitted.fit_attention(fitted.attention_terms(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B")))
     assert set(found) == {PREFILL, DECODE, VERIFY}
     for kind, truth in TRUE_ATTENTION.items():
         for name in fitted.AttentionFit.__slots__:

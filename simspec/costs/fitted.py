@@ -252,20 +252,21 @@ def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
                                np.maximum(a.kv - kv_knee, 0.0), np.maximum(a.pairs - pair_knee, 0.0)])
     # A table that cannot tell two terms apart keeps the first: one
     # sequence per prefill call (the floor); one query per decode request,
-    # reading its context once (kv, memory-bound).
+    # reading its context once (kv, memory-bound; no pair knee is tried).
     pairs = not _pairs_are_kv(a)
     free = np.array([True, True, pairs, bool(np.any(a.requests != 1)), bool(np.any(a.queries != a.requests)),
                      kv_knee != NO_KNEE, pairs and pair_knee != NO_KNEE])
 
-    knees = [(k, sizes) for k, sizes in ((kv_knee, a.kv), (pair_knee, a.pairs)) if k != NO_KNEE] if move_knees else []
+    moving = [move_knees and free[5], move_knees and free[6]]  # the kv and pair knees, as fitted parameters
+    knees = [(k, sizes) for (k, sizes), on in zip(((kv_knee, a.kv), (pair_knee, a.pairs)), moving) if on]
     n = int(free.sum())
 
     def fit_of(theta) -> AttentionFit:
         full = np.zeros(len(free))
         full[free] = theta[:n]
         moved = iter(np.exp(theta[n:]))
-        kv = next(moved) if move_knees and kv_knee != NO_KNEE else kv_knee
-        pair = next(moved) if move_knees and pair_knee != NO_KNEE else pair_knee
+        kv = next(moved) if moving[0] else kv_knee
+        pair = next(moved) if moving[1] else pair_knee
         return AttentionFit(*(float(v) for v in full[:5]), kv_over_ms=float(full[5]), kv_knee=float(kv),
                             pair_over_ms=float(full[6]), pair_knee=float(pair))
 
@@ -274,8 +275,8 @@ def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
 
     # Two starts (the form is not convex): the additive form's solution,
     # and each term alone explaining the median point.
-    additive = _terms(columns[:, free], a.ms)
     used = columns[:, free]
+    additive = _terms(used, a.ms)
     alone = np.array([np.median(a.ms[c > 0] / c[c > 0]) / 2 if np.any(c > 0) else 0.0 for c in used.T])
     lower, upper = np.zeros(n), np.full(n, np.inf)
     if knees:  # log knees, within the measured sizes
@@ -301,8 +302,9 @@ def _fit_attention(a: AttentionTerms) -> AttentionFit:
     (residuals below 0.01% count as 0.01%: timing precision)."""
     best = None
     n = len(a.ms)
+    pair_knees = [NO_KNEE] if _pairs_are_kv(a) else _knees(a.pairs)
     for kv_knee in _knees(a.kv):
-        for pair_knee in [NO_KNEE] if _pairs_are_kv(a) else _knees(a.pairs):
+        for pair_knee in pair_knees:
             ss, fit = _fit_with_knees(a, kv_knee, pair_knee)
             params = 5 + 2 * (kv_knee != NO_KNEE) + 2 * (pair_knee != NO_KNEE)
             score = n * np.log(max(ss / n, PRECISION ** 2)) + 2 * params
@@ -316,13 +318,10 @@ def _fit_attention(a: AttentionTerms) -> AttentionFit:
     return fit
 
 
-def fit_attention(profile: Profile) -> tuple[dict[int, AttentionFit], list[OpFit]] | None:
-    """A fit for each kind of attention the profile measured (keyed by
-    ATTENTION_OPS index: prefill, decode, tree verification), and its
+def fit_attention(a: AttentionTerms) -> tuple[dict[int, AttentionFit], list[OpFit]]:
+    """A fit for each kind of attention among a profile's points (keyed
+    by ATTENTION_OPS index: prefill, decode, tree verification), and its
     held-out error."""
-    a = attention_terms(profile)
-    if a is None:
-        return None
     found, fits = {}, []
     for k in np.unique(a.which):
         rows = a[a.which == k]
@@ -379,6 +378,7 @@ class Fitted:
     measured: tuple[str, ...]
     prior: tuple[str, ...]  # pieces taken from the roofline prior
     attention: dict = field(default_factory=dict)  # kind -> AttentionFit, for the kinds measured
+    attention_points: AttentionTerms | None = None  # what they were fitted to
 
 
 def _layer_curves(profile: Profile):
@@ -443,11 +443,11 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
         per_layer = sum(curves[op](TOKENS) * (2 if op == "add" else 1) for op in LAYER_OPS) * MS
     else:
         per_layer = None
-    attention = fit_attention(profile)
+    points = attention_terms(profile)
     borrowed: list[str] = []
     found: dict[int, AttentionFit] = {}
-    if attention is not None:
-        found, attention_fits = attention
+    if points is not None:
+        found, attention_fits = fit_attention(points)
         fits.extend(attention_fits)
         by_kind, borrowed = attention_by_kind(found, model.layers)
     else:
@@ -478,7 +478,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
                      draft_s_per_kept=per_kept, draft_s_cross_call=cross_call, draft_s_cross_row=cross_row,
                      select_launch_s=select_launch, select_s_per_key=per_key, select_s_per_key_sq=per_key_sq)
     return Fitted(cost_model=cost, fits=tuple(fits), layer=composed, measured=measured, prior=tuple(used_prior),
-                  attention=found)
+                  attention=found, attention_points=points)
 
 
 def _vision_table(profile: Profile, model: ModelSpec, need_prior, fits) -> np.ndarray:

@@ -48,9 +48,8 @@ def table(result: fitted.Fitted) -> str:
 
 def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
     ops = [op for op in X_COLUMN if any(op in p.tables for p in found)]
-    merged = profiles.Profile(folder=None, meta={}, tables={op: t for p in reversed(found) for op, t in p.tables.items()})
-    terms = fitted.attention_terms(merged) if result.attention else None
-    kinds = [k for k in sorted(result.attention) if terms is not None and np.any(terms.which == k)]
+    terms = result.attention_points
+    kinds = sorted(result.attention)
     cols = 3
     rows = max(1, math.ceil((len(ops) + len(kinds)) / cols))
     fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
