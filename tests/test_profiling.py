@@ -194,6 +194,28 @@ def test_cpu_timing_reports_median_and_percentiles_of_enough_samples():
     assert 2.0 <= t.p10_ms <= t.median_ms <= t.p90_ms
 
 
+def test_cpu_timing_goes_round_the_copies_a_call_per_sample():
+    ran = []
+    t = runner.measure_cpu([lambda k=k: ran.append(k) for k in range(3)])
+    assert ran[:3] == [0, 1, 2]  # warm-up touches every copy first
+    assert t.samples >= runner.MIN_SAMPLES
+    assert ran == [k % 3 for k in range(len(ran))]  # then strictly in turn: no copy twice in a row
+
+
+def test_per_layer_operators_are_timed_on_a_copy_of_their_tensors_per_layer(tmp_path, monkeypatch):
+    timed = counting_measure(monkeypatch)
+    profile(tmp_path)
+    by_size = {len(calls) for calls in timed}
+    assert by_size == {1, TINY.layers}
+    per_layer = [calls for calls in timed if len(calls) == TINY.layers]
+    assert len(per_layer) == sum(len(expected_points(name)) for name, case in ops.CASES.items() if case.per_layer)
+    assert {name for name, case in ops.CASES.items() if case.per_layer} >= {"mlp_up_proj", "attn_decode"}
+    assert not ops.CASES["lm_head"].per_layer  # once per step, on the same weights
+    assert runner.copies(ops.CASES["attn_decode"], 32, runner.ROTATE_BYTES // 5) == 5  # capped by bytes
+    assert runner.copies(ops.CASES["attn_decode"], 32, 2 * runner.ROTATE_BYTES) == 1
+    assert runner.copies(ops.CASES["lm_head"], 32, 1) == 1
+
+
 def test_quick_grids_fit_the_cpu_and_the_full_grid_spans_the_ranges():
     assert max(grid.QUICK_CPU.tokens + grid.QUICK_CPU.prefill_tokens + grid.QUICK_CPU.draft_tokens) <= 512
     assert max(grid.QUICK_CPU.contexts + grid.QUICK_CPU.prefill_contexts) <= 4096

@@ -24,10 +24,17 @@ import torch
 
 def token_scores(queries: torch.Tensor, keys_q: torch.Tensor, scales: torch.Tensor,
                  lengths: torch.Tensor) -> torch.Tensor:
-    """Head-mean attention probabilities, fp32 ``[B, Ly, N]``; -1 beyond lengths[b]."""
+    """Head-mean attention probabilities, fp32 ``[B, Ly, N]``; -1 beyond lengths[b].
+
+    A key's scale is one number per token and head, so it multiplies the
+    dot product instead of the key. The keys are converted head-major, so
+    each (request, layer, head) is one contiguous matrix: in the cache's
+    token-major layout PyTorch's batched matmul strides through memory and
+    a CPU call cost 10x as much."""
     B, Ly, N, H, D = keys_q.shape
-    keys = keys_q.float() * scales[..., None]                                     # [B, Ly, N, H, D]
-    logits = torch.einsum("blhd,blnhd->blhn", queries.float(), keys) / math.sqrt(D)  # [B, Ly, H, N]
+    keys = keys_q.transpose(2, 3).to(torch.float32, memory_format=torch.contiguous_format)  # [B, Ly, H, N, D]
+    dots = (keys @ queries.float()[..., None]).squeeze(-1)                                # [B, Ly, H, N]
+    logits = dots * scales.transpose(2, 3) / math.sqrt(D)                                 # [B, Ly, H, N]
     valid = torch.arange(N, device=keys_q.device) < lengths[:, None]               # [B, N]
     logits = logits.masked_fill(~valid[:, None, None, :], float("-inf"))
     p = torch.softmax(logits, dim=-1).nan_to_num(0.0)                              # [B, Ly, H, N]

@@ -19,9 +19,8 @@ Imports: torch only.
 
 from __future__ import annotations
 
-import math
-
 import torch
+import torch.nn.functional as F
 
 
 def ancestor_mask(parents: torch.Tensor, tree_sizes: torch.Tensor) -> torch.Tensor:
@@ -46,17 +45,24 @@ def ancestor_mask(parents: torch.Tensor, tree_sizes: torch.Tensor) -> torch.Tens
 def tree_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lengths: torch.Tensor,
                    k_tree: torch.Tensor, v_tree: torch.Tensor, parents: torch.Tensor,
                    tree_sizes: torch.Tensor) -> torch.Tensor:
+    """Scaled dot-product attention with an explicit [context | ancestors] mask.
+
+    Keys and values are concatenated head-major, so every request's block is
+    contiguous: with the token-major layout of the cache, PyTorch's batched
+    matmuls copy or stride through memory and a CPU call costs up to B^2
+    times one request's."""
     B, Q, H, D = q.shape
     L, Hkv = k_cache.shape[1], k_cache.shape[2]
-    group = H // Hkv
-    keys = torch.cat([k_cache, k_tree], dim=1).float()                                     # [B, L+Q, Hkv, D]
-    values = torch.cat([v_cache, v_tree], dim=1).float()                                   # [B, L+Q, Hkv, D]
-    queries = q.float().view(B, Q, Hkv, group, D)                                          # [B, Q, Hkv, G, D]
+    keys = torch.cat([k_cache.transpose(1, 2), k_tree.transpose(1, 2)], dim=2).float()     # [B, Hkv, L+Q, D]
+    values = torch.cat([v_cache.transpose(1, 2), v_tree.transpose(1, 2)], dim=2).float()   # [B, Hkv, L+Q, D]
+    node = torch.arange(Q, device=q.device)                                                # [Q]
+    node_ok = node < tree_sizes[:, None]                                                   # [B, Q]
     cached = torch.arange(L, device=q.device) < cache_lengths[:, None]                   # [B, L]
-    allowed = torch.cat([cached[:, None, :].expand(B, Q, L), ancestor_mask(parents, tree_sizes)], dim=-1)  # [B, Q, L+Q]
-    scores = torch.einsum("bqkgd,btkd->bkgqt", queries, keys) / math.sqrt(D)              # [B, Hkv, G, Q, L+Q]
-    scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
-    p = torch.softmax(scores, dim=-1).nan_to_num(0.0)                                     # [B, Hkv, G, Q, L+Q]
-    out = torch.einsum("bkgqt,btkd->bqkgd", p, values).reshape(B, Q, H, D)                # [B, Q, H, D]
-    node_ok = torch.arange(Q, device=q.device) < tree_sizes[:, None]                      # [B, Q]
+    # a padded node sees itself (a row with no key would give NaN); its output is zeroed below
+    own = ~node_ok[:, :, None] & torch.eye(Q, dtype=torch.bool, device=q.device)          # [B, Q, Q]
+    allowed = torch.cat([cached[:, None, :] & node_ok[:, :, None],
+                         ancestor_mask(parents, tree_sizes) | own], dim=-1)               # [B, Q, L+Q]
+    out = F.scaled_dot_product_attention(q.transpose(1, 2).float(), keys, values, attn_mask=allowed[:, None],
+                                         enable_gqa=H != Hkv)                              # [B, H, Q, D]
+    out = out.transpose(1, 2)                                                              # [B, Q, H, D]
     return out.masked_fill(~node_ok[:, :, None, None], 0.0).to(q.dtype)

@@ -14,6 +14,16 @@ run goes on. Rows are flushed one by one; a rerun measures only the points
 its CSVs lack. A CPU is profiled with ``CPU_THREADS`` torch threads (recorded
 in meta.json): with torch's default, intra-op threading switches on at some
 sizes and not others, and shared cores make the timings jump.
+
+A forward pass calls each per-layer operator (decoder-layer pieces,
+attention) once per layer, each time on that layer's weights and KV cache,
+so the operator seldom finds its data in cache. Timing one set of tensors
+over and over would: a 7B model's attention over a short context then
+measures cache bandwidth on a CPU (several times DRAM's), and L2 on a GPU.
+Per-layer operators therefore go round copies of their tensors, one per
+layer up to ``ROTATE_BYTES`` in all (triton's do_bench flushes L2 between
+calls for the same reason); a small model whose layers all fit in cache
+keeps them there, as it does when served.
 """
 
 from __future__ import annotations
@@ -43,7 +53,8 @@ MIN_SAMPLES = 5  # the median of 5 shrugs off one disturbed call (shared CPUs)
 MAX_SAMPLES = 200
 CPU_MAX_BYTES = 4 << 30  # CPU size guard: points needing more tensor bytes are skipped
 CUDA_WARMUP_CALLS = 3
-CPU_WARMUP_MS = 5.0  # warm-up calls on a CPU until this much time has passed (at least one)
+CPU_WARMUP_MS = 5.0  # warm-up calls on a CPU until this much time has passed (at least one per copy)
+ROTATE_BYTES = 1 << 30  # per-layer operators go round copies of their tensors, one per layer up to this
 CPU_THREADS = 1  # torch threads while profiling a CPU: one core gives timings without threading cliffs
 SOURCE = "measured by simspec profile-gpu"
 
@@ -69,40 +80,55 @@ def _stats(samples_ms: list[float]) -> Timing:
     return Timing(median_ms=float(median), p10_ms=float(p10), p90_ms=float(p90), samples=len(samples_ms))
 
 
-def measure_cuda(fn: operators.Timed) -> Timing:
-    """Per-call CUDA-event times of ``fn`` after warm-up."""
+def _calls(fn: operators.Timed | list[operators.Timed]) -> list[operators.Timed]:
+    return list(fn) if isinstance(fn, (list, tuple)) else [fn]
+
+
+def measure_cuda(fn: operators.Timed | list[operators.Timed]) -> Timing:
+    """Per-call CUDA-event times after warm-up; a list of calls (one per
+    copy of the tensors) is gone round in turn, one call per sample."""
+    calls = _calls(fn)
     for _ in range(CUDA_WARMUP_CALLS):
-        fn()
+        for call in calls:
+            call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
-    fn()
+    calls[0]()
     end.record()
     end.synchronize()
     n = _samples_for(start.elapsed_time(end))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for begin, finish in events:
+    for j, (begin, finish) in enumerate(events):
+        call = calls[(j + 1) % len(calls)]  # calls[0] ran last
         begin.record()
-        fn()
+        call()
         finish.record()
     torch.cuda.synchronize()
     return _stats([begin.elapsed_time(finish) for begin, finish in events])
 
 
-def measure_cpu(fn: operators.Timed) -> Timing:
-    """Per-call wall times of ``fn`` after warm-up."""
+def measure_cpu(fn: operators.Timed | list[operators.Timed]) -> Timing:
+    """Per-call wall times after warm-up; a list of calls (one per copy of
+    the tensors) is gone round in turn, one call per sample."""
+    calls = _calls(fn)
     warm_until = time.perf_counter() + CPU_WARMUP_MS / 1e3
+    j = 0
     while True:
+        call = calls[j % len(calls)]
         began = time.perf_counter()
-        fn()
+        call()
         estimate_ms = (time.perf_counter() - began) * 1e3
-        if began >= warm_until or time.perf_counter() >= warm_until:
+        j += 1
+        if j >= len(calls) and time.perf_counter() >= warm_until:
             break
     samples = []
     for _ in range(_samples_for(estimate_ms)):
+        call = calls[j % len(calls)]
         began = time.perf_counter()
-        fn()
+        call()
         samples.append((time.perf_counter() - began) * 1e3)
+        j += 1
     return _stats(samples)
 
 
@@ -175,7 +201,9 @@ def _notes(kernels: dict[str, bool], device: str, max_bytes: int | None) -> str:
              "(tokens requests, each cross-attending to kept_tokens visual tokens) and its decoder layer "
              "attends only to the step's own position; vision_encoder excludes the patch embedding; select "
              f"picks {operators.SELECT_KEPT_TOKENS} tokens by {operators.SELECT_LAYERS} voting layers with one "
-             "query per KV head; int8_quantize quantizes all layers' keys of one request"]
+             "query per KV head; int8_quantize quantizes all layers' keys of one request; decoder-layer pieces "
+             f"and attention go round one copy of their tensors per layer (at most {ROTATE_BYTES / 2**30:g} GiB "
+             "in all), as a forward pass does, so no sample finds data a real step would have evicted"]
     stand_ins = [op for op, native in kernels.items() if not native]
     if stand_ins:
         notes.append(f"{', '.join(stand_ins)} timed with simspec.profiling.reference stand-ins "
@@ -187,12 +215,18 @@ def _notes(kernels: dict[str, bool], device: str, max_bytes: int | None) -> str:
     return "; ".join(notes)
 
 
+def copies(case: operators.Case, layers: int, need: int) -> int:
+    """Sets of tensors a point goes round: one per layer for a per-layer
+    operator, as many as fit in ``ROTATE_BYTES`` (at least one)."""
+    return max(1, min(layers, ROTATE_BYTES // max(need, 1))) if case.per_layer else 1
+
+
 class _Operator:
-    """One operator of a run: its case, and its weights once a point needs them."""
+    """One operator of a run: its case, and its weights (a set per copy) once a point needs them."""
 
     def __init__(self, case: operators.Case, bench: operators.Bench):
         self.case, self.bench = case, bench
-        self._make = None
+        self._makes = []
 
     def measure(self, point: tuple[int, ...], max_bytes: int | None) -> tuple[Timing | None, str]:
         """(timing, "") for a point that ran, (None, why) for one skipped."""
@@ -200,10 +234,11 @@ class _Operator:
         if max_bytes is not None and need > max_bytes:
             return None, f"size guard: needs {need / 2**30:.1f} GiB > {max_bytes / 2**30:g} GiB"
         measure = measure_cuda if self.bench.device.type == "cuda" else measure_cpu
+        n = copies(self.case, self.bench.model.layers, need)
         try:
-            if self._make is None:
-                self._make = self.case.setup(self.bench)
-            return measure(self._make(*point)), ""
+            while len(self._makes) < n:
+                self._makes.append(self.case.setup(self.bench))
+            return measure([make(*point) for make in self._makes[:n]]), ""
         except RuntimeError as err:
             if not is_out_of_memory(err):
                 raise
