@@ -13,7 +13,9 @@ On a CUDA GPU (Triton kernels, fp16, CUDA events):
 Without a GPU it runs the PyTorch references on the CPU (the Triton
 interpreter is a correctness tool, far too slow to time) with smaller batches
 where the full shape would not finish in a minute, and says so: CPU numbers
-are not the GPU targets.
+are not the GPU targets. It also prints how the references' cost per request
+grows with the batch (1.0x: linear; the live engine on a CPU runs them, and
+the profiler times them for the CPU cost model).
 
     python benchmarks/kernels_bench.py [--reps N]
 """
@@ -123,6 +125,32 @@ def bench_quantize(device, dtype, impl, reps, warmup, gen):
     print(f"int8 quantize  N={N} H={H} D={D}: {ms:8.3f} ms  ({mbytes:.1f} MB moved: {mbytes / ms:.3g} GB/s)")
 
 
+def bench_batch_scaling(reps: int, gen) -> None:
+    """Per-request time of the tree-attention and selection references at
+    batch 1..8 (LLaVA-1.5-7B heads, one core), relative to batch 1."""
+    from simspec_kernels.selection import reference as selection
+    from simspec_kernels.tree_attention import reference as tree
+    H, D, L, Q, N, Ly = 32, 128, 1024, 16, 576, 4
+    for name in ("tree verify", "selection"):
+        base, cells = None, []
+        for B in (1, 2, 4, 8):
+            if name == "tree verify":
+                q, k_tree, v_tree = (torch.randn((B, Q, H, D), generator=gen) for _ in range(3))   # [B, Q, H, D]
+                k_cache, v_cache = (torch.randn((B, L, H, D), generator=gen) for _ in range(2))    # [B, L, H, D]
+                args = (q, k_cache, v_cache, torch.full((B,), L), k_tree, v_tree, random_tree(B, Q),
+                        torch.full((B,), Q))
+                fn = tree.tree_attention
+            else:
+                args = (torch.randn((B, Ly, H, D), generator=gen),                                 # [B, Ly, H, D]
+                        torch.randint(-127, 128, (B, Ly, N, H, D), generator=gen, dtype=torch.int8),
+                        torch.rand((B, Ly, N, H), generator=gen) * 0.02 + 0.01, torch.full((B,), N), 8)
+                fn = selection.select_visual_tokens
+            per_request = time_ms(lambda: fn(*args), torch.device("cpu"), reps, 1) / B
+            base = base or per_request
+            cells.append(f"B={B} {per_request:7.2f} ms ({per_request / base:.1f}x)")
+        print(f"{name:14s} reference, per request: " + "  ".join(cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=None, help="timed calls per kernel (default 100 GPU, 3 CPU)")
@@ -149,6 +177,8 @@ def main() -> None:
     bench_tree(device, dtype, impl, reps, warmup, gen, batch=8, context=2048)
     bench_drafter(device, dtype, impl, reps, warmup, gen, hidden_size=4096)
     bench_quantize(device, dtype, impl, reps, warmup, gen)
+    print("cost per request as the batch grows (tree: L=1024 Q=16; selection: N=576 Ly=4; H=32 D=128):")
+    bench_batch_scaling(reps, gen)
 
 
 if __name__ == "__main__":
