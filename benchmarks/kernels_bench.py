@@ -62,12 +62,31 @@ def random_tree(batch: int, nodes: int) -> torch.Tensor:
     return parents
 
 
-def bench_selection(device, dtype, impl, reps, warmup, gen, batch):
-    B, Ly, N, H, D, k = batch, 4, 2880, 32, 128, 8
+def selection_inputs(B, Ly, N, H, D, gen, device, dtype):
+    """(queries, int8 keys, scales, lengths) of select_visual_tokens, every request N visual tokens."""
     queries = torch.randn((B, Ly, H, D), generator=gen, device=device, dtype=dtype)          # [B, Ly, H, D]
     keys_q = torch.randint(-127, 128, (B, Ly, N, H, D), generator=gen, device=device, dtype=torch.int8)
     scales = torch.rand((B, Ly, N, H), generator=gen, device=device) * 0.02 + 0.01          # [B, Ly, N, H]
     lengths = torch.full((B,), N, dtype=torch.int64, device=device)           # [B]
+    return queries, keys_q, scales, lengths
+
+
+def tree_inputs(B, Q, L, H, D, gen, device, dtype):
+    """tree_attention's arguments: full caches of L tokens, full random trees of Q nodes."""
+    q = torch.randn((B, Q, H, D), generator=gen, device=device, dtype=dtype)  # [B, Q, H, D]
+    k_cache, v_cache = (torch.randn((B, L, H, D), generator=gen, device=device, dtype=dtype)
+                        for _ in range(2))                                    # [B, L, H, D]
+    k_tree, v_tree = (torch.randn((B, Q, H, D), generator=gen, device=device, dtype=dtype)
+                      for _ in range(2))                                      # [B, Q, H, D]
+    parents = random_tree(B, Q).to(device)                                    # [B, Q]
+    cache_lengths = torch.full((B,), L, dtype=torch.int64, device=device)     # [B]
+    tree_sizes = torch.full((B,), Q, dtype=torch.int64, device=device)        # [B]
+    return q, k_cache, v_cache, cache_lengths, k_tree, v_tree, parents, tree_sizes
+
+
+def bench_selection(device, dtype, impl, reps, warmup, gen, batch):
+    B, Ly, N, H, D, k = batch, 4, 2880, 32, 128, 8
+    queries, keys_q, scales, lengths = selection_inputs(B, Ly, N, H, D, gen, device, dtype)
     ms = time_ms(lambda: select_visual_tokens(queries, keys_q, scales, lengths, k, impl=impl), device, reps, warmup)
     gbytes = keys_q.numel() / 1e9
     print(f"selection      B={B} Ly={Ly} N={N} H={H} D={D} k={k}: {ms:8.3f} ms"
@@ -81,14 +100,8 @@ def bench_selection(device, dtype, impl, reps, warmup, gen, batch):
 
 def bench_tree(device, dtype, impl, reps, warmup, gen, batch, context):
     B, Q, L, H, D = batch, 60, context, 32, 128
-    q = torch.randn((B, Q, H, D), generator=gen, device=device, dtype=dtype)  # [B, Q, H, D]
-    k_cache, v_cache = (torch.randn((B, L, H, D), generator=gen, device=device, dtype=dtype)
-                        for _ in range(2))                                    # [B, L, H, D]
-    k_tree, v_tree = (torch.randn((B, Q, H, D), generator=gen, device=device, dtype=dtype)
-                      for _ in range(2))                                      # [B, Q, H, D]
-    parents = random_tree(B, Q).to(device)                                    # [B, Q]
-    cache_lengths = torch.full((B,), L, dtype=torch.int64, device=device)     # [B]
-    tree_sizes = torch.full((B,), Q, dtype=torch.int64, device=device)        # [B]
+    q, k_cache, v_cache, cache_lengths, k_tree, v_tree, parents, tree_sizes = tree_inputs(B, Q, L, H, D, gen,
+                                                                                        device, dtype)
     ms = time_ms(lambda: tree_attention(q, k_cache, v_cache, cache_lengths, k_tree, v_tree, parents, tree_sizes,
                                         impl=impl), device, reps, warmup)
     # The same attention through SDPA: keys [cache; tree] and an explicit boolean mask.
@@ -131,21 +144,15 @@ def bench_batch_scaling(reps: int, gen) -> None:
     from simspec_kernels.selection import reference as selection
     from simspec_kernels.tree_attention import reference as tree
     H, D, L, Q, N, Ly = 32, 128, 1024, 16, 576, 4
-    for name in ("tree verify", "selection"):
+    cpu = torch.device("cpu")
+    cases = {"tree verify": (tree.tree_attention, lambda B: tree_inputs(B, Q, L, H, D, gen, cpu, torch.float32)),
+             "selection": (selection.select_visual_tokens,
+                           lambda B: (*selection_inputs(B, Ly, N, H, D, gen, cpu, torch.float32), 8))}
+    for name, (fn, inputs) in cases.items():
         base, cells = None, []
         for B in (1, 2, 4, 8):
-            if name == "tree verify":
-                q, k_tree, v_tree = (torch.randn((B, Q, H, D), generator=gen) for _ in range(3))   # [B, Q, H, D]
-                k_cache, v_cache = (torch.randn((B, L, H, D), generator=gen) for _ in range(2))    # [B, L, H, D]
-                args = (q, k_cache, v_cache, torch.full((B,), L), k_tree, v_tree, random_tree(B, Q),
-                        torch.full((B,), Q))
-                fn = tree.tree_attention
-            else:
-                args = (torch.randn((B, Ly, H, D), generator=gen),                                 # [B, Ly, H, D]
-                        torch.randint(-127, 128, (B, Ly, N, H, D), generator=gen, dtype=torch.int8),
-                        torch.rand((B, Ly, N, H), generator=gen) * 0.02 + 0.01, torch.full((B,), N), 8)
-                fn = selection.select_visual_tokens
-            per_request = time_ms(lambda: fn(*args), torch.device("cpu"), reps, 1) / B
+            args = inputs(B)
+            per_request = time_ms(lambda: fn(*args), cpu, reps, 1) / B
             base = base or per_request
             cells.append(f"B={B} {per_request:7.2f} ms ({per_request / base:.1f}x)")
         print(f"{name:14s} reference, per request: " + "  ".join(cells))

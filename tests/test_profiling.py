@@ -189,7 +189,7 @@ def test_a_csv_with_other_columns_is_refused(tmp_path):
 
 def test_cpu_timing_reports_median_and_percentiles_of_enough_samples():
     import time
-    t = runner.measure_cpu(lambda: time.sleep(0.002))
+    t = runner.measure_cpu([lambda: time.sleep(0.002)])
     assert runner.MIN_SAMPLES <= t.samples <= runner.MAX_SAMPLES
     assert 2.0 <= t.p10_ms <= t.median_ms <= t.p90_ms
 
@@ -208,12 +208,12 @@ def test_per_layer_operators_are_timed_on_a_copy_of_their_tensors_per_layer(tmp_
     by_size = {len(calls) for calls in timed}
     assert by_size == {1, TINY.layers}
     per_layer = [calls for calls in timed if len(calls) == TINY.layers]
-    assert len(per_layer) == sum(len(expected_points(name)) for name, case in ops.CASES.items() if case.per_layer)
-    assert {name for name, case in ops.CASES.items() if case.per_layer} >= {"mlp_up_proj", "attn_decode"}
-    assert not ops.CASES["lm_head"].per_layer  # once per step, on the same weights
-    assert runner.copies(ops.CASES["attn_decode"], 32, runner.ROTATE_BYTES // 5) == 5  # capped by bytes
-    assert runner.copies(ops.CASES["attn_decode"], 32, 2 * runner.ROTATE_BYTES) == 1
-    assert runner.copies(ops.CASES["lm_head"], 32, 1) == 1
+    assert len(per_layer) == sum(len(expected_points(name)) for name in ops.CASES if name in runner.PER_LAYER_OPS)
+    assert runner.PER_LAYER_OPS >= {"mlp_up_proj", "attn_decode"}
+    assert "lm_head" not in runner.PER_LAYER_OPS  # once per step, on the same weights
+    assert runner.copies("attn_decode", 32, runner.ROTATE_BYTES // 5) == 5  # capped by bytes
+    assert runner.copies("attn_decode", 32, 2 * runner.ROTATE_BYTES) == 1
+    assert runner.copies("lm_head", 32, 1) == 1
 
 
 def test_quick_grids_fit_the_cpu_and_the_full_grid_spans_the_ranges():

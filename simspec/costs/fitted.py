@@ -15,8 +15,9 @@ cache knee on kv and on pairs where Akaike's criterion says it pays. A
 drafter step is a curve in rows at the grid's least K plus what
 cross-attention adds (a call and a cost per row once it cross-attends, and
 each kept token read); selection is a launch, each key, and each request's
-keys squared (caches overflowing on a CPU). The fits are rendered into a :class:`CostModel`'s tables; operators a profile
-lacks come from the roofline prior, and the label says which.
+keys squared (caches overflowing on a CPU). The fits are rendered into a
+:class:`CostModel`'s tables; operators a profile lacks come from the
+roofline prior, and the label says which.
 
 Held-out error: the points of each operator are sorted by size and every
 fourth (never the ends) is held out; the curve is fitted on the rest and

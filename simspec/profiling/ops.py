@@ -71,7 +71,6 @@ class Bench:
 class Case:
     setup: Callable[[Bench], Callable[..., Timed]]
     nbytes: Callable[..., int]  # (model, elem_bytes, *point) -> bytes the point allocates
-    per_layer: bool = False  # called once per decoder layer in a forward pass, on that layer's tensors
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -377,7 +376,7 @@ def _norm_bytes(m, e, tokens):
     return e * (m.hidden + 2 * tokens * m.hidden)
 
 
-_PER_LAYER_CASES: dict[str, Case] = {
+CASES: dict[str, Case] = {
     "input_layernorm": Case(_norm, _norm_bytes),
     "attn_pre_proj": Case(_linear(_HIDDEN, _qkv), _linear_bytes(_HIDDEN, _qkv)),
     "attn_rope": Case(_rope, lambda m, e, t: e * (ROPE_POSITIONS * m.head_dim + 2 * t * _qkv(m))),
@@ -390,9 +389,6 @@ _PER_LAYER_CASES: dict[str, Case] = {
     "attn_prefill": Case(_prefill, lambda m, e, t, c: _attention_bytes(m, e, 1, t, c + t)),
     "attn_decode": Case(_decode, lambda m, e, b, c: _attention_bytes(m, e, b, 1, c)),
     "attn_tree_verify": Case(_tree_verify, _tree_bytes),
-}
-CASES: dict[str, Case] = {
-    **{name: Case(case.setup, case.nbytes, per_layer=True) for name, case in _PER_LAYER_CASES.items()},
     "lm_head": Case(_lm_head, lambda m, e, t: e * (m.lm_head_params + t * (2 * m.hidden + m.vocab))),
     "vision_encoder": Case(_vision, _vision_bytes),
     "drafter_step": Case(_drafter, _drafter_bytes),

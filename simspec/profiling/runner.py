@@ -43,6 +43,8 @@ import torch
 from tqdm import tqdm
 
 from simspec.costs import ModelSpec, model_spec
+from simspec.costs.fitted import ATTENTION_OPS
+from simspec.costs.profiles import LAYER_OPS
 from simspec.profiling import ops as operators
 from simspec.profiling.grid import Grid, grid_for, ops_for, points
 from simspec.profiling.store import ProfileMeta, Table, Timing, device_slug, git_commit, utc_now, write_meta
@@ -56,6 +58,7 @@ CUDA_WARMUP_CALLS = 3
 CPU_WARMUP_MS = 5.0  # warm-up calls on a CPU until this much time has passed (at least one per copy)
 ROTATE_BYTES = 1 << 30  # per-layer operators go round copies of their tensors, one per layer up to this
 CPU_THREADS = 1  # torch threads while profiling a CPU: one core gives timings without threading cliffs
+PER_LAYER_OPS = frozenset((*LAYER_OPS, *ATTENTION_OPS))  # called once per layer, on that layer's tensors
 SOURCE = "measured by simspec profile-gpu"
 
 
@@ -80,14 +83,9 @@ def _stats(samples_ms: list[float]) -> Timing:
     return Timing(median_ms=float(median), p10_ms=float(p10), p90_ms=float(p90), samples=len(samples_ms))
 
 
-def _calls(fn: operators.Timed | list[operators.Timed]) -> list[operators.Timed]:
-    return list(fn) if isinstance(fn, (list, tuple)) else [fn]
-
-
-def measure_cuda(fn: operators.Timed | list[operators.Timed]) -> Timing:
-    """Per-call CUDA-event times after warm-up; a list of calls (one per
-    copy of the tensors) is gone round in turn, one call per sample."""
-    calls = _calls(fn)
+def measure_cuda(calls: list[operators.Timed]) -> Timing:
+    """Per-call CUDA-event times after warm-up, going round ``calls`` (one
+    per copy of the tensors) in turn, one call per sample."""
     for _ in range(CUDA_WARMUP_CALLS):
         for call in calls:
             call()
@@ -108,10 +106,9 @@ def measure_cuda(fn: operators.Timed | list[operators.Timed]) -> Timing:
     return _stats([begin.elapsed_time(finish) for begin, finish in events])
 
 
-def measure_cpu(fn: operators.Timed | list[operators.Timed]) -> Timing:
-    """Per-call wall times after warm-up; a list of calls (one per copy of
-    the tensors) is gone round in turn, one call per sample."""
-    calls = _calls(fn)
+def measure_cpu(calls: list[operators.Timed]) -> Timing:
+    """Per-call wall times after warm-up, going round ``calls`` (one per
+    copy of the tensors) in turn, one call per sample."""
     warm_until = time.perf_counter() + CPU_WARMUP_MS / 1e3
     j = 0
     while True:
@@ -215,17 +212,17 @@ def _notes(kernels: dict[str, bool], device: str, max_bytes: int | None) -> str:
     return "; ".join(notes)
 
 
-def copies(case: operators.Case, layers: int, need: int) -> int:
-    """Sets of tensors a point goes round: one per layer for a per-layer
-    operator, as many as fit in ``ROTATE_BYTES`` (at least one)."""
-    return max(1, min(layers, ROTATE_BYTES // max(need, 1))) if case.per_layer else 1
+def copies(op: str, layers: int, need: int) -> int:
+    """Sets of tensors a point of ``op`` goes round: one per layer for a
+    per-layer operator, as many as fit in ``ROTATE_BYTES`` (at least one)."""
+    return max(1, min(layers, ROTATE_BYTES // max(need, 1))) if op in PER_LAYER_OPS else 1
 
 
 class _Operator:
     """One operator of a run: its case, and its weights (a set per copy) once a point needs them."""
 
-    def __init__(self, case: operators.Case, bench: operators.Bench):
-        self.case, self.bench = case, bench
+    def __init__(self, op: str, bench: operators.Bench):
+        self.op, self.case, self.bench = op, operators.CASES[op], bench
         self._makes = []
 
     def measure(self, point: tuple[int, ...], max_bytes: int | None) -> tuple[Timing | None, str]:
@@ -234,7 +231,7 @@ class _Operator:
         if max_bytes is not None and need > max_bytes:
             return None, f"size guard: needs {need / 2**30:.1f} GiB > {max_bytes / 2**30:g} GiB"
         measure = measure_cuda if self.bench.device.type == "cuda" else measure_cpu
-        n = copies(self.case, self.bench.model.layers, need)
+        n = copies(self.op, self.bench.model.layers, need)
         try:
             while len(self._makes) < n:
                 self._makes.append(self.case.setup(self.bench))
@@ -290,7 +287,7 @@ def _profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, prog
     try:
         with torch.inference_mode():
             for table, pending in todo:
-                op = _Operator(operators.CASES[table.op.name], bench)
+                op = _Operator(table.op.name, bench)
                 for point in pending:
                     bar.set_postfix_str(f"{table.op.name} {point}")
                     timing, reason = op.measure(point, max_bytes)
