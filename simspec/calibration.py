@@ -20,6 +20,11 @@ time; a non-negative least-squares fit (of relative error) of the cost model's o
 per sequence in the forward,
 the vision encoder, per drafter level and row, per kept visual token,
 selection) gives a :class:`CostModel` the simulator prices steps with.
+Steps the engine ran straight after sitting idle are left out of it: they
+cost more the longer it idled (on the development machine a step after
+half a second idle takes 5-10x its usual time), and the cost model's wake
+term (``wake_s``, ``wake_tau_s``) is fitted to what they and the step after
+each cost beyond the fit.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import minimize, nnls
+from scipy.optimize import least_squares, minimize, nnls
 
 from simspec.acceptance import AcceptanceModel, draw_round
 from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table, uniform_attention
@@ -203,18 +208,53 @@ def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+WAKE_MIN_STEPS = 5  # steps after an idle spell needed to fit the wake cost
+
+
+def _after_idle(steps: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Masks of the steps run straight after an idle spell (``idle_s`` > 0)
+    and of the step following each in the same run."""
+    idle = np.array([getattr(s, "idle_s", 0.0) > 0 for s in steps])
+    starts = np.array([s.start_s for s in steps])
+    following = np.zeros(len(steps), dtype=bool)
+    following[1:] = idle[:-1] & ~idle[1:] & (starts[1:] > starts[:-1])
+    return idle, following
+
+
+def fit_wake(idle_s: np.ndarray, extra_s: np.ndarray) -> tuple[float, float]:
+    """(wake_s, wake_tau_s) of ``extra = wake_s * (1 - exp(-idle / tau))``,
+    least squares, from steps after idle spells and what they cost beyond the
+    rest of the fit; (0, 1) when fewer than WAKE_MIN_STEPS."""
+    if len(idle_s) < WAKE_MIN_STEPS:
+        return 0.0, 1.0
+    scale = max(float(np.median(idle_s)), 1e-3)
+
+    def residual(theta):
+        return theta[0] * -np.expm1(-idle_s / (theta[1] * scale)) - extra_s
+
+    fit = least_squares(residual, [max(float(np.mean(extra_s)), 0.0) * 2 + 1e-6, 1.0],
+                        bounds=([0.0, 1e-2], [np.inf, 1e2]), x_scale="jac")
+    return float(fit.x[0]), float(fit.x[1] * scale)
+
+
 def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
     """Fit the cost model's terms to live step records. Where steps also
     record how long drafting (``draft_s``) and the target's part
     (``target_s``) took, each part is fitted on its own terms and the rest
     of the step is the per-step overhead; that keeps correlated terms (more
     requests: more target tokens *and* more drafter rows) apart. Otherwise
-    the whole step is fitted at once. Returns the model and a report."""
+    the whole step is fitted at once. Steps after an idle spell (and the
+    one after each) are fitted apart, as the wake cost (module docstring).
+    Returns the model and a report."""
     require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
-    x = np.array([step_features(s) for s in steps])
-    y = np.array([s.duration_s for s in steps])
+    idle, following = _after_idle(steps)
+    warm = ~idle & ~following
+    require(warm.sum() >= 30, f"step records must hold >= 30 steps not right after an idle spell (got {warm.sum()})")
+    everything = np.array([step_features(s) for s in steps])
+    durations = np.array([s.duration_s for s in steps])
+    x, y = everything[warm], durations[warm]
     index = {name: i for i, name in enumerate(FEATURES)}
-    parts = np.array([[getattr(s, "draft_s", 0.0), getattr(s, "target_s", 0.0)] for s in steps])
+    parts = np.array([[getattr(s, "draft_s", 0.0), getattr(s, "target_s", 0.0)] for s, w in zip(steps, warm) if w])
     if parts.sum() > 0:
         coef = np.zeros(len(FEATURES))
         t_cols = [index["overhead"]] + [index[n] for n in TARGET_FEATURES]  # with the forward's fixed cost
@@ -226,20 +266,29 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
         coef[index["overhead"]] += max(float(np.median(y - x @ coef)), 0.0)  # scheduling, outside both parts
     else:
         coef = _nnls_relative(x, y)
+    extra = durations - everything @ coef  # what each step cost beyond the fit
+    gaps = np.array([getattr(s, "idle_s", 0.0) for s in steps])[idle]
+    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(gaps, extra[idle] + np.roll(extra * following, -1)[idle])))
     c = dict(zip(FEATURES, coef.tolist()))
-    model = cost_model_from(c, label)
-    predicted = x @ coef
-    error = np.abs(predicted - y) / y
-    report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "steps": len(steps),
-              "median_abs_pct_error": float(np.median(error) * 100), "p95_abs_pct_error": float(np.percentile(error, 95) * 100),
-              "total_time_error_pct": float((predicted.sum() / y.sum() - 1) * 100)}
+    model = cost_model_from(c, label, wake)
+    predicted = everything @ coef
+    predicted[idle] += wake["wake_s"] * -np.expm1(-gaps / wake["wake_tau_s"])
+    error = np.abs(predicted - durations) / durations
+    report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "wake": {**wake, "steps": int(idle.sum())},
+              "steps": len(steps), "median_abs_pct_error": float(np.median(error) * 100),
+              "p95_abs_pct_error": float(np.percentile(error, 95) * 100),
+              "total_time_error_pct": float((predicted.sum() / durations.sum() - 1) * 100)}
     return model, report
 
 
-def cost_model_from(c: dict, label: str) -> CostModel:
+def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
+    """The simulator's cost model of fitted coefficients ``c`` (FEATURES,
+    seconds) and wake cost ``{"wake_s", "wake_tau_s"}`` (none if omitted)."""
     tokens = np.arange(TABLE_TOKENS, dtype=float)
+    wake = wake or {}
     return CostModel(
         label=label, calibrated=True, overhead_s=c["overhead"],
+        wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
         attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
         kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
@@ -255,4 +304,5 @@ def save_step_costs(report: dict, path: str | Path) -> None:
 def load_step_costs(path: str | Path) -> CostModel:
     """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
     return _load(path, "step-cost", COST_FORMAT, lambda record: cost_model_from(
-        {k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES}, record["label"]))
+        {k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES}, record["label"],
+        record.get("wake")))

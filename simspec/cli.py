@@ -313,8 +313,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     models = live.load_models(args.target, args.drafter, args.device)
     report = live.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(live.format_report(report))
-    print(f"cost fit on the calibration steps: median {report['calibration']['cost_fit']['median_abs_pct_error']:.1f}%"
-          f" per step; live AR saturation {report['ar_saturation_req_s']:.1f} req/s; {report['wall_s']:.0f} s")
+    fit = report["calibration"]["cost_fit"]
+    wake = fit["wake"]
+    print(f"cost fit on the calibration steps: median {fit['median_abs_pct_error']:.1f}% per step; waking from idle"
+          f" {wake['wake_s'] * 1e3:.1f} ms x (1 - exp(-idle / {wake['wake_tau_s']:.2f} s)), from {wake['steps']} steps;"
+          f" live AR saturation {report['ar_saturation_req_s']:.1f} req/s; {report['wall_s']:.0f} s")
     if args.out:
         print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -265,27 +266,70 @@ def test_confidence_shape_is_fitted_apart_from_the_rank_tail():
     assert abs(fitted.tail[0] - truth.tail[0]) < 0.1 and fitted.tail[0] - fitted.conf_tail[0] > 0.25
 
 
-def test_step_cost_fit_recovers_coefficients(tmp_path):
+def _steps(n: int, wake_s: float = 0.0, wake_tau_s: float = 1.0, seed: int = 0) -> list:
+    """Step records of known costs (2 ms a step, 0.1 ms a token, 0.5 ms a
+    drafter call, 20 us a drafter row), one run after another; with
+    ``wake_s``, every tenth step follows an idle spell and it and the next
+    step pay 80% and 20% of the wake cost."""
     from simspec.engine.live import StepRecord
 
-    rng = np.random.default_rng(0)
-    steps = []
-    for _ in range(200):
+    rng = np.random.default_rng(seed)
+    steps, t, owed = [], 0.0, 0.0
+    for k in range(n):
         b = int(rng.integers(1, 12))
         levels = tuple([b] * int(rng.integers(0, 4)))
         tokens = b * (1 + len(levels))
-        steps.append(StepRecord(start_s=0.0, duration_s=0.002 + 1e-4 * tokens + 5e-4 * len(levels) + 2e-5 * sum(levels),
-                                forward_tokens=tokens, kv_read_tokens=0, attn_pairs=0, attn_requests=b,
-                                logit_tokens=tokens,
-                                vision_tokens=0, draft_level_tokens=levels,
-                                draft_kept_visual_tokens=0, select_requests=0, select_visual_tokens=0, batch=b,
-                                plans=(0, 0, 0)))
-    model, report = calibration.fit_step_costs(steps, "test")
+        idle = float(rng.uniform(0.01, 3.0)) if wake_s and k % 10 == 5 else 0.0
+        wake = wake_s * -np.expm1(-idle / wake_tau_s)
+        duration = 0.002 + 1e-4 * tokens + 5e-4 * len(levels) + 2e-5 * sum(levels) + 0.8 * wake + owed
+        owed = 0.2 * wake
+        t += idle
+        steps.append(StepRecord(start_s=t, duration_s=duration, idle_s=idle, forward_tokens=tokens, kv_read_tokens=0,
+                                attn_pairs=0, attn_requests=b, logit_tokens=tokens, vision_tokens=0,
+                                draft_level_tokens=levels, draft_kept_visual_tokens=0, select_requests=0,
+                                select_visual_tokens=0, batch=b, plans=(0, 0, 0)))
+        t += duration
+    return steps
+
+
+def test_step_cost_fit_recovers_coefficients(tmp_path):
+    model, report = calibration.fit_step_costs(_steps(200), "test")
     assert report["median_abs_pct_error"] < 1.0
-    assert model.calibrated
+    assert model.calibrated and model.wake_s == 0.0  # no idle spell, no wake cost
     calibration.save_step_costs(report, tmp_path / "c.json")
     again = calibration.load_step_costs(tmp_path / "c.json")
     assert again.overhead_s == pytest.approx(model.overhead_s)
+
+
+def test_step_cost_fit_takes_the_wake_cost_from_steps_after_idle_spells(tmp_path):
+    steps = _steps(400, wake_s=0.08, wake_tau_s=0.5)
+    model, report = calibration.fit_step_costs(steps, "test")
+    assert report["wake"]["steps"] == 40
+    assert (model.wake_s, model.wake_tau_s) == pytest.approx((0.08, 0.5), rel=0.02)
+    assert model.overhead_s == pytest.approx(0.002, rel=0.02)  # the spells did not leak into the per-step cost
+    assert report["median_abs_pct_error"] < 1.0 and abs(report["total_time_error_pct"]) < 1.0
+    calibration.save_step_costs(report, tmp_path / "c.json")
+    again = calibration.load_step_costs(tmp_path / "c.json")
+    assert again.wake_cost_s(1.0) == pytest.approx(model.wake_cost_s(1.0)) and model.wake_cost_s(1.0) > 0.06
+
+
+def test_steps_record_how_long_the_engine_sat_idle_before_them(target, drafter, workload):
+    model, _ = target
+    requests, examples, _ = workload
+    pair = [replace(requests[0], arrival_s=0.0), replace(requests[1], arrival_s=5.0)]
+    ticks = {"n": 0}
+
+    def clock():  # 1 ms a reading: the same run every time
+        ticks["n"] += 1
+        return ticks["n"] * 1e-3
+
+    engine = LiveEngine(model, drafter, policies.parse("ar"), affine(1.0, 0.05), LiveConfig(max_num_seqs=2))
+    result = engine.serve(pair, examples[:2], clock=clock)
+    woke = [s for s in result.steps if s.idle_s > 0]
+    assert len(woke) == 2 and woke[0] is result.steps[0]  # the first step, and B's prefill after A finished
+    a_done = result.log.requests[0].finish_s
+    assert woke[1].start_s >= 5.0 and woke[1].vision_tokens == 16
+    assert woke[1].idle_s == pytest.approx(woke[1].start_s - a_done, abs=0.005)
 
 
 def test_live_workload_is_deterministic_and_fits_the_model():

@@ -43,6 +43,31 @@ def test_golden_timeline_linear_draft_always_accepted():
     assert log.round_accepted.tolist() == [2, 2, 2]
 
 
+def test_a_step_after_an_idle_spell_pays_the_wake_cost():
+    # Worked by hand, 10 ms a step, wake 30 ms x (1 - exp(-idle / 0.5 s)):
+    # A arrives at 0.5 s after 0.5 s idle: prefill 0.5-0.5290 (10 ms + 19.0 ms),
+    # two decode steps to 0.5490 (A done: 3 tokens). B arrives at 2.0 s after
+    # 1.4510 s idle: prefill 2.0-2.0384 (10 ms + 28.4 ms), decode to 2.0584.
+    requests = requests_at([0.5, 2.0], prompt=10, output=3)
+    plain = costs.build("constant:10", LLAVA, H100)
+    waking = replace(plain, wake_s=0.03, wake_tau_s=0.5)
+    log = run(requests, policies.parse("ar"), cost_model=waking)
+    wake_a = 0.03 * -np.expm1(-0.5 / 0.5)
+    wake_b = 0.03 * -np.expm1(-(2.0 - (0.53 + wake_a)) / 0.5)
+    assert (wake_a, wake_b) == pytest.approx((0.01896, 0.02835), abs=1e-5)
+    assert log.step_duration_s.tolist() == pytest.approx([0.01 + wake_a, 0.01, 0.01, 0.01 + wake_b, 0.01, 0.01])
+    assert [r.first_token_s for r in log.requests] == pytest.approx([0.51 + wake_a, 2.01 + wake_b])
+    busy = requests_at([0.2, 0.205], prompt=10, output=3)  # B arrives while A runs: only A's prefill wakes
+    woken = run(busy, policies.parse("ar"), cost_model=waking).step_duration_s
+    assert len(woken) == 4 and woken.tolist() == pytest.approx(
+        run(busy, policies.parse("ar"), cost_model=plain).step_duration_s + [0.03 * -np.expm1(-0.2 / 0.5), 0, 0, 0])
+
+
+def test_a_wake_cost_must_be_non_negative():
+    with pytest.raises(InputError, match="wake_tau_s"):
+        replace(costs.build("constant:10", LLAVA, H100), wake_s=0.01, wake_tau_s=0.0)
+
+
 @pytest.mark.parametrize("p", [0.5, 0.8])
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_mean_tokens_per_round_closed_form(p, k):

@@ -31,17 +31,24 @@ and priors leave ``padded_s`` 0. Roofline
 priors, closed forms and (later) fitted profiles all render to this form,
 so the simulator and planners price any of them by table lookups, also
 inside compiled loops (``StepPrice``).
+
+One cost is not a step's shape but what came before it: the first step
+after the engine sat idle for ``g`` seconds costs ``wake_s * (1 -
+exp(-g / wake_tau_s))`` more (caches, TLBs and page tables gone cold; a
+GPU's clocks ramping up from idle). Only fits to live engine steps measure
+it; elsewhere it is 0.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numba
 import numpy as np
 
-from simspec.types import StepShape
+from simspec.types import StepShape, require
 
 TABLE_TOKENS = 1 << 15  # token counts tabulated; beyond, the last slope extrapolates
 BLEND_P = 4  # p of the p-norm that blends memory-bound and compute-bound time
@@ -124,6 +131,16 @@ class CostModel:
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
     select_s_per_key: float = 0.0  # ... per visual key scored
     select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
+    wake_s: float = 0.0  # the first step after a long idle spell costs this much more (module docstring)
+    wake_tau_s: float = 1.0  # ... reached as 1 - exp(-idle / wake_tau_s)
+
+    def __post_init__(self):
+        require(self.wake_s >= 0, f"wake_s must be >= 0 seconds (got {self.wake_s})")
+        require(self.wake_tau_s > 0, f"wake_tau_s must be > 0 seconds (got {self.wake_tau_s})")
+
+    def wake_cost_s(self, idle_s: float) -> float:
+        """Extra seconds for the first step after ``idle_s`` seconds with nothing to run."""
+        return self.wake_s * -math.expm1(-idle_s / self.wake_tau_s) if idle_s > 0 else 0.0
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
                   prefill=(0, 0, 0, 0), verifying=False):

@@ -134,6 +134,7 @@ class StepRecord:
     verifying: bool = False  # some decode round verified drafts
     draft_s: float = 0.0  # of duration_s: drafting (selection and planning included)
     target_s: float = 0.0  # ... the vision encoder, the target forward and acceptance
+    idle_s: float = 0.0  # the engine had nothing to run for this long just before the step (0: it had work)
 
 
 @dataclass(slots=True)
@@ -247,6 +248,7 @@ class LiveEngine:
               rounds, steps, traces, progress, finished) -> None:
         n = len(seqs)
         arrived = 0
+        idle_from = 0.0  # when the engine last ran out of work (None: it has work), as the simulator's replica
         while finished < n:
             t = now()
             while arrived < n and (not realtime or requests[arrived].arrival_s <= t):
@@ -254,6 +256,8 @@ class LiveEngine:
                     waiting.append(arrived)
                 arrived += 1
             if not running and not waiting:
+                if idle_from is None:
+                    idle_from = t
                 # Poll rather than sleep, as a serving loop does: a core that slept
                 # comes back with cold caches and a lower clock, and the first
                 # steps after every idle gap would be slower than the rest.
@@ -281,7 +285,9 @@ class LiveEngine:
             step_start = t  # the step's time includes scheduling it, as the simulator's steps run back to back
             record, outcome = self._step(decode, chunks, traces)
             end = now()
-            steps.append(StepRecord(start_s=step_start, duration_s=end - step_start, **record))
+            idle = step_start - idle_from if idle_from is not None else 0.0
+            idle_from = None
+            steps.append(StepRecord(start_s=step_start, duration_s=end - step_start, idle_s=idle, **record))
             for s, emitted, drafted, accepted, depth in outcome:
                 chunks_log.append((s.index, end, emitted))
                 if drafted > 0:

@@ -16,7 +16,8 @@ arrival times; ``replica`` runs the engine loop. Each step:
 4. plan: the policy decides every decode request's round from the batch's
    snapshot (the drafter's confidences of this round included);
 5. the step costs selection + drafting + one target forward + overhead (+
-   the vision encoder for requests starting prefill), from the cost model;
+   the vision encoder for requests starting prefill; + waking up, for the
+   first step after the replica sat idle), from the cost model;
 6. accept: per request the accepted path comes from the acceptance model;
    accepted + 1 tokens are emitted at the step's end; a prefill that
    completes emits the request's next token (its first: TTFT).
@@ -176,6 +177,7 @@ class Replica:
         self.finished = 0
         self.arrived = 0
         self.wake = env.event()
+        self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.logs = _LogBuffers(engine.max_num_seqs)
         self._reserve = policy.max_depth + 1  # KV slots a decode request may grow by in one step
         self._check_fits()
@@ -202,6 +204,8 @@ class Replica:
         n = len(self.requests)
         while self.finished < n:
             if not self.running and not self.waiting:
+                if self.idle_from is None:
+                    self.idle_from = self.env.now
                 self.wake = self.env.event()
                 yield self.wake
                 continue
@@ -294,8 +298,10 @@ class Replica:
         stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
         kv_room = self.kv_budget - self._kv_used()
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
+        wake = self.costs.wake_cost_s(start_s - self.idle_from) if self.idle_from is not None else 0.0
+        self.idle_from = None
         _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self._prefill(chunks),
-                                 start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
+                                 wake, start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
         self.rand.consume(randoms)
         return end
 

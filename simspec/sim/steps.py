@@ -148,10 +148,11 @@ def _parent(code: int) -> tuple[int, int]:
 
 @jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, policy: PolicyCall,
-              costs: CostTables, prefill: Prefill, start_s: float, stop_s: float, max_steps: int,
+              costs: CostTables, prefill: Prefill, wake_s: float, start_s: float, stop_s: float, max_steps: int,
               kv_room: int, rand: Randoms, logs: Logs):
     """Run up to ``max_steps`` steps of the decode batch ``ids`` from
-    ``start_s``; the first step also carries ``prefill``. Stops after a
+    ``start_s``; the first step also carries ``prefill`` and costs
+    ``wake_s`` more (waking from idle, CostModel.wake_cost_s). Stops after a
     step in which a request finished, or that ends at or after ``stop_s``,
     or when the KV cache has no ``kv_room`` left for another step.
     Returns (steps run, end time)."""
@@ -220,6 +221,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                              (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.tokens,
                              pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b, pf.vision_tokens, level_tokens,
                              drafted_kept, select_requests, select_keys)
+        if first:
+            duration += wake_s
         end = t + duration
 
         # Accept and log.
