@@ -118,13 +118,15 @@ class CostModel:
     calibrated: bool  # True only for models fitted to measurements of this device
     partly_calibrated: bool = False  # some pieces measured, the rest from the roofline prior
     overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
-    layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] all decoder layers by T
-    head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] LM head by logit rows
+    # Tables, [TABLE_TOKENS]: all decoder layers by query tokens T; the LM head by logit rows.
+    layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
+    head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     # [3, 9] attention by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS; module docstring)
     attention: np.ndarray = field(default_factory=lambda: ZERO_ATTENTION, repr=False, compare=False)
     kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
-    vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] by visual tokens
-    draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)  # [TABLE] one drafter step by tokens
+    # Tables, [TABLE_TOKENS]: the vision encoder by visual tokens; one drafter step by its tokens.
+    vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
+    draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
     draft_s_cross_call: float = 0.0  # a drafter step that cross-attends (kept tokens > 0): fixed
     draft_s_cross_row: float = 0.0  # ... and per draft row

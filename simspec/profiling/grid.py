@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 from simspec.costs import ModelSpec
+from simspec.costs.profiles import LAYER_OPS
 
 TIMING_COLUMNS = ("median_ms", "p10_ms", "p90_ms", "samples", "skipped")
 DEFAULT_MODELS = ("LLaVA-1.5-7B", "LLaVA-1.6-13B", "Qwen2-VL-7B")
@@ -82,9 +83,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
 )}
 """Operator names follow Vidur's profiles for the per-layer pieces."""
 
-VIDUR_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
-             "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
-"""The per-layer operators Vidur's token-level (mlp.csv) profiles measure."""
+VIDUR_OPS = LAYER_OPS
+"""The per-layer operators Vidur's token-level (mlp.csv) profiles measure: the cost model's decoder-layer pieces."""
 
 
 def ops_for(model: ModelSpec) -> list[Op]:
