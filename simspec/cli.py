@@ -319,7 +319,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
           f" {wake['wake_s'] * 1e3:.1f} ms x (1 - exp(-idle / {wake['wake_tau_s']:.2f} s)), from {wake['steps']} steps;"
           f" live AR saturation {report['ar_saturation_req_s']:.1f} req/s; {report['wall_s']:.0f} s")
     if args.out:
-        print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json")
+        print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json,"
+              " calibration_steps.parquet")
     return 0
 
 

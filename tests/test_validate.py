@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
 
+from simspec import calibration  # noqa: E402
 from simspec.engine import validate as live  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
@@ -35,7 +37,8 @@ def quick(tmp_path_factory):
 
 def test_quick_validation_writes_every_file(quick):
     _, out = quick
-    for name in ("validation.json", "report.json", "latency_cdf.png", "acceptance.json", "step_costs.json"):
+    for name in ("validation.json", "report.json", "latency_cdf.png", "acceptance.json", "step_costs.json",
+                 "calibration_steps.parquet"):
         assert (out / name).stat().st_size > 0, name
     table = json.loads((out / "validation.json").read_text())
     assert set(table) == {f"load={load:g}" for load in live.QUICK.loads}
@@ -58,6 +61,17 @@ def test_simulated_throughput_and_acceptance_track_live(quick):
             # timing, so live and simulated plans (and their acceptance) differ more.
             bound = 0.20 if policy.startswith("marginal") else 0.10
             assert abs(cells["spec_decode_acceptance_length"]["rel_error"]) <= bound, (load, policy)
+
+
+def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
+    _, out = quick
+    steps = pd.read_parquet(out / "calibration_steps.parquet")
+    saved = json.loads((out / "step_costs.json").read_text())
+    assert len(steps) == saved["steps"] and set(live.QUICK.policies) <= set(steps["policy"])
+    assert (steps["idle_s"] > 0).sum() == saved["wake"]["steps"]
+    _, refit = calibration.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
+    assert refit["coefficients_s"] == pytest.approx(saved["coefficients_s"], rel=1e-9)
+    assert refit["wake"] == pytest.approx(saved["wake"], rel=1e-9)
 
 
 def test_calibration_and_validation_data_do_not_overlap():

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 from tqdm import tqdm
 
@@ -162,11 +163,14 @@ def validation_workload(v: ValidateConfig, rate: float = 1.0) -> workloads.Workl
     return _workload(v, rate, v.requests, "gamma")
 
 
-def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple[CostModel, AcceptanceModel, dict]:
+def calibrate(models: Models, v: ValidateConfig,
+              progress: bool = True) -> tuple[CostModel, AcceptanceModel, dict, pd.DataFrame]:
     """Serve the calibration workloads live with every policy; fit the step
     costs and the acceptance model. The seeds are the validation seed plus
-    1000, 1001 and 2000: no request, image or arrival of validation."""
-    steps, traces = [], []
+    1000, 1001 and 2000: no request, image or arrival of validation. The
+    last value is every calibration step (StepRecord's fields and the
+    policy that ran it), in the order they ran."""
+    steps, traces, ran = [], [], []
     guess = affine(1.0, 0.05)
     v = replace(v, live=replace(v.live, prior_top1=drafter_top1(models, v.live.drafter_context)))
     # A first capacity estimate from a short AR burst (all requests at t=0).
@@ -185,12 +189,15 @@ def calibrate(models: Models, v: ValidateConfig, progress: bool = True) -> tuple
             result = serve_live(models, spec, requests, examples, guess, v.live)
             steps += result.steps
             traces += result.traces
+            ran += [spec] * len(result.steps)
     steps += burst.steps
+    ran += ["ar (capacity burst)"] * len(burst.steps)
     cost_model, cost_report = calibration.fit_step_costs(
         steps, f"fitted to live engine steps ({next(models.target.parameters()).device.type})")
     acceptance = calibration.fit_acceptance(traces, name="calibrated:live")
+    table = pd.DataFrame([asdict(s) for s in steps]).assign(policy=ran)
     return cost_model, acceptance, {"cost_fit": cost_report, "traces": len(traces), "steps": len(steps),
-                                    "capacity_guess_req_s": capacity}
+                                    "capacity_guess_req_s": capacity}, table
 
 
 def burst_workload(v: ValidateConfig) -> tuple[list[Request], list[Example]]:
@@ -221,7 +228,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     """Calibrate, then compare live and simulated serving (module docstring)."""
     started = time.perf_counter()
     warm_up(models, v.policies, v.live)
-    costs, acceptance, cal = calibrate(models, v, progress)
+    costs, acceptance, cal, cal_steps = calibrate(models, v, progress)
     v = replace(v, live=replace(v.live, prior_top1=float(1.0 / (1.0 + np.exp(-acceptance.top1_logit)))))
     engine = engine_config(v.live)
     probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), v.seed + 3000)
@@ -283,7 +290,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
               "speed_factor": speed,
               "bounds": BOUNDS}
     if out is not None:
-        _write(out, report, cdf_logs, costs, cal, acceptance)
+        _write(out, report, cdf_logs, costs, cal, acceptance, cal_steps)
     return report
 
 
@@ -321,7 +328,8 @@ def _jsonable(x):
     return x
 
 
-def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, acceptance: AcceptanceModel) -> None:
+def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, acceptance: AcceptanceModel,
+           cal_steps: pd.DataFrame) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -330,6 +338,9 @@ def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, accep
     out.mkdir(parents=True, exist_ok=True)
     calibration.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
     calibration.save_step_costs(cal["cost_fit"], out / "step_costs.json")
+    tmp = out / "calibration_steps.parquet.tmp"
+    cal_steps.to_parquet(tmp, index=False)
+    tmp.replace(out / "calibration_steps.parquet")
     tmp = out / "validation.json.tmp"
     tmp.write_text(json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
     tmp.replace(out / "validation.json")
