@@ -17,9 +17,8 @@ model already holds that context's acceptance.
 **Costs.** Each live step records the simulator's step shape and its wall
 time; a non-negative least-squares fit (of relative error) of the cost model's own terms
 (per-step overhead, per target token, per logit row, per attention pair,
-per sequence in the forward, per slot and pair of the engine's dense,
-padded attention, per attention call (one a kind: prefill, decode), the
-vision encoder, per drafter level and row, per kept visual token,
+per sequence in the forward,
+the vision encoder, per drafter level and row, per kept visual token,
 selection) gives a :class:`CostModel` the simulator prices steps with.
 Steps the engine ran straight after sitting idle are left out of it: they
 cost more the longer it idled (on the development machine a step after
@@ -185,23 +184,20 @@ def load_acceptance(path: str | Path) -> AcceptanceModel:
 
 # -- step costs -------------------------------------------------------------------
 
-FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "attn_padded_pair",
-            "attn_call", "vision_call", "vision_token", "draft_level", "draft_row", "draft_kept", "select_call",
-            "select_key")
+FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call",
+            "vision_token", "draft_level", "draft_row", "draft_kept", "select_call", "select_key")
 
 
 def step_features(step) -> np.ndarray:
     """The cost model's terms for one step record (any object with the StepShape fields)."""
     levels = list(step.draft_level_tokens)
-    calls = float(step.prefill_requests > 0) + float(step.attn_requests > step.prefill_requests)  # one a kind
     return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, step.attn_requests,
-                     step.padded_kv_tokens, step.padded_attn_pairs, calls, float(step.vision_tokens > 0),
+                     step.padded_kv_tokens, float(step.vision_tokens > 0),
                      step.vision_tokens, len(levels), sum(levels), len(levels) * step.draft_kept_visual_tokens,
                      float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
 
 
-TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "attn_padded_pair",
-                   "attn_call", "vision_call", "vision_token")
+TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call", "vision_token")
 DRAFT_FEATURES = ("draft_level", "draft_row", "draft_kept", "select_call", "select_key")
 
 
@@ -294,8 +290,8 @@ def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
         label=label, calibrated=True, overhead_s=c["overhead"],
         wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
-        attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"], floor_s=c.get("attn_call", 0.0)),
-        kv_s_per_padded_token=c.get("attn_padded_kv", 0.0), pair_s_per_padded=c.get("attn_padded_pair", 0.0),
+        attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
+        kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
         vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
         draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),
         draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])

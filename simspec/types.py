@@ -107,7 +107,6 @@ class StepShape:
     attn_pairs: int = 0  # sum over requests of query tokens x context tokens
     attn_requests: int = 0  # sequences attention runs over (prefill chunks + decode requests)
     padded_kv_tokens: int = 0  # attention rows x the longest cached context (a dense, padded cache batch)
-    padded_attn_pairs: int = 0  # query-key pairs of dense attention calls, each padded to its longest row and cache
     prefill_tokens: int = 0  # of forward_tokens: prefill chunks' (the rest: decode rounds)
     prefill_kv_tokens: int = 0  # of kv_read_tokens: prefill chunks'
     prefill_attn_pairs: int = 0  # of attn_pairs: prefill chunks'

@@ -50,26 +50,22 @@ def with_attention_terms(model):
     """``model`` with per-sequence and per-query attention terms (a fitted model's form)."""
     a = model.attention.copy()
     a[:, costs.base.A_REQUEST], a[:, costs.base.A_QUERY] = 3e-5, 2e-6
-    return dataclasses.replace(model, attention=costs.base.attention_table(*a), kv_s_per_padded_token=1e-8,
-                               pair_s_per_padded=3e-10)
+    return dataclasses.replace(model, attention=costs.base.attention_table(*a), kv_s_per_padded_token=1e-8)
 
 
 @pytest.mark.parametrize("terms", [False, True], ids=["roofline", "with-request-query-and-padding-terms"])
 def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
     model = with_attention_terms(roofline) if terms else roofline
     shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
-                      padded_kv_tokens=12 * 1500, padded_attn_pairs=12 * 25 * 1525, vision_tokens=1152,
-                      draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32, select_visual_tokens=2304,
-                      select_requests=4)
-    padded_pairs = 12 * 25 * 1525
-    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12, 18000, padded_pairs=padded_pairs)
-             + model.vision_s(1152) + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
+                      padded_kv_tokens=12 * 1500, vision_tokens=1152, draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32,
+                      select_visual_tokens=2304, select_requests=4)
+    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12, 18000) + model.vision_s(1152)
+             + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
     assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
     tables = model.tables
-    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000, padded_pairs, 0, 0, 0, 0, False)
-    assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12, 18000, padded_pairs=padded_pairs),
-                                     rel=1e-12)
-    extra = 12 * 3e-5 + 300 * 2e-6 + 18000 * 1e-8 + padded_pairs * 3e-10 if terms else 0.0
+    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000, 0, 0, 0, 0, False)
+    assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12, 18000), rel=1e-12)
+    extra = 12 * 3e-5 + 300 * 2e-6 + 18000 * 1e-8 if terms else 0.0
     assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12, 18000) + extra, rel=1e-12)
 
 
@@ -104,7 +100,7 @@ def test_each_kind_of_attention_is_priced_by_its_own_coefficients(roofline, veri
     expected = no_attention.forward_s(300, 9000, 90000, 40, 12) + attention
     shape = StepShape(**SPLIT, verifying=verifying)
     assert model.step_s(shape) == pytest.approx(model.overhead_s + expected, rel=1e-12)
-    compiled = costs.base.forward_cost(model.tables, 300, 9000, 90000, 40, 12, 0, 0, 200, 1200, 60000, 2, verifying)
+    compiled = costs.base.forward_cost(model.tables, 300, 9000, 90000, 40, 12, 0, 200, 1200, 60000, 2, verifying)
     assert compiled == pytest.approx(expected, rel=1e-12)
 
 

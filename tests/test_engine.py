@@ -19,7 +19,6 @@ from simspec.models.drafter import Drafter, DrafterConfig, chain_attention, sele
 from simspec.models.drafter_train import load_drafter, train_drafter  # noqa: E402
 from simspec.models.task import generate  # noqa: E402
 from simspec.models.train import batch_tensors, load_target  # noqa: E402
-from simspec.models.vlm import attention_groups, padded_pairs  # noqa: E402
 from simspec.types import InputError, Request  # noqa: E402
 from simspec.workloads import WorkloadConfig  # noqa: E402
 
@@ -122,8 +121,6 @@ def test_steps_record_the_simulators_accounting(target, drafter, workload):
         assert s.draft_level_tokens[1:] == (s.batch,) * 2 and s.draft_level_tokens[0] >= s.batch
         assert s.forward_tokens >= 4 * s.batch - 3 * s.batch  # root + drafts, fewer near the end
         assert s.padded_kv_tokens % s.batch == 0 and s.padded_kv_tokens >= s.kv_read_tokens  # rows x the longest
-        longest = s.padded_kv_tokens // s.batch  # one call over the rounds, padded to the longest tree (<= 1 + 3)
-        assert any(s.padded_attn_pairs == s.batch * q * (longest + q) for q in range(1, 5))
         assert s.duration_s > 0
     # Every token a request committed before its last round is absorbed once:
     # its prompt, then each round's accepted tokens and bonus token (the
@@ -131,15 +128,6 @@ def test_steps_record_the_simulators_accounting(target, drafter, workload):
     last = {int(i): int(n) for i, n in zip(result.log.chunk_request, result.log.chunk_tokens)}
     expected = sum(r.prompt_tokens + r.output_tokens - 1 - last[r.id] for r in requests)
     assert sum(s.draft_level_tokens[0] for s in result.steps if s.draft_level_tokens) == expected
-
-
-def test_attention_runs_a_call_a_kind_padded_to_its_longest_row():
-    # Rows 0-1 are prefill chunks (5 and 2 tokens after caches of 0 and 9),
-    # rows 2-4 decode rounds (1, 4 and 3 tokens after caches of 7, 30, 12).
-    sizes, lengths = [5, 2, 1, 4, 3], [0, 9, 7, 30, 12]
-    assert attention_groups(sizes, lengths, 2) == [(slice(0, 2), 5, 9), (slice(2, 5), 4, 30)]
-    assert padded_pairs(sizes, lengths, 2) == 2 * 5 * (9 + 5) + 3 * 4 * (30 + 4)
-    assert attention_groups(sizes[2:], lengths[2:]) == [(slice(0, 3), 4, 30)]  # decode only: one call
 
 
 def test_too_long_requests_are_rejected_and_the_rest_served(target, drafter, workload):

@@ -194,27 +194,6 @@ def test_padded_attention_prices_rows_times_the_longest_context():
     assert log.step_duration_s.sum() == pytest.approx(1e-6 * 2 * (p + p + 1))
 
 
-def test_padded_pairs_price_each_kinds_call_padded_to_its_longest_row():
-    # Only padded query-key pairs cost (1 us a pair). A 20-token prompt
-    # prefills in one call: 1 row x 20 x (0 + 20). AR decode step s reads a
-    # cache of 20 + s tokens: 1 row x 1 x (20 + s + 1). With linear:k=2,
-    # accepted every time, round r is a row of 3 after a cache of 20 + 3r
-    # tokens: 1 x 3 x (20 + 3r + 3).
-    model = costs.CostModel(label="padded pairs only", calibrated=False, pair_s_per_padded=1e-6)
-    log = run(requests_at([0.0], prompt=20, output=5), policies.parse("ar"), cost_model=model)
-    assert log.step_duration_s.tolist() == pytest.approx([1e-6 * 400] + [1e-6 * (21 + s) for s in range(4)])
-    log = run(requests_at([0.0], prompt=20, output=7), policies.parse("linear:k=2"), cost_model=model,
-              accept=acceptance.AcceptanceModel.iid(1 - 1e-12))
-    assert log.step_duration_s.tolist() == pytest.approx([1e-6 * 400] + [1e-6 * 3 * (23 + 3 * r) for r in range(2)])
-    # Prompts of 20 and 30 tokens prefilled together, then verified as trees
-    # of 1 + 4 nodes: each call padded to its longest row and cache.
-    tree = policies.parse("tree:depth=2,topk=2,budget=4")
-    short, long_ = requests_at([0.0, 0.0], prompt=20, output=2)
-    log = run([short, replace(long_, prompt_tokens=30)], tree, cost_model=model,
-              accept=acceptance.AcceptanceModel.iid(1 - 1e-12))
-    assert log.step_duration_s.tolist() == pytest.approx([1e-6 * 2 * 30 * 30, 1e-6 * 2 * 5 * (30 + 5)])
-
-
 def test_each_kind_of_attention_call_is_priced_as_its_own_kind():
     # Only attention floors cost: 1 ms a prefill call, 2 ms a decode call,
     # 3 ms a verification call. One request of 20 prompt tokens and 9

@@ -5,9 +5,8 @@ tables for what depends on a token count alone (the target's decoder
 layers, the LM head, the vision encoder, a drafter step) and coefficients
 for attention, whose cost depends on the context it reads:
 
-    forward(T, L, K, D, work) = layers[T] + head[L] + blend(sum_k mem_k, sum_k compute_k)
-                                + sum_k (floor_k + R_k * request_k + Q_k * query_k)
-                                + K * padded_s + D * padded_pair_s
+    forward(T, L, K, work) = layers[T] + head[L] + blend(sum_k mem_k, sum_k compute_k)
+                             + sum_k (floor_k + R_k * request_k + Q_k * query_k) + K * padded_s
     mem_k     = kv_k * kv_s_k + max(kv_k - kv_knee_k, 0) * kv_over_k
     compute_k = P_k * pair_s_k + max(P_k - pair_knee_k, 0) * pair_over_k
 
@@ -28,10 +27,7 @@ the kinds price exactly as one call. K is the step's
 attention rows times its longest cached context: an engine that gathers
 the batch's caches into one dense, padded tensor each step (simspec's live
 engine) pays for every slot of it; paged attention does not, and profiles
-and priors leave ``padded_s`` 0. D is the query-key pairs such an
-engine's attention computes when each kind's call is padded to its
-longest row and cache (rows x longest x (longest cache + longest)); its
-coefficient is 0 likewise. Roofline
+and priors leave ``padded_s`` 0. Roofline
 priors, closed forms and (later) fitted profiles all render to this form,
 so the simulator and planners price any of them by table lookups, also
 inside compiled loops (``StepPrice``).
@@ -128,7 +124,6 @@ class CostModel:
     # [3, 9] attention by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS; module docstring)
     attention: np.ndarray = field(default_factory=lambda: ZERO_ATTENTION, repr=False, compare=False)
     kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
-    pair_s_per_padded: float = 0.0  # one query-key pair of a dense attention call padded to its longest row
     # Tables, [TABLE_TOKENS]: the vision encoder by visual tokens; one drafter step by its tokens.
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
@@ -150,14 +145,14 @@ class CostModel:
         return self.wake_s * -math.expm1(-idle_s / self.wake_tau_s) if idle_s > 0 else 0.0
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
-                  padded_pairs=0, prefill=(0, 0, 0, 0), verifying=False):
+                  prefill=(0, 0, 0, 0), verifying=False):
         """One target forward over ``tokens`` query tokens of ``requests``
         sequences; ``prefill`` = (tokens, kv, pairs, requests) is the part of
         those totals that prefill chunks are, the rest are decode rounds, or
         verification when ``verifying``. The compiled :func:`forward_cost`,
         element by element over array arguments."""
         out = _forward_each(self.tables, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests,
-                            padded_kv_tokens, padded_pairs, *prefill, verifying)
+                            padded_kv_tokens, *prefill, verifying)
         return float(out) if np.ndim(out) == 0 else out
 
     def vision_s(self, vision_tokens):
@@ -183,15 +178,14 @@ class CostModel:
     def tables(self) -> "CostTables":
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.attention, self.kv_s_per_padded_token,
-                          self.pair_s_per_padded, self.vision_s_table, self.draft_s_table, self.draft_s_per_kept,
-                          self.draft_s_cross_call, self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq)
+                          self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.draft_s_cross_call,
+                          self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
         levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
         return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.padded_attn_pairs,
-                         shape.prefill_tokens,
+                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.prefill_tokens,
                          shape.prefill_kv_tokens, shape.prefill_attn_pairs, shape.prefill_requests, shape.verifying,
                          shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
                          shape.select_requests, shape.select_visual_tokens)
@@ -201,12 +195,11 @@ class CostModel:
         ``context_tokens`` of context) in a step of this shape: near zero in
         the memory-bound region, the compute slope beyond the knee."""
         t, kv, pairs, logits = shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens
-        r, padded, padded_pairs = shape.attn_requests, shape.padded_kv_tokens, shape.padded_attn_pairs
+        r, padded = shape.attn_requests, shape.padded_kv_tokens
         prefill = (shape.prefill_tokens, shape.prefill_kv_tokens, shape.prefill_attn_pairs, shape.prefill_requests)
-        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r, padded, padded_pairs=padded_pairs,
-                                    prefill=prefill, verifying=True)
-                     - self.forward_s(t, kv, pairs, logits, r, padded, padded_pairs=padded_pairs, prefill=prefill,
-                                      verifying=True))
+        return float(self.forward_s(t + 1, kv, pairs + context_tokens, logits + 1, r, padded, prefill=prefill,
+                                    verifying=True)
+                     - self.forward_s(t, kv, pairs, logits, r, padded, prefill=prefill, verifying=True))
 
 
 class CostTables(NamedTuple):
@@ -217,7 +210,6 @@ class CostTables(NamedTuple):
     head_s: np.ndarray
     attn: np.ndarray  # [3, 9] CostModel.attention
     kv_s_per_padded: float
-    pair_s_per_padded: float
     vision_s: np.ndarray
     draft_s: np.ndarray
     draft_s_per_kept: float
@@ -253,18 +245,14 @@ def attention_parts(a: np.ndarray, kind: int, kv: int, pairs: int, requests: int
 
 @jit
 def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
-                 padded: int, padded_pairs: int, pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int,
-                 verifying: bool) -> float:
+                 padded: int, pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool) -> float:
     """A target forward: totals, of which the ``pf_`` part is prefill
-    chunks and the rest decode rounds (or verification when ``verifying``);
-    ``padded`` cache slots and ``padded_pairs`` query-key pairs of dense,
-    padded attention (0 for paged attention)."""
+    chunks and the rest decode rounds (or verification when ``verifying``)."""
     m1, c1, l1 = attention_parts(t.attn, PREFILL, pf_kv, pf_pairs, pf_requests, pf_tokens)
     m2, c2, l2 = attention_parts(t.attn, VERIFY if verifying else DECODE, kv_tokens - pf_kv, pairs - pf_pairs,
                                  requests - pf_requests, tokens - pf_tokens)
     memory, compute = m1 + m2, c1 + c2
-    attention = ((memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + padded * t.kv_s_per_padded
-                 + padded_pairs * t.pair_s_per_padded)
+    attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + padded * t.kv_s_per_padded
     return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
 
 
@@ -286,12 +274,12 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 
 @jit
 def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int, padded: int,
-              padded_pairs: int, pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool,
+              pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool,
               vision_tokens: int, level_tokens: np.ndarray, kept: int, select_requests: int,
               select_keys: int) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded, padded_pairs,
-                                        pf_tokens, pf_kv, pf_pairs, pf_requests, verifying)
+    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded, pf_tokens, pf_kv,
+                                        pf_pairs, pf_requests, verifying)
     if vision_tokens > 0:
         total += table_at(t.vision_s, vision_tokens)
     for level in range(len(level_tokens)):

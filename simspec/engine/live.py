@@ -48,7 +48,7 @@ from simspec.acceptance import DraftContext
 from simspec.costs import CostModel
 from simspec.models.drafter import Drafter, chain_attention, select_visual
 from simspec.models.task import Example
-from simspec.models.vlm import TargetVLM, padded_pairs
+from simspec.models.vlm import TargetVLM
 from simspec.engine.timing import AcceptanceReplay, other_token
 from simspec.policies import Policy
 from simspec.types import MAX_RANK, RANK_BITS, ReplicaView, Request, RequestRecord, RunLog, require
@@ -127,7 +127,6 @@ class StepRecord:
     batch: int
     plans: tuple[int, int, int]
     padded_kv_tokens: int = 0  # attention rows x the longest cached context (the dense caches it gathers)
-    padded_attn_pairs: int = 0  # query-key pairs its attention calls compute, padding included (vlm.padded_pairs)
     prefill_tokens: int = 0  # of forward_tokens etc.: the prefill chunks' part
     prefill_kv_tokens: int = 0
     prefill_attn_pairs: int = 0
@@ -371,7 +370,7 @@ class LiveEngine:
             rows_par.append(torch.tensor([-1] + [nd.parent for nd in nodes], device=self.device))
             rows_len.append(s.cache)
             rows_slot.append(s.slot)
-        out = self._forward(rows_x, rows_pos, rows_par, rows_len, rows_slot, len(chunks))
+        out = self._forward(rows_x, rows_pos, rows_par, rows_len, rows_slot)
         verify_tokens = sum(1 + len(t) for t in trees)
         pairs = sum((1 + len(t)) * s.cache for s, t in zip(decode, trees))
 
@@ -444,9 +443,7 @@ class LiveEngine:
         record = dict(
             forward_tokens=prefill_tokens + verify_tokens, kv_read_tokens=prefill_kv + sum(rows_len[len(chunks):]),
             attn_pairs=prefill_pairs + pairs, attn_requests=len(chunks) + b,
-            padded_kv_tokens=len(rows_len) * max(rows_len, default=0),
-            padded_attn_pairs=padded_pairs([len(x) for x in rows_x], rows_len, len(chunks)),
-            prefill_tokens=prefill_tokens,
+            padded_kv_tokens=len(rows_len) * max(rows_len, default=0), prefill_tokens=prefill_tokens,
             prefill_kv_tokens=prefill_kv, prefill_attn_pairs=prefill_pairs, prefill_requests=len(chunks),
             verifying=verify_tokens > b,
             logit_tokens=sum(1 for s, _ in chunks if s.cache >= s.prefill_target) + verify_tokens,
@@ -606,7 +603,7 @@ class LiveEngine:
         return rows
 
     # -- target ------------------------------------------------------------------
-    def _forward(self, xs, positions, parents, lengths, slots, prefill_rows):
+    def _forward(self, xs, positions, parents, lengths, slots):
         b = len(xs)
         q_len = max(x.shape[0] for x in xs)
         c = self.target.config.width
@@ -622,8 +619,7 @@ class LiveEngine:
         idx = torch.tensor(slots, device=self.device)
         kc = [k[idx, :top] for k in self.k_cache]
         vc = [v[idx, :top] for v in self.v_cache]
-        return self.target.tree_forward(x, pos, par, sizes, kc, vc, cache_len, impl=self.config.impl,
-                                        prefill_rows=prefill_rows)
+        return self.target.tree_forward(x, pos, par, sizes, kc, vc, cache_len, impl=self.config.impl)
 
     def _commit(self, s: _Seq, out, row: int, nodes: list[int]) -> None:
         """Write the target keys/values of ``nodes`` (row indices) after the request's cache."""

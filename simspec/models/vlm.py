@@ -156,24 +156,30 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
-def attention_groups(sizes: list[int], cache_lengths: list[int], prefill_rows: int = 0) -> list[tuple[slice, int, int]]:
-    """The attention calls of a ragged batch whose first ``prefill_rows``
-    rows are prefill chunks and the rest decode rounds: one call for each
-    kind present, as the simulator's cost model prices them (SGLang runs a
-    batch's prefill and its decode or verification apart). Each: (its rows,
-    its longest tree or chunk, its longest cache); a call attends over a
-    dense block padded to both, so it computes ``rows x longest x (longest
-    cache + longest)`` query-key pairs (:func:`padded_pairs`)."""
-    b = len(sizes)
-    return [(slice(lo, hi), max(sizes[lo:hi]), max(cache_lengths[lo:hi]))
-            for lo, hi in ((0, prefill_rows), (prefill_rows, b)) if hi > lo]
+ATTENTION_CALL_PAIRS = 4096
+"""What one more attention call costs, in padded query-key pairs (CPU, reference)."""
 
 
-def padded_pairs(sizes: list[int], cache_lengths: list[int], prefill_rows: int = 0) -> int:
-    """Query-key pairs the attention calls of :func:`attention_groups`
-    compute, padding included."""
-    return sum((rows.stop - rows.start) * q * (length + q)
-               for rows, q, length in attention_groups(sizes, cache_lengths, prefill_rows))
+def _attention_groups(sizes: torch.Tensor, cache_lengths: torch.Tensor) -> list[tuple[torch.Tensor | slice, int, int]]:
+    """Rows of a ragged batch split in at most two attention calls, short
+    trees apart from long prefill chunks, where that saves more padded
+    query-key pairs than a call costs. Each group: (rows, its longest
+    tree, its longest cache); one group takes every row as a slice, so
+    its tensors are views, not gathered copies."""
+    order = torch.argsort(sizes, stable=True)
+    q, length = sizes[order].tolist(), cache_lengths[order].tolist()
+    def padded(lo, hi):
+        return (hi - lo) * q[hi - 1] * (max(length[lo:hi]) + q[hi - 1]) if hi > lo else 0
+    b = len(q)
+    best, cut = padded(0, b), b
+    for split in range(1, b):
+        if q[split - 1] < q[split]:
+            cost = padded(0, split) + padded(split, b) + ATTENTION_CALL_PAIRS
+            if cost < best:
+                best, cut = cost, split
+    if cut == b:
+        return [(slice(None), q[-1], max(length))]
+    return [(order[lo:hi], q[hi - 1], max(length[lo:hi])) for lo, hi in ((0, cut), (cut, b))]
 
 
 class TargetVLM(nn.Module):
@@ -239,17 +245,15 @@ class TargetVLM(nn.Module):
 
     def tree_forward(self, x: torch.Tensor, positions: torch.Tensor, parents: torch.Tensor, sizes: torch.Tensor,
                      k_cache: list[torch.Tensor], v_cache: list[torch.Tensor], cache_lengths: torch.Tensor,
-                     impl: str = "auto", prefill_rows: int = 0) -> TreeOutput:
+                     impl: str = "auto") -> TreeOutput:
         """One LM forward over a ragged batch of token trees, each after its
         request's cached context (the live engine's step: prefill chunks are
         chains, verification rounds are draft trees).
 
         x: [B, Q, C] input embeddings; positions: [B, Q]; parents: [B, Q]
         (-1: child of the last cached token); sizes: [B] valid nodes;
-        k_cache / v_cache: per layer ``[B, L, H, D]``; cache_lengths: [B];
-        the first ``prefill_rows`` rows are prefill chunks, attended in a
-        call of their own (:func:`attention_groups`). Attention is
-        :func:`simspec_kernels.tree_attention.tree_attention`.
+        k_cache / v_cache: per layer ``[B, L, H, D]``; cache_lengths: [B].
+        Attention is :func:`simspec_kernels.tree_attention.tree_attention`.
         """
         b, q_len, width = x.shape
         # The GEMMs run on the packed valid nodes (as a serving engine packs a
@@ -258,7 +262,7 @@ class TargetVLM(nn.Module):
         valid = torch.arange(q_len, device=x.device) < sizes[:, None]  # [B, Q]
         flat, flat_pos = x[valid][None], positions[valid][None]  # [1, T, C], [1, T]
         heads = self.config.heads
-        groups = attention_groups(sizes.tolist(), cache_lengths.tolist(), prefill_rows)
+        groups = _attention_groups(sizes, cache_lengths)
         keys, values, queries = [], [], []
         for i, block in enumerate(self.blocks):
             packed = [t[0].transpose(0, 1) for t in block.attn.project(block.norm1(flat), flat_pos)]  # [T, H, D]
@@ -266,7 +270,7 @@ class TargetVLM(nn.Module):
             for padded, p in zip((q, k, v), packed):
                 padded[valid] = p
             y = q.new_zeros(q.shape)
-            for rows, q_g, l_g in groups:  # prefill chunks and decode rounds apart, as engines batch them
+            for rows, q_g, l_g in groups:  # prefill chunks and draft trees apart, as engines batch them
                 y[rows, :q_g] = tree_attention(q[rows, :q_g], k_cache[i][rows, :l_g], v_cache[i][rows, :l_g],
                                                cache_lengths[rows], k[rows, :q_g], v[rows, :q_g],
                                                parents[rows, :q_g], sizes[rows], impl=impl)

@@ -18,9 +18,7 @@ absorbs the tokens each request accepted since it last drafted; the
 simulator prices that, plans do not: a round without drafts only defers
 it to the next round that drafts (and one call absorbing several rounds'
 tokens costs less than several calls), so it is not a cost of drafting
-now. Plans leave out, too, the padded attention pairs of an engine that
-pads each attention call to its longest row (costs.base), which depend on
-every row's plan at once; the simulator prices them.
+now.
 """
 
 from __future__ import annotations
@@ -94,7 +92,7 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
     fixed = costs.overhead_s + vision
     padded = logits0 * max(batch.prefill_max_context, batch.context_tokens.max() if b > 0 else 0)
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded, 0, batch.prefill_tokens,
+    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded, batch.prefill_tokens,
                                       batch.prefill_kv_tokens, batch.prefill_attn_pairs, batch.prefill_requests,
                                       False))
     return Pricing(tokens0, logits0, kv, pairs0, padded, batch.prefill_tokens, batch.prefill_kv_tokens,
@@ -107,7 +105,7 @@ def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> 
     pairs, drafted ``deepest`` levels deep (the drafting table's depth 0
     costs nothing)."""
     return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n,
-                                    p.logits0, p.padded, 0, p.pf_tokens, p.pf_kv, p.pf_pairs, p.pf_requests,
+                                    p.logits0, p.padded, p.pf_tokens, p.pf_kv, p.pf_pairs, p.pf_requests,
                                     n > 0) + p.draft_s[deepest]
 
 

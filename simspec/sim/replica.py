@@ -278,18 +278,16 @@ class Replica:
         return chunks
 
     def _prefill(self, chunks: list[tuple[int, int]]) -> steps.Prefill:
-        tokens = pairs = kv = vision = longest = widest = 0
+        tokens = pairs = kv = vision = longest = 0
         for i, take in chunks:
             done = int(self.state.cache[i])
             longest = max(longest, done)
-            widest = max(widest, take)
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
             if done == 0:
                 vision += int(self.state.visual[i])
-        padded_pairs = len(chunks) * widest * (longest + widest)  # their call, padded to the longest chunk and cache
-        return steps.Prefill(tokens, pairs, kv, len(chunks), vision, longest, padded_pairs)
+        return steps.Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
         """Run steps (just one if it carries prefill) until something

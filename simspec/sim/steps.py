@@ -79,7 +79,6 @@ class Prefill(NamedTuple):
     requests: int
     vision_tokens: int
     max_context: int  # the longest context cached before a chunk
-    padded_pairs: int  # query-key pairs of their attention call padded to the longest chunk and context
 
 
 class Logs(NamedTuple):
@@ -164,7 +163,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
     reserve = b * (depth + 1)
     while steps < max_steps:
         first = steps == 0
-        pf = prefill if first else Prefill(0, 0, 0, 0, 0, 0, 0)
+        pf = prefill if first else Prefill(0, 0, 0, 0, 0, 0)
         ctx = state.cache[ids]
         visual = state.visual[ids]
         kept = state.kept[ids]
@@ -217,12 +216,9 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                     level_tokens[calls] = extra[d]
                     calls += 1
         level_tokens = level_tokens[:calls]
-        longest = 1 + plan.num_nodes.max() if b > 0 else 0  # the decode rounds' call, padded to the longest tree
-        padded_pairs = pf.padded_pairs + (b * longest * (ctx.max() + longest) if b > 0 else 0)
         duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
                              pf.requests + verify, pf.requests + b,
-                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), padded_pairs,
-                             pf.tokens,
+                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.tokens,
                              pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b, pf.vision_tokens, level_tokens,
                              drafted_kept, select_requests, select_keys)
         if first:
