@@ -24,7 +24,7 @@ Steps the engine ran straight after sitting idle are left out of it: they
 cost more the longer it idled (on the development machine a step after
 half a second idle takes 5-10x its usual time), and the cost model's wake
 term (``wake_s``, ``wake_tau_s``) is fitted to what they and the step after
-each cost beyond the fit.
+each cost beyond the fit (``wake_next_share``: the step after's share).
 """
 
 from __future__ import annotations
@@ -268,11 +268,16 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
         coef = _nnls_relative(x, y)
     extra = durations - everything @ coef  # what each step cost beyond the fit
     gaps = np.array([getattr(s, "idle_s", 0.0) for s in steps])[idle]
-    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(gaps, extra[idle] + np.roll(extra * following, -1)[idle])))
+    first, after = extra[idle], np.roll(extra * following, -1)[idle]  # what each spell's two steps cost beyond
+    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(gaps, first + after)))
+    total = first.sum() + after.sum()
+    wake["wake_next_share"] = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake["wake_s"] > 0 and total > 0 else 0.0
     c = dict(zip(FEATURES, coef.tolist()))
     model = cost_model_from(c, label, wake)
     predicted = everything @ coef
-    predicted[idle] += wake["wake_s"] * -np.expm1(-gaps / wake["wake_tau_s"])
+    woke = wake["wake_s"] * -np.expm1(-gaps / wake["wake_tau_s"])
+    predicted[idle] += woke * (1.0 - wake["wake_next_share"])
+    predicted[following] += (woke * wake["wake_next_share"])[np.roll(following, -1)[idle]]  # spells with a step after
     error = np.abs(predicted - durations) / durations
     report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "wake": {**wake, "steps": int(idle.sum())},
               "steps": len(steps), "median_abs_pct_error": float(np.median(error) * 100),
@@ -283,12 +288,14 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
 
 def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
     """The simulator's cost model of fitted coefficients ``c`` (FEATURES,
-    seconds) and wake cost ``{"wake_s", "wake_tau_s"}`` (none if omitted)."""
+    seconds) and wake cost ``{"wake_s", "wake_tau_s", "wake_next_share"}``
+    (none if omitted)."""
     tokens = np.arange(TABLE_TOKENS, dtype=float)
     wake = wake or {}
     return CostModel(
         label=label, calibrated=True, overhead_s=c["overhead"],
         wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
+        wake_next_share=float(wake.get("wake_next_share", 0.0)),
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
         attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
         kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),

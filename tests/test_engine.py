@@ -305,7 +305,7 @@ def test_step_cost_fit_takes_the_wake_cost_from_steps_after_idle_spells(tmp_path
     steps = _steps(400, wake_s=0.08, wake_tau_s=0.5)
     model, report = calibration.fit_step_costs(steps, "test")
     assert report["wake"]["steps"] == 40
-    assert (model.wake_s, model.wake_tau_s) == pytest.approx((0.08, 0.5), rel=0.02)
+    assert (model.wake_s, model.wake_tau_s, model.wake_next_share) == pytest.approx((0.08, 0.5, 0.2), rel=0.02)
     assert model.overhead_s == pytest.approx(0.002, rel=0.02)  # the spells did not leak into the per-step cost
     assert report["median_abs_pct_error"] < 1.0 and abs(report["total_time_error_pct"]) < 1.0
     calibration.save_step_costs(report, tmp_path / "c.json")

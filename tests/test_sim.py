@@ -61,11 +61,16 @@ def test_a_step_after_an_idle_spell_pays_the_wake_cost():
     woken = run(busy, policies.parse("ar"), cost_model=waking).step_duration_s
     assert len(woken) == 4 and woken.tolist() == pytest.approx(
         run(busy, policies.parse("ar"), cost_model=plain).step_duration_s + [0.03 * -np.expm1(-0.2 / 0.5), 0, 0, 0])
+    # With wake_next_share 1/4 the step after A's prefill pays a quarter of A's wake.
+    shared = run(requests, policies.parse("ar"), cost_model=replace(waking, wake_next_share=0.25)).step_duration_s
+    assert shared[:3].tolist() == pytest.approx([0.01 + 0.75 * wake_a, 0.01 + 0.25 * wake_a, 0.01])
 
 
 def test_a_wake_cost_must_be_non_negative():
     with pytest.raises(InputError, match="wake_tau_s"):
         replace(costs.build("constant:10", LLAVA, H100), wake_s=0.01, wake_tau_s=0.0)
+    with pytest.raises(InputError, match="wake_next_share"):
+        replace(costs.build("constant:10", LLAVA, H100), wake_s=0.01, wake_next_share=1.5)
 
 
 @pytest.mark.parametrize("p", [0.5, 0.8])

@@ -34,7 +34,9 @@ inside compiled loops (``StepPrice``).
 
 One cost is not a step's shape but what came before it: the first step
 after the engine sat idle for ``g`` seconds costs ``wake_s * (1 -
-exp(-g / wake_tau_s))`` more (caches, TLBs and page tables gone cold; a
+exp(-g / wake_tau_s))`` more, of which the step after pays the share
+``wake_next_share`` (what the first step did not touch: the drafter's
+weights after a prefill) (caches, TLBs and page tables gone cold; a
 GPU's clocks ramping up from idle). Only fits to live engine steps measure
 it; elsewhere it is 0.
 """
@@ -135,13 +137,16 @@ class CostModel:
     select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
     wake_s: float = 0.0  # the first step after a long idle spell costs this much more (module docstring)
     wake_tau_s: float = 1.0  # ... reached as 1 - exp(-idle / wake_tau_s)
+    wake_next_share: float = 0.0  # ... of which the step after pays this share
 
     def __post_init__(self):
         require(self.wake_s >= 0, f"wake_s must be >= 0 seconds (got {self.wake_s})")
         require(self.wake_tau_s > 0, f"wake_tau_s must be > 0 seconds (got {self.wake_tau_s})")
+        require(0 <= self.wake_next_share <= 1, f"wake_next_share must be in [0, 1] (got {self.wake_next_share})")
 
     def wake_cost_s(self, idle_s: float) -> float:
-        """Extra seconds for the first step after ``idle_s`` seconds with nothing to run."""
+        """Extra seconds for the first step after ``idle_s`` seconds with
+        nothing to run and the step after it, together."""
         return self.wake_s * -math.expm1(-idle_s / self.wake_tau_s) if idle_s > 0 else 0.0
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,

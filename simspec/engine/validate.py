@@ -220,8 +220,7 @@ def scaled(cost_fit: dict, factor: float) -> CostModel:
     wake = cost_fit.get("wake", {})
     return calibration.cost_model_from({k: float(c) * factor for k, c in cost_fit["coefficients_s"].items()},
                                        f"{cost_fit['label']} x{factor:.3f}",
-                                       {"wake_s": wake.get("wake_s", 0.0) * factor,
-                                        "wake_tau_s": wake.get("wake_tau_s", 1.0)})
+                                       {**wake, "wake_s": wake.get("wake_s", 0.0) * factor})
 
 
 def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> dict:

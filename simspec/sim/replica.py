@@ -17,7 +17,8 @@ arrival times; ``replica`` runs the engine loop. Each step:
    snapshot (the drafter's confidences of this round included);
 5. the step costs selection + drafting + one target forward + overhead (+
    the vision encoder for requests starting prefill; + waking up, for the
-   first step after the replica sat idle), from the cost model;
+   first step after the replica sat idle and the one after), from the cost
+   model;
 6. accept: per request the accepted path comes from the acceptance model;
    accepted + 1 tokens are emitted at the step's end; a prefill that
    completes emits the request's next token (its first: TTFT).
@@ -178,6 +179,7 @@ class Replica:
         self.arrived = 0
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
+        self.wake_owed = 0.0  # the next step's share of waking up
         self.logs = _LogBuffers(engine.max_num_seqs)
         self._reserve = policy.max_depth + 1  # KV slots a decode request may grow by in one step
         self._check_fits()
@@ -298,8 +300,11 @@ class Replica:
         stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
         kv_room = self.kv_budget - self._kv_used()
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
-        wake = self.costs.wake_cost_s(start_s - self.idle_from) if self.idle_from is not None else 0.0
-        self.idle_from = None
+        wake, self.wake_owed = self.wake_owed, 0.0
+        if self.idle_from is not None:
+            woke = self.costs.wake_cost_s(start_s - self.idle_from)
+            wake, self.wake_owed = wake + woke * (1.0 - self.costs.wake_next_share), woke * self.costs.wake_next_share
+            self.idle_from = None
         _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self._prefill(chunks),
                                  wake, start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
         self.rand.consume(randoms)
