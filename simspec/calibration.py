@@ -211,14 +211,16 @@ def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 WAKE_MIN_STEPS = 5  # steps after an idle spell needed to fit the wake cost
 
 
-def _after_idle(steps: Sequence) -> tuple[np.ndarray, np.ndarray]:
-    """Masks of the steps run straight after an idle spell (``idle_s`` > 0)
-    and of the step following each in the same run."""
-    idle = np.array([getattr(s, "idle_s", 0.0) > 0 for s in steps])
+def _after_idle(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's idle spell before it (``idle_s``, 0 if not recorded),
+    the mask of steps run straight after one, and that of the step
+    following each in the same run."""
+    idle_s = np.array([getattr(s, "idle_s", 0.0) for s in steps])
+    idle = idle_s > 0
     starts = np.array([s.start_s for s in steps])
     following = np.zeros(len(steps), dtype=bool)
     following[1:] = idle[:-1] & ~idle[1:] & (starts[1:] > starts[:-1])
-    return idle, following
+    return idle_s, idle, following
 
 
 def fit_wake(idle_s: np.ndarray, extra_s: np.ndarray) -> tuple[float, float]:
@@ -247,7 +249,7 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
     one after each) are fitted apart, as the wake cost (module docstring).
     Returns the model and a report."""
     require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
-    idle, following = _after_idle(steps)
+    idle_s, idle, following = _after_idle(steps)
     warm = ~idle & ~following
     require(warm.sum() >= 30, f"step records must hold >= 30 steps not right after an idle spell (got {warm.sum()})")
     everything = np.array([step_features(s) for s in steps])
@@ -266,18 +268,18 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
         coef[index["overhead"]] += max(float(np.median(y - x @ coef)), 0.0)  # scheduling, outside both parts
     else:
         coef = _nnls_relative(x, y)
-    extra = durations - everything @ coef  # what each step cost beyond the fit
-    gaps = np.array([getattr(s, "idle_s", 0.0) for s in steps])[idle]
+    predicted = everything @ coef
+    extra = durations - predicted  # what each step cost beyond the fit
+    has_after = np.roll(following, -1)[idle]  # of the spells: those with a step after in the same run
     first, after = extra[idle], np.roll(extra * following, -1)[idle]  # what each spell's two steps cost beyond
-    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(gaps, first + after)))
+    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(idle_s[idle], first + after)))
     total = first.sum() + after.sum()
     wake["wake_next_share"] = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake["wake_s"] > 0 and total > 0 else 0.0
     c = dict(zip(FEATURES, coef.tolist()))
     model = cost_model_from(c, label, wake)
-    predicted = everything @ coef
-    woke = wake["wake_s"] * -np.expm1(-gaps / wake["wake_tau_s"])
-    predicted[idle] += woke * (1.0 - wake["wake_next_share"])
-    predicted[following] += (woke * wake["wake_next_share"])[np.roll(following, -1)[idle]]  # spells with a step after
+    woke_first, woke_after = model.wake_split_s(idle_s[idle])
+    predicted[idle] += woke_first
+    predicted[following] += woke_after[has_after]
     error = np.abs(predicted - durations) / durations
     report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "wake": {**wake, "steps": int(idle.sum())},
               "steps": len(steps), "median_abs_pct_error": float(np.median(error) * 100),

@@ -43,7 +43,6 @@ it; elsewhere it is 0.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -144,10 +143,15 @@ class CostModel:
         require(self.wake_tau_s > 0, f"wake_tau_s must be > 0 seconds (got {self.wake_tau_s})")
         require(0 <= self.wake_next_share <= 1, f"wake_next_share must be in [0, 1] (got {self.wake_next_share})")
 
-    def wake_cost_s(self, idle_s: float) -> float:
-        """Extra seconds for the first step after ``idle_s`` seconds with
-        nothing to run and the step after it, together."""
-        return self.wake_s * -math.expm1(-idle_s / self.wake_tau_s) if idle_s > 0 else 0.0
+    def wake_cost_s(self, idle_s):
+        """Extra seconds for the first step after ``idle_s`` seconds (a
+        float or an array) with nothing to run and the step after it, together."""
+        return self.wake_s * -np.expm1(-np.maximum(idle_s, 0.0) / self.wake_tau_s)
+
+    def wake_split_s(self, idle_s):
+        """:meth:`wake_cost_s` as (the first step's part, the step after's)."""
+        total = self.wake_cost_s(idle_s)
+        return total * (1.0 - self.wake_next_share), total * self.wake_next_share
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
                   prefill=(0, 0, 0, 0), verifying=False):

@@ -302,8 +302,8 @@ class Replica:
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
         wake, self.wake_owed = self.wake_owed, 0.0
         if self.idle_from is not None:
-            woke = self.costs.wake_cost_s(start_s - self.idle_from)
-            wake, self.wake_owed = wake + woke * (1.0 - self.costs.wake_next_share), woke * self.costs.wake_next_share
+            first, after = self.costs.wake_split_s(start_s - self.idle_from)
+            wake, self.wake_owed = wake + float(first), float(after)
             self.idle_from = None
         _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self._prefill(chunks),
                                  wake, start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
