@@ -173,9 +173,13 @@ def cmd_costs_report(args: argparse.Namespace) -> int:
     root = Path(args.profiles) if args.profiles else None
     device, model = costs.gpu_spec(args.device, root), costs.model_spec(args.model)
     found, result = report.fit_for(device, model, root)
+    repeat = report.load_repeat(Path(args.repeat), device, model) if args.repeat else None
     print(f"{result.cost_model.label}")
-    print(f"profiles: {', '.join(str(p.folder) for p in found)}\n")
-    print(report.table(result))
+    print(f"profiles: {', '.join(str(p.folder) for p in found)}")
+    if repeat is not None:
+        print(f"repeat: {repeat.folder} (difference: |repeat - profile| / profile at the points both measured)")
+    print()
+    print(report.table(result, report.repeat_differences(found, repeat) if repeat else None))
     png = Path(args.png) if args.png else found[0].folder / "fit_report.png"
     report.write_png(report.figure(found, result), png)
     print(f"\nmeasured vs fitted: {png}")
@@ -353,6 +357,9 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--model", required=True, help="model spec name")
     rep.add_argument("--profiles", metavar="DIR", help="profiles folder (default: the repository's profiles/)")
     rep.add_argument("--png", metavar="FILE", help="where to draw measured vs fitted (default: in the profile)")
+    rep.add_argument("--repeat", metavar="DIR",
+                     help="a second profile of the same device and model (its folder, or a profiles folder "
+                          "holding it): print each operator's run-to-run difference, the timing's noise floor")
     rep.set_defaults(handler=cmd_costs_report)
     train = sub.add_parser("train", help="train the shipped checkpoints (target VLM, drafter) on CPU, deterministically")
     train.add_argument("what", nargs="?", choices=("all", "target", "drafter"), default="all",

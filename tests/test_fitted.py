@@ -262,3 +262,68 @@ def test_a_gpu_gemm_is_fitted_in_whole_row_tiles():
     grid = np.arange(1, 4097)
     assert np.all(np.diff(curve(grid)) >= 0)
     assert curve(65) == curve(128) and curve(129) > curve(128)
+
+
+def test_repeat_differences_compare_the_points_both_profiles_measured(tmp_path):
+    from simspec.costs import report
+
+    first, again = layer_ops(), layer_ops()
+    again["mlp_up_proj"] = again["mlp_up_proj"].assign(median_ms=again["mlp_up_proj"].median_ms * 1.10)
+    again["add"] = again["add"].iloc[::2]  # the repeat measured every other point
+    del again["attn_rope"]
+    write_profile(tmp_path / "a" / "h100-sxm" / "Llama-2-7B", first)
+    write_profile(tmp_path / "b" / "h100-sxm" / "Llama-2-7B", again)
+    found = profiles.find("h100-sxm", LLAVA, tmp_path / "a")
+    repeat = report.load_repeat(tmp_path / "b", H100, LLAVA)
+    diff = report.repeat_differences(found, repeat)
+    np.testing.assert_allclose(diff["mlp_up_proj"], 0.10, rtol=1e-9)
+    np.testing.assert_allclose(diff["attn_pre_proj"], 0.0, atol=1e-12)
+    assert len(diff["add"]) == len(TOKENS[::2]) and "attn_rope" not in diff
+    assert fitted.COMPOSED_LAYER not in diff  # a piece is missing from the repeat
+
+
+def test_repeat_difference_of_the_composed_layer_weighs_each_piece_by_its_time(tmp_path):
+    from simspec.costs import report
+
+    first = layer_ops()
+    again = {op: t.assign(median_ms=t.median_ms * (1.5 if op == "add" else 1.0)) for op, t in first.items()}
+    write_profile(tmp_path / "a" / "h100-sxm" / "Llama-2-7B", first)
+    write_profile(tmp_path / "b" / "h100-sxm" / "Llama-2-7B", again)
+    diff = report.repeat_differences(profiles.find("h100-sxm", LLAVA, tmp_path / "a"),
+                                     report.load_repeat(tmp_path / "b" / "h100-sxm" / "Llama-2-7B", H100, LLAVA))
+    layer = sum(t.median_ms.to_numpy() * (2 if op == "add" else 1) for op, t in first.items())
+    np.testing.assert_allclose(diff[fitted.COMPOSED_LAYER], 0.5 * 2 * first["add"].median_ms.to_numpy() / layer)
+
+
+def test_costs_report_prints_the_repeat_difference(tmp_path, capsys):
+    from simspec.cli import main
+
+    write_profile(tmp_path / "a" / "h100-sxm" / "Llama-2-7B", layer_ops(0.02, seed=1))
+    write_profile(tmp_path / "b" / "h100-sxm" / "Llama-2-7B", layer_ops(0.02, seed=2))
+    assert main(["costs", "report", "--device", "h100-sxm", "--model", "LLaVA-1.5-7B", "--profiles",
+                 str(tmp_path / "a"), "--repeat", str(tmp_path / "b"), "--png", str(tmp_path / "fit.png")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("operator"))
+    assert header.split()[-6:] == ["repeat", "median", "diff", "repeat", "p95", "diff"]
+    layer = next(line for line in lines if line.startswith("decoder layer (composed)"))
+    assert layer.split()[-2:] != ["-", "-"] and layer.split()[-1].endswith("%")
+
+
+@pytest.mark.parametrize("where, message", [
+    ("b/h100-sxm/LLaVA-1.5-13B", "a profile of LLaVA-1.5-13B, whose layers are not LLaVA-1.5-7B's"),
+    ("b/a100-80gb/Llama-2-7B", "a profile of device a100-80gb, not h100-sxm"),
+    ("empty", "no profile of LLaVA-1.5-7B on h100-sxm"),
+])
+def test_costs_report_refuses_a_repeat_of_something_else(tmp_path, capsys, where, message):
+    from simspec.cli import main
+
+    write_profile(tmp_path / "a" / "h100-sxm" / "Llama-2-7B", layer_ops())
+    folder = tmp_path / where
+    if where == "empty":
+        folder.mkdir()
+    else:
+        write_profile(folder, layer_ops())
+    assert main(["costs", "report", "--device", "h100-sxm", "--model", "LLaVA-1.5-7B", "--profiles",
+                 str(tmp_path / "a"), "--repeat", str(folder), "--png", str(tmp_path / "fit.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -41,6 +41,7 @@ from simspec.types import InputError
 MS = 1e-3
 ATTENTION_OPS = ("attn_prefill", "attn_decode", "attn_tree_verify")  # indexed by kind (costs.base PREFILL ...)
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "lm_head")
+COMPOSED_LAYER = "decoder layer (composed)"  # the OpFit of a whole layer
 GEMM_TILE_TOKENS = 64  # on a GPU a GEMM runs whole row tiles: 65 rows cost what 128 do
 
 
@@ -413,7 +414,7 @@ def _composed_layer(profile: Profile, curves: dict) -> OpFit | None:
         weight = 2 if op == "add" else 1
         predicted += weight * curve(held)
         measured += weight * times.loc[held].to_numpy()
-    return OpFit("decoder layer (composed)", "sum", len(tokens), _ape(predicted, measured))
+    return OpFit(COMPOSED_LAYER, "sum", len(tokens), _ape(predicted, measured))
 
 
 def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fitted:

@@ -103,7 +103,8 @@ def load(folder: str | Path) -> Profile:
     return Profile(folder=folder, meta=meta, tables=tables)
 
 
-def _same_layers(a: ModelSpec, b: ModelSpec) -> bool:
+def same_layers(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs' decoder layers (and LM head) have the same shapes."""
     return (a.hidden, a.heads, a.kv_heads, a.mlp_hidden, a.vocab) == (b.hidden, b.heads, b.kv_heads, b.mlp_hidden,
                                                                       b.vocab)
 
@@ -123,7 +124,7 @@ def find(device_slug: str, model: ModelSpec, root: Path | None = None) -> list[P
         found.append(load(own))
     for other in sorted(device_dir.iterdir()):
         spec = MODELS.get(other.name)
-        if other != own and spec is not None and _same_layers(spec, model) and (other / "meta.json").is_file():
+        if other != own and spec is not None and same_layers(spec, model) and (other / "meta.json").is_file():
             found.append(load(other))
     return found
 

@@ -1,6 +1,8 @@
 """``simspec costs report``: how well fitted cost models predict their
 profiles (held-out error per operator and for the composed decoder layer),
-and measured-vs-fitted curves as a PNG.
+and measured-vs-fitted curves as a PNG. With a second profile of the same
+device and model (``--repeat``), each operator's run-to-run difference too:
+the floor below which no fit's held-out error can be judged.
 
 Imports: numpy, matplotlib (Agg canvas), simspec.costs.
 """
@@ -13,11 +15,12 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from simspec.costs import fitted, profiles
-from simspec.costs.specs import GpuSpec, ModelSpec
+from simspec.costs.specs import MODELS, GpuSpec, ModelSpec
 from simspec.types import InputError
 
 X_COLUMN = {"lm_head": "tokens", "drafter_step": "tokens", "vision_encoder": "images",
@@ -32,12 +35,77 @@ def fit_for(device: GpuSpec, model: ModelSpec, root: Path | None = None) -> tupl
     return found, fitted.fit_profiles(found, model, device)
 
 
-def table(result: fitted.Fitted) -> str:
+def load_repeat(path: Path, device: GpuSpec, model: ModelSpec) -> profiles.Profile:
+    """The repeat profile ``--repeat`` names: a profile folder (with
+    meta.json), or a profiles folder holding ``<device>/<model>/``. It
+    must be of the same device and of a model with the same layers."""
+    if (path / "meta.json").is_file():
+        repeat = profiles.load(path)
+    else:
+        found = profiles.find(device.slug, model, path)
+        if not found:
+            raise InputError(f"--repeat {path}: no profile of {model.name} on {device.slug} (expected "
+                             f"{path}/meta.json or {path}/{device.slug}/{model.name}/meta.json)")
+        repeat = found[0]
+    if repeat.device_slug != device.slug:
+        raise InputError(f"--repeat {path}: a profile of device {repeat.device_slug}, not {device.slug}")
+    spec = MODELS.get(repeat.model)
+    if repeat.model != model.name and (spec is None or not profiles.same_layers(spec, model)):
+        raise InputError(f"--repeat {path}: a profile of {repeat.model}, whose layers are not {model.name}'s")
+    return repeat
+
+
+def _per_point(table: pd.DataFrame) -> pd.Series:
+    """Median ms by grid point (a point measured twice in one table: their mean)."""
+    return table.groupby(list(table.columns.drop("median_ms")))["median_ms"].mean()
+
+
+def repeat_differences(found: list[profiles.Profile], repeat: profiles.Profile) -> dict[str, np.ndarray]:
+    """Run-to-run difference of each operator, |repeat - first| / first at
+    every grid point both profiles measured (``found``: the first profile
+    holding the operator, as the fit takes it), and of the composed decoder
+    layer at the token counts every layer piece measured in both. A fit
+    whose held-out error is near this is at the timing's noise floor."""
+    first = {}
+    for profile in found:
+        for op, t in profile.tables.items():
+            first.setdefault(op, _per_point(t))
+    out, layer = {}, []
+    for op, again in repeat.tables.items():
+        if op not in first:
+            continue
+        a, b = first[op].align(_per_point(again), join="inner")
+        if len(a):
+            out[op] = np.abs(b.to_numpy() - a.to_numpy()) / a.to_numpy()
+            if op in profiles.LAYER_OPS:
+                layer.append((a, b, 2 if op == "add" else 1))
+    if len(layer) == len(profiles.LAYER_OPS):
+        common = set.intersection(*(set(a.index) for a, _, _ in layer))
+        if common:
+            tokens = sorted(common)
+            a = sum(w * a.loc[tokens].to_numpy() for a, _, w in layer)
+            b = sum(w * b.loc[tokens].to_numpy() for _, b, w in layer)
+            out[fitted.COMPOSED_LAYER] = np.abs(b - a) / a
+    return out
+
+
+def _pct(v: float) -> str:
+    return "-" if math.isnan(v) else f"{100 * v:.1f}%"
+
+
+def table(result: fitted.Fitted, repeat: dict[str, np.ndarray] | None = None) -> str:
+    """Held-out error per operator and for the composed layer; with
+    ``repeat`` (:func:`repeat_differences`), the run-to-run difference too."""
     rows = [("operator", "points", "fit", "held-out median APE", "held-out p95 APE")]
+    if repeat is not None:
+        rows[0] += ("repeat median diff", "repeat p95 diff")
     for fit in (*result.fits, *([result.layer] if result.layer else [])):
-        def pct(v: float) -> str:
-            return "-" if math.isnan(v) else f"{100 * v:.1f}%"
-        rows.append((fit.op, str(fit.points), fit.kind, pct(fit.median_ape), pct(fit.p95_ape)))
+        row = (fit.op, str(fit.points), fit.kind, _pct(fit.median_ape), _pct(fit.p95_ape))
+        if repeat is not None:
+            diff = repeat.get(fit.op, np.zeros(0))
+            row += ((_pct(float(np.median(diff))), _pct(float(np.percentile(diff, 95)))) if len(diff)
+                    else ("-", "-"))
+        rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
