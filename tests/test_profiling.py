@@ -69,6 +69,11 @@ def test_readme_documents_every_operator_and_its_shape_columns():
 
 @pytest.mark.parametrize("kernels", ["simspec_kernels", "reference"])
 def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels):
+    thp = "1" if kernels == "reference" else None  # recorded as found, set or not
+    if thp is None:
+        monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
+    else:
+        monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", thp)
     if kernels == "reference":  # as if the kernel package had none of its functions yet
         for name, (_, stand_in) in reference.REFERENCES.items():
             monkeypatch.setitem(reference.REFERENCES, name, ("simspec_kernels.not_written_yet", stand_in))
@@ -95,7 +100,7 @@ def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels
     assert meta["model"] == TINY.name and meta["device_slug"] == folder.parent.name
     assert meta["torch"] == torch.__version__ and meta["memory_bytes"] > 0 and meta["licence"] is None
     assert meta["source"] == runner.SOURCE and meta["kernels"] == kernels
-    assert meta["threads"] == runner.CPU_THREADS == 1
+    assert meta["threads"] == runner.CPU_THREADS == 1 and meta["thp_mem_alloc_enable"] == thp
     assert ("stand-ins" in meta["notes"]) == (kernels == "reference")
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import math
+import os
 import platform
 import shutil
 import subprocess
@@ -278,7 +279,8 @@ def _profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, prog
         date=utc_now(), git_commit=git_commit(), model=model.name, grid=grid.name,
         dtype=str(dtype).removeprefix("torch."), source=SOURCE, licence=None,
         kernels="simspec_kernels" if all(kernels.values()) else "reference",
-        notes=_notes(kernels, device, max_bytes), threads=None if cuda else torch.get_num_threads()))
+        notes=_notes(kernels, device, max_bytes), threads=None if cuda else torch.get_num_threads(),
+        thp_mem_alloc_enable=None if cuda else os.environ.get("THP_MEM_ALLOC_ENABLE")))
 
     bench = operators.Bench(model=model, device=torch.device(device), dtype=dtype)
     measured = skipped = 0

@@ -61,6 +61,9 @@ class ProfileMeta:
     kernels: str | None  # "simspec_kernels", or "reference" where plain-torch stand-ins timed them
     notes: str = ""  # conventions and approximations a reader must know
     threads: int | None = None  # torch CPU threads while measuring (CPU timings depend on it)
+    # $THP_MEM_ALLOC_ENABLE while measuring a CPU ("1": torch puts large tensors on transparent huge
+    # pages, which changes CPU timings); null when unset or on a GPU
+    thp_mem_alloc_enable: str | None = None
 
 
 def utc_now() -> str:
