@@ -33,7 +33,7 @@ from scipy import interpolate, optimize
 
 from simspec.costs.base import (ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, TOKENS, VERIFY, CostModel, attention_row,
                                 attention_table, frozen_table)
-from simspec.costs.profiles import LAYER_OPS, Profile
+from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
 from simspec.costs.roofline import STEP_OVERHEAD_S, roofline
 from simspec.costs.specs import GpuSpec, ModelSpec
 from simspec.types import InputError
@@ -411,9 +411,8 @@ def _composed_layer(profile: Profile, curves: dict) -> OpFit | None:
         times = t.groupby("tokens")["median_ms"].mean()
         train = ~np.isin(t["tokens"].to_numpy(float), held)
         curve, _ = fit_curve(t["tokens"][train], t["median_ms"][train], tile=tile_for(profile, op))
-        weight = 2 if op == "add" else 1
-        predicted += weight * curve(held)
-        measured += weight * times.loc[held].to_numpy()
+        predicted += CALLS_PER_LAYER[op] * curve(held)
+        measured += CALLS_PER_LAYER[op] * times.loc[held].to_numpy()
     return OpFit(COMPOSED_LAYER, "sum", len(tokens), _ape(predicted, measured))
 
 
@@ -442,7 +441,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
         return prior
 
     if len(curves) == len(LAYER_OPS):
-        per_layer = sum(curves[op](TOKENS) * (2 if op == "add" else 1) for op in LAYER_OPS) * MS
+        per_layer = sum(curves[op](TOKENS) * CALLS_PER_LAYER[op] for op in LAYER_OPS) * MS
     else:
         per_layer = None
     points = attention_terms(profile)

@@ -21,6 +21,7 @@ from simspec.types import InputError
 TIMING = ("median_ms", "p10_ms", "p90_ms", "samples", "skipped")
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
              "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
+CALLS_PER_LAYER = {op: 2 if op == "add" else 1 for op in LAYER_OPS}  # a layer runs each piece once, "add" twice
 SHAPES: dict[str, tuple[str, ...]] = {
     **{op: ("tokens",) for op in LAYER_OPS},
     "attn_prefill": ("tokens", "context_tokens"),

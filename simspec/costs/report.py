@@ -70,21 +70,19 @@ def repeat_differences(found: list[profiles.Profile], repeat: profiles.Profile) 
     for profile in found:
         for op, t in profile.tables.items():
             first.setdefault(op, _per_point(t))
-    out, layer = {}, []
+    out, both = {}, {}
     for op, again in repeat.tables.items():
         if op not in first:
             continue
         a, b = first[op].align(_per_point(again), join="inner")
         if len(a):
             out[op] = np.abs(b.to_numpy() - a.to_numpy()) / a.to_numpy()
-            if op in profiles.LAYER_OPS:
-                layer.append((a, b, 2 if op == "add" else 1))
-    if len(layer) == len(profiles.LAYER_OPS):
-        common = set.intersection(*(set(a.index) for a, _, _ in layer))
-        if common:
-            tokens = sorted(common)
-            a = sum(w * a.loc[tokens].to_numpy() for a, _, w in layer)
-            b = sum(w * b.loc[tokens].to_numpy() for _, b, w in layer)
+            both[op] = (a, b)
+    if all(op in both for op in profiles.LAYER_OPS):
+        tokens = sorted(set.intersection(*(set(both[op][0].index) for op in profiles.LAYER_OPS)))
+        if tokens:
+            a, b = (sum(n * both[op][k].loc[tokens].to_numpy() for op, n in profiles.CALLS_PER_LAYER.items())
+                    for k in (0, 1))
             out[fitted.COMPOSED_LAYER] = np.abs(b - a) / a
     return out
 

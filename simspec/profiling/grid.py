@@ -68,9 +68,7 @@ def _per_token(name: str) -> Op:
 
 
 OPS: dict[str, Op] = {op.name: op for op in (
-    *(_per_token(name) for name in (
-        "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
-        "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")),
+    *(_per_token(name) for name in LAYER_OPS),
     Op(name="attn_prefill", columns=("tokens", "context_tokens"), axes=("prefill_tokens", "prefill_contexts")),
     Op(name="attn_decode", columns=("batch", "context_tokens"), axes=("batches", "contexts")),
     Op(name="attn_tree_verify", columns=("batch", "query_tokens", "context_tokens"),
