@@ -9,6 +9,7 @@ import argparse
 import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -333,10 +334,22 @@ def test_tree_attention_stand_in_matches_the_kernel():
 needs_vidur = pytest.mark.skipif(not all((VIDUR / f).exists() for f in VIDUR_FILES), reason="shared/data missing")
 
 
+def vidur_linear_layers(tmp_path: Path) -> Path:
+    """A folder of the shared Vidur linear-layer CSVs and their licence
+    (the attention samples beside them are imported on their own)."""
+    source = tmp_path / "vidur"
+    source.mkdir()
+    for name in (*VIDUR_FILES, "LICENSE-vidur-MIT.txt"):
+        shutil.copyfile(VIDUR / name, source / name)
+    return source
+
+
 @needs_vidur
 def test_vidur_import_keeps_tensor_parallel_1_rows_with_their_medians(tmp_path):
-    folders = import_vidur(VIDUR, tmp_path)
-    assert sorted(f.relative_to(tmp_path).as_posix() for f in folders) == ["a100-80gb/Llama-2-7B",
+    source = vidur_linear_layers(tmp_path)
+    out = tmp_path / "profiles"
+    folders = import_vidur(source, out)
+    assert sorted(f.relative_to(out).as_posix() for f in folders) == ["a100-80gb/Llama-2-7B",
                                                                           "h100-sxm/Llama-2-7B"]
     for folder, source in zip(sorted(folders), sorted(VIDUR_FILES)):
         rows = [r for r in read_rows(VIDUR / source) if r["num_tensor_parallel_workers"] == "1"]
@@ -459,7 +472,8 @@ def test_profile_gpu_calls_run_profile_with_the_flags(tmp_path, monkeypatch, cap
 
 @needs_vidur
 def test_profile_gpu_imports_vidur(tmp_path, capsys):
-    assert invoke(["profile-gpu", "--import-vidur", str(VIDUR), "--out", str(tmp_path)]) == 0
+    source = vidur_linear_layers(tmp_path)
+    assert invoke(["profile-gpu", "--import-vidur", str(source), "--out", str(tmp_path / "profiles")]) == 0
     assert capsys.readouterr().out.count("imported ") == 2
 
 
