@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # one core, as the target says

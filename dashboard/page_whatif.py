@@ -23,6 +23,7 @@ import streamlit as st
 from simspec import config as configuration
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
+from simspec.files import write_bytes
 from simspec.policies import POLICIES
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness, read_trace
@@ -77,9 +78,7 @@ def saved_upload(upload) -> Path:
     folder.mkdir(exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
     if not path.is_file():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        write_bytes(path, data)
     try:
         read_trace(path)
     except (InputError, UnicodeDecodeError, ValueError) as err:

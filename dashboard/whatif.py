@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 import simspec
-from simspec import costs, experiment, metrics, policies
+from simspec import costs, experiment, policies
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
 from simspec.types import InputError, RunLog, require

@@ -37,11 +37,11 @@ import functools
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-import numba
 import numpy as np
 from scipy import optimize
 
 from simspec import trees
+from simspec.compiled import jit
 from simspec.types import MAX_RANK, InputError, require
 
 SELECTION_SCALES = {"selected": 2.0, "pooled": 6.0}  # kept tokens at which the loss shrinks by e
@@ -142,7 +142,7 @@ class Randoms(NamedTuple):
     used: np.ndarray  # [2] int
 
 
-@numba.njit(cache=True, nogil=True)
+@jit
 def draw_round(request_logit, retention, depth, ranks, decay, token_sigma, confidence_sigma, visual_share, tail,
                conf_tail, normals, uniforms):
     """Compiled draw (see AcceptanceModel.draw): ``normals`` and ``uniforms``

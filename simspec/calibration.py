@@ -38,6 +38,7 @@ import numpy as np
 from scipy.optimize import least_squares, minimize, nnls
 
 from simspec.acceptance import AcceptanceModel, draw_round
+from simspec.files import write_text
 from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table, uniform_attention
 from simspec.types import MAX_RANK, InputError, require
 
@@ -151,11 +152,7 @@ def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int 
 
 
 def _save(record: dict, path: str | Path) -> None:
-    """Write JSON to a temp file, then rename: never a half-written file."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
+    write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def _load(path: str | Path, what: str, expected: str, build):

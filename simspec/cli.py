@@ -18,6 +18,7 @@ from simspec import __version__, config as configuration, experiment, runfolder
 from simspec import dashboard, export, report, sweep, tune
 from simspec.acceptance import PRESETS
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
+from simspec.files import write_text
 from simspec.models.config import TrainConfig
 from simspec.policies import POLICIES
 from simspec.profiling import add_cli as add_profile_cli
@@ -169,6 +170,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 def cmd_costs_report(args: argparse.Namespace) -> int:
     from simspec import costs
     from simspec.costs import report
+    from simspec.files import write_png
 
     root = Path(args.profiles) if args.profiles else None
     device, model = costs.gpu_spec(args.device, root), costs.model_spec(args.model)
@@ -181,7 +183,8 @@ def cmd_costs_report(args: argparse.Namespace) -> int:
     print()
     print(report.table(result, report.repeat_differences(found, repeat) if repeat else None))
     png = Path(args.png) if args.png else found[0].folder / "fit_report.png"
-    report.write_png(report.figure(found, result), png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    write_png(png, report.figure(found, result))
     print(f"\nmeasured vs fitted: {png}")
     return 0
 
@@ -210,7 +213,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_live(args: argparse.Namespace) -> int:
     from simspec.engine import validate as live  # torch only when asked
     from simspec.engine.live import LiveConfig
-    from simspec import calibration, metrics, policies
+    from simspec import calibration, metrics
     from simspec.costs import affine
 
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
@@ -247,10 +250,7 @@ def cmd_live(args: argparse.Namespace) -> int:
             "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context,
             "complete": not interrupted and all(log.complete for log in logs),
             "notes": [f"{log.policy}: {note}" for log in logs for note in log.notes]})
-        path = Path(args.out) / "acceptance_traces.jsonl"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(t) + "\n" for t in traces))
-        tmp.replace(path)
+        write_text(Path(args.out) / "acceptance_traces.jsonl", "".join(json.dumps(t) + "\n" for t in traces))
         print(f"wrote {args.out}" + (" (incomplete: interrupted)" if interrupted else ""))
     return 130 if interrupted else 0
 

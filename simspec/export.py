@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simspec import policies, tune
+from simspec.files import write_text
 from simspec.types import require
 
 FORMATS = ("vllm", "sglang")
@@ -228,7 +229,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     for line in export.cannot:
         print(f"cannot express: {line}")
     if args.out:
-        tune.write_text(args.out, json.dumps(export.settings, indent=2) + "\n")
+        write_text(args.out, json.dumps(export.settings, indent=2) + "\n")
         print(f"wrote {args.out}")
     if args.no_simulate:
         return 0

@@ -339,7 +339,8 @@ def text_table(grid, rows: str, cols: str | None) -> str:
 
 def write_report(path, out_dir, config: ReportConfig = ReportConfig()) -> str:
     """Write every plot and ``summary.txt`` into ``out_dir``; returns the summary."""
-    from simspec.runfolder import _plot_plan_mix, _time_edges, _write_png, _write_text
+    from simspec.files import write_png, write_text
+    from simspec.runfolder import _plot_plan_mix, _time_edges
 
     frame, meta = load_frame(path, config.where)
     dims = varied(frame, meta)
@@ -381,7 +382,7 @@ def write_report(path, out_dir, config: ReportConfig = ReportConfig()) -> str:
     figures[PLOTS[2]] = plot_best(grid, rows, cols, policies, config)
     for name, figure in figures.items():
         figure.suptitle(figure.get_suptitle() + note, fontsize="medium")
-        _write_png(folder / name, figure)
+        write_png(folder / name, figure)
     pooled = [d for d in dims if d not in (rows, cols)]
     lines += ["", f"best policy by {config.metric} ({'lower' if lower_is_better(config.metric) else 'higher'} is "
                   f"better) over {seed_text}"
@@ -397,7 +398,7 @@ def write_report(path, out_dir, config: ReportConfig = ReportConfig()) -> str:
                     f"seed {s.config.seed}\ncost model: {s.costs.label} "
                     f"({s.costs.calibration.upper() if s.costs.calibration == 'uncalibrated' else s.costs.calibration})",
                     fontsize="small")
-    _write_png(folder / PLOTS[3], figure)
+    write_png(folder / PLOTS[3], figure)
     figures[PLOTS[3]] = figure
     lines.append(f"\nplan mix: scenario {chosen} (seed {s.config.seed}) re-simulated from its stored config")
     if mismatch:
@@ -405,7 +406,7 @@ def write_report(path, out_dir, config: ReportConfig = ReportConfig()) -> str:
                      f"(table written by another simspec version?)")
     lines.append(f"wrote {folder}/: {', '.join(figures)}, summary.txt")
     summary = "\n".join(lines) + "\n"
-    _write_text(folder / "summary.txt", summary)
+    write_text(folder / "summary.txt", summary)
     return summary
 
 

@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from simspec.files import dump_json, write_png, write_text
 from simspec.types import RunLog, require
 
 MARKER = "simspec-run.json"
@@ -87,14 +83,14 @@ def write_run(
     folder = prepare(path)
     # The marker goes first: a run interrupted half-way still leaves a folder
     # that prepare() accepts, so rerunning with the same --out works.
-    _write_text(folder / MARKER, _dump_json(meta))
-    _write_text(folder / "config.toml", config_toml)
-    _write_text(folder / "metrics.json", _dump_json(metrics))
+    write_text(folder / MARKER, dump_json(meta))
+    write_text(folder / "config.toml", config_toml)
+    write_text(folder / "metrics.json", dump_json(metrics))
     write_requests_csv(logs, folder / "requests.csv")
     edges = _time_edges(logs)
-    _write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))
-    _write_png(folder / "plan_mix.png", _plot_plan_mix(logs, edges))
-    _write_png(folder / "throughput.png", _plot_throughput(logs, edges))
+    write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))
+    write_png(folder / "plan_mix.png", _plot_plan_mix(logs, edges))
+    write_png(folder / "throughput.png", _plot_throughput(logs, edges))
 
 
 def write_requests_csv(log: RunLog | list[RunLog], path) -> None:
@@ -102,7 +98,7 @@ def write_requests_csv(log: RunLog | list[RunLog], path) -> None:
     (atomically): one row per request per policy, sorted by id within a
     policy, floats as ``%.9f`` so identical logs give identical bytes."""
     logs = [log] if isinstance(log, RunLog) else list(log)
-    _write_text(Path(path), _requests_csv(logs))
+    write_text(Path(path), _requests_csv(logs))
 
 
 def format_table(metrics: dict[str, dict[str, float]], columns: list[str]) -> str:
@@ -146,47 +142,6 @@ def _cell(value) -> str:
 
 
 # --- files ------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write via a temporary file in the same folder, then rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _write_text(path: Path, text: str) -> None:
-    data = text.encode("utf-8")
-    _write_atomic(path, lambda f: f.write(data))
-
-
-def _write_png(path: Path, fig: Figure) -> None:
-    FigureCanvasAgg(fig)
-    _write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
-
-
-def _dump_json(obj) -> str:
-    return json.dumps(_jsonable(obj), sort_keys=True, indent=2, allow_nan=False) + "\n"
-
-
-def _jsonable(x):
-    """Plain JSON values: numpy scalars unwrapped, NaN and inf as null."""
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    return x
 
 
 def _requests_csv(logs: list[RunLog]) -> str:

@@ -49,6 +49,7 @@ from tqdm import tqdm
 from simspec import __version__, acceptance, costs, experiment, policies
 from simspec import config as configuration
 from simspec.config import SimConfig
+from simspec.files import write_atomic
 from simspec.sim import EngineConfig
 from simspec.types import InputError, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -695,9 +696,7 @@ def _table(sweep: SweepConfig, points: list[Point], done: dict, saturation: dict
 def _write(path: Path, table) -> None:
     import pyarrow.parquet as pq
 
-    from simspec.runfolder import _write_atomic
-
-    _write_atomic(path, lambda f: pq.write_table(table, f))
+    write_atomic(path, lambda f: pq.write_table(table, f))
 
 
 # --- the run -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Draft-tree geometry on rank-path codes, vectorised over a batch.
 
-Imports: numpy, numba and simspec.types. Shared by the acceptance model (to
+Imports: numpy, simspec.compiled (numba) and simspec.types. Shared by the acceptance model (to
 fit presets under a published draft setting), the policies (to build plans)
 and the serving model (to accept). A node is named by the ranks of its
 tokens among the drafter's candidates along its root path; ``code`` packs
@@ -19,15 +19,13 @@ some 300,000 steps, and these small per-step loops would dominate in numpy.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from simspec.compiled import jit
 from simspec.types import MAX_DEPTH, MAX_RANK, RANK_BITS
 
 _DEPTH_TIEBREAK = 1e-9  # prefer the parent when a child ties its value
 _DEPTH_START = np.int64(1) << (RANK_BITS * np.arange(MAX_DEPTH + 1, dtype=np.int64))  # smallest code of each depth + 1
-
-jit = numba.njit(cache=True, nogil=True)
 
 
 def chain_codes(k: int) -> np.ndarray:

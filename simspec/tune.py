@@ -30,7 +30,6 @@ import csv
 import io
 import itertools
 import math
-import os
 import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
@@ -43,6 +42,7 @@ from tqdm import tqdm
 
 from simspec import __version__, config as configuration, experiment, metrics, policies
 from simspec.config import SimConfig
+from simspec.files import write_text
 from simspec.sim import simulate
 from simspec.types import InputError, RunLog, require
 from simspec.workloads import arrival_cv, cv_to_burstiness
@@ -460,19 +460,6 @@ def dumps(t: Tuned) -> str:
     return header + tomli_w.dumps(doc)
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` via a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def _get(table: dict, key: str, kind, where: str):
     value = table.get(key)
     ok = isinstance(value, kind) and not isinstance(value, bool) if kind is not bool else isinstance(value, bool)
@@ -701,6 +688,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out} is a folder; name the tuned file (e.g. {out}/tuned.toml)")
     tuned = tune(base, tc, progress=not args.quiet)
+    out.parent.mkdir(parents=True, exist_ok=True)
     write_text(out, dumps(tuned))
     write_text(out.with_suffix(".csv"), table_csv(tuned))
     write_text(out.with_suffix(".md"), table_markdown(tuned))
@@ -748,5 +736,5 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 __all__ = ["TuneConfig", "Tuned", "Cell", "Candidate", "Schedule", "Stage", "Paired", "tune", "tune_cell", "load",
-           "dumps", "write_text", "paired", "adaptive_policy", "policies_for", "with_policy_file", "table_rows",
+           "dumps", "paired", "adaptive_policy", "policies_for", "with_policy_file", "table_rows",
            "table_markdown", "table_csv", "notes", "FAMILIES", "OBJECTIVES", "SPACES"]

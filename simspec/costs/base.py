@@ -46,9 +46,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
+from simspec.compiled import jit
 from simspec.types import StepShape, require
 
 TABLE_TOKENS = 1 << 15  # token counts tabulated; beyond, the last slope extrapolates
@@ -227,9 +227,6 @@ class CostTables(NamedTuple):
     select_launch_s: float
     select_s_per_key: float
     select_s_per_key_sq: float
-
-
-jit = numba.njit(cache=True, nogil=True)
 
 
 @jit

@@ -10,13 +10,10 @@ Imports: numpy, matplotlib (Agg canvas), simspec.costs.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from simspec.costs import fitted, profiles
@@ -168,11 +165,3 @@ def _drafter_panel(ax, t, result: fitted.Fitted) -> None:
     ax.set_xlabel("tokens")
     ax.set_ylabel("ms")
     ax.legend(fontsize=6)
-
-
-def write_png(fig: Figure, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png.tmp")
-    with os.fdopen(fd, "wb") as handle:
-        FigureCanvasAgg(fig).print_png(handle)
-    os.replace(tmp, path)

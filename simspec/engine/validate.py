@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from simspec import calibration, metrics, policies, workloads
 from simspec.experiment import burst_rate
+from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
 from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
@@ -329,26 +330,18 @@ def _jsonable(x):
 
 def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, acceptance: AcceptanceModel,
            cal_steps: pd.DataFrame) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     out.mkdir(parents=True, exist_ok=True)
     calibration.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
     calibration.save_step_costs(cal["cost_fit"], out / "step_costs.json")
-    tmp = out / "calibration_steps.parquet.tmp"
-    cal_steps.to_parquet(tmp, index=False)
-    tmp.replace(out / "calibration_steps.parquet")
-    tmp = out / "validation.json.tmp"
-    tmp.write_text(json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
-    tmp.replace(out / "validation.json")
-    tmp = out / "report.json.tmp"
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True, default=float) + "\n")
-    tmp.replace(out / "report.json")
+    write_atomic(out / "calibration_steps.parquet", lambda f: cal_steps.to_parquet(f, index=False))
+    write_text(out / "validation.json", json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
+    write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True, default=float) + "\n")
     cols = min(3, len(cdf_logs))
     rows = (len(cdf_logs) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    fig = Figure(figsize=(4.5 * cols, 3.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (title, live_log, sim_log) in zip(axes.ravel(), cdf_logs):
         for log, style, label in ((live_log, "-", "live"), (sim_log, "--", "sim")):
             e2el = np.sort([(r.finish_s - r.arrival_s) * 1e3 for r in log.requests])
@@ -359,7 +352,4 @@ def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, accep
     for ax in axes.ravel()[len(cdf_logs):]:
         ax.axis("off")
     fig.tight_layout()
-    tmp = out / "latency_cdf.png.tmp"
-    fig.savefig(tmp, format="png", dpi=90)
-    plt.close(fig)
-    tmp.replace(out / "latency_cdf.png")
+    write_png(out / "latency_cdf.png", fig, dpi=90)

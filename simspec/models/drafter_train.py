@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from simspec.acceptance import DraftContext
+from simspec.files import write_atomic, write_text
 from simspec.models.config import DrafterTrainConfig
 from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unrolled_losses
 from simspec.models.task import Example, Vocab, examples_hash, generate
@@ -176,12 +177,9 @@ def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/tar
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "drafter.pt.tmp"
-    torch.save({k: v.detach().clone().contiguous() for k, v in drafter.state_dict().items()}, tmp)
-    tmp.replace(out / "drafter.pt")
-    tmp = out / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    tmp.replace(out / "meta.json")
+    state = {k: v.detach().clone().contiguous() for k, v in drafter.state_dict().items()}
+    write_atomic(out / "drafter.pt", lambda f: torch.save(state, f))
+    write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
 
 

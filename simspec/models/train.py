@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from simspec.files import write_atomic, write_text
 from simspec.models.config import QUICK, TrainConfig
 from simspec.models.task import KINDS, Example, Vocab, default_vocab, examples_hash, generate
 from simspec.models.vlm import TargetVLM, VLMConfig
@@ -154,8 +155,9 @@ def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed:
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    torch.save({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, out / "model.pt")
-    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    write_atomic(out / "model.pt", lambda f: torch.save(state, f))
+    write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
     return meta
 
 

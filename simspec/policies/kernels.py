@@ -29,7 +29,8 @@ from typing import NamedTuple
 import numpy as np
 
 from simspec import trees
-from simspec.costs.base import CostTables, draft_cost, forward_cost, jit, select_cost, table_at
+from simspec.compiled import jit
+from simspec.costs.base import CostTables, draft_cost, forward_cost, select_cost, table_at
 from simspec.types import MAX_DEPTH, RANK_BITS
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)

@@ -17,11 +17,11 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from simspec.files import write_text
 from simspec.profiling.grid import Op
 from simspec.types import InputError
 
@@ -106,22 +106,10 @@ def device_slug(name: str, kind: str) -> str:
     return f"cpu-{slugify(name)}" if kind == "cpu" else gpu_slug(name)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_meta(folder: Path, meta: ProfileMeta) -> Path:
     path = folder / META_FILE
-    write_atomic(path, json.dumps(asdict(meta), indent=2) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(asdict(meta), indent=2) + "\n")
     return path
 
 

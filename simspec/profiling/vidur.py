@@ -22,7 +22,8 @@ from pathlib import Path
 
 from simspec.costs import GPUS, MODELS, ModelSpec
 from simspec.profiling.grid import OPS, VIDUR_OPS
-from simspec.profiling.store import ProfileMeta, git_commit, read_meta, utc_now, write_atomic, write_meta
+from simspec.files import write_text
+from simspec.profiling.store import ProfileMeta, git_commit, read_meta, utc_now, write_meta
 from simspec.types import InputError
 
 SOURCE_PREFIX = "Vidur"
@@ -137,7 +138,8 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
     commit, date = git_commit(), utc_now()
     for folder, (slug, model, names, tables) in folders.items():
         for op, rows in tables.items():
-            write_atomic(folder / f"{op}.csv", _csv_text(rows, OPS[op].header))
+            folder.mkdir(parents=True, exist_ok=True)
+            write_text(folder / f"{op}.csv", _csv_text(rows, OPS[op].header))
         shutil.copyfile(licence, folder / licence.name)
         gpu = GPUS[slug]
         write_meta(folder, ProfileMeta(

@@ -21,7 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from simspec.acceptance import Randoms, draw_round
-from simspec.costs.base import CostTables, jit, step_cost
+from simspec.compiled import jit
+from simspec.costs.base import CostTables, step_cost
 from simspec.policies import kernels
 from simspec.trees import accepted_length
 from simspec.types import RANK_BITS

@@ -1,0 +1,121 @@
+"""Files in and out: atomic writes, and TOML and JSON reads whose errors name
+the file (and the field, where a caller checks one).
+
+Imports: the standard library, numpy and simspec.types.
+
+Every file simspec writes goes through :func:`write_atomic`: the bytes go to
+a new temporary file in the target's folder (``.NAME.XXXXXX.tmp``, created
+exclusively, so a planted symlink is never followed), which is then renamed
+over the target. A crash, a full disk or Ctrl-C leaves the old file or
+none, never half of the new one, and the temporary file is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+import numpy as np
+
+from simspec.types import InputError, require
+
+
+def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Call ``write(f)`` on a temporary file beside ``path``, then rename it over ``path``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    write_atomic(path, lambda f: f.write(data))
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_png(path: str | os.PathLike, figure, dpi: int = 100) -> None:
+    """A matplotlib Figure drawn with the Agg canvas (headless; pyplot's
+    backend is left alone) into ``path`` as PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(figure)
+    write_atomic(path, lambda f: figure.savefig(f, format="png", dpi=dpi))
+
+
+def jsonable(x):
+    """Plain JSON values: numpy scalars and arrays unwrapped, tuples as
+    lists, NaN and infinities as null."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if math.isfinite(x) else None
+    return x
+
+
+def dump_json(obj, *, sort_keys: bool = True, indent: int | None = 2) -> str:
+    """``obj`` as JSON text (:func:`jsonable` first), newline-terminated."""
+    return json.dumps(jsonable(obj), sort_keys=sort_keys, indent=indent, allow_nan=False) + "\n"
+
+
+def write_json(path: str | os.PathLike, obj, *, sort_keys: bool = True, indent: int | None = 2) -> None:
+    write_text(path, dump_json(obj, sort_keys=sort_keys, indent=indent))
+
+
+def read_text(path: str | os.PathLike, what: str) -> str:
+    """The UTF-8 text of ``path``; one-line InputErrors for a missing file,
+    a folder, an unreadable or a non-UTF-8 file, each naming ``what`` and the path."""
+    path = Path(path)
+    require(not path.is_dir(), f"{what} {path} is a folder, not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{what} {path}: no such file") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{what} {path}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise InputError(f"{what} {path}: cannot be read ({err.strerror or err})") from None
+
+
+def read_toml(path: str | os.PathLike, what: str) -> dict:
+    """A TOML file's tables; errors name ``what`` and the path."""
+    text = read_text(path, what)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{what} {path}: not valid TOML ({err})") from None
+    except RecursionError:
+        raise InputError(f"{what} {path}: not valid TOML (nested too deeply)") from None
+
+
+def read_json(path: str | os.PathLike, what: str):
+    """A JSON file's value; errors name ``what`` and the path."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise InputError(f"{what} {path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise InputError(f"{what} {path}: not valid JSON (nested too deeply)") from None
+
+
+__all__ = ["write_atomic", "write_bytes", "write_text", "write_png", "write_json", "dump_json", "jsonable", "read_text",
+           "read_toml", "read_json"]
