@@ -213,7 +213,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_live(args: argparse.Namespace) -> int:
     from simspec.engine import validate as live  # torch only when asked
     from simspec.engine.live import LiveConfig
-    from simspec import calibration, metrics
+    from simspec import metrics
+    from simspec.costs import steps as step_costs
     from simspec.costs import affine
 
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
@@ -226,7 +227,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.timing_only:
         models, requests, examples, cost_model, replay = _timing_setup(args, workload, config, device)
     else:
-        cost_model = calibration.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
+        cost_model = step_costs.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
         requests, examples = live.live_workload(workload, args.seed)
         models = live.load_models(args.target, args.drafter, args.device)
         live.warm_up(models, specs, config)
@@ -273,7 +274,8 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
     shape, acceptance replayed from a model fitted to traces (or a preset)."""
     import torch
 
-    from simspec import acceptance, calibration, costs
+    from simspec import acceptance, costs
+    from simspec.acceptance import fit as acceptance_fit
     from simspec.acceptance import DraftContext
     from simspec.engine import timing, validate as live
 
@@ -290,7 +292,7 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
             traces = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         except ValueError as err:
             raise InputError(f"--traces {path}: not JSON lines ({err})") from None
-        model = calibration.fit_acceptance(traces, name=f"fitted to {path.name}")
+        model = acceptance_fit.fit_acceptance(traces, name=f"fitted to {path.name}")
     else:
         model = acceptance.build(args.acceptance)
     gpu = costs.gpu_spec(args.gpu)

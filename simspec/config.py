@@ -11,13 +11,13 @@ command line (``"linear:k=5"``) or tables (``{name = "linear", k = 5}``).
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import tomli_w
 
 from simspec import policies
+from simspec.files import read_toml
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.sim import EngineConfig
 from simspec.types import InputError, require
@@ -80,12 +80,7 @@ def load(path: str | Path) -> dict:
     """Read a config file into keyword overrides of :class:`SimConfig`
     (nested dicts for the tables); validation happens in :func:`build`."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"--config {path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"--config {path}: not valid TOML ({err})") from None
+    data = read_toml(path, "--config")
     _checked(data, SimConfig, str(path))
     for name, record in _TABLES.items():
         if name in data:

@@ -117,5 +117,27 @@ def read_json(path: str | os.PathLike, what: str):
         raise InputError(f"{what} {path}: not valid JSON (nested too deeply)") from None
 
 
-__all__ = ["write_atomic", "write_bytes", "write_text", "write_png", "write_json", "dump_json", "jsonable", "read_text",
+def save_record(record: dict, path: str | os.PathLike) -> None:
+    """A JSON record with a ``format`` key (calibrated models), as :func:`load_record` reads it."""
+    write_text(path, json.dumps(record, indent=2) + "\n")
+
+
+def load_record(path: str | os.PathLike, what: str, expected: str, build: Callable[[dict], object]):
+    """Read a record :func:`save_record` wrote, check its ``format`` is
+    ``expected`` and ``build`` its object; errors name ``what`` and the file."""
+    path = Path(path)
+    require(path.is_file(), f"{what} file {path} does not exist")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        require(isinstance(record, dict) and record.get("format") == expected,
+                f"{what} file {path} has format {record.get('format') if isinstance(record, dict) else None!r}, "
+                f"expected {expected!r}")
+        return build(record)
+    except InputError:
+        raise
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        raise InputError(f"{what} file {path} is corrupt: {error}") from None
+
+
+__all__ = ["save_record", "load_record", "write_atomic", "write_bytes", "write_text", "write_png", "write_json", "dump_json", "jsonable", "read_text",
            "read_toml", "read_json"]

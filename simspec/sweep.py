@@ -49,7 +49,7 @@ from tqdm import tqdm
 from simspec import __version__, acceptance, costs, experiment, policies
 from simspec import config as configuration
 from simspec.config import SimConfig
-from simspec.files import write_atomic
+from simspec.files import read_toml, write_atomic
 from simspec.sim import EngineConfig
 from simspec.types import InputError, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -162,13 +162,7 @@ class Outcome:
 
 def load(path: str | Path) -> dict:
     """Read a sweep file into :func:`from_values`'s dict."""
-    path = Path(path)
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"--config {path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"--config {path}: not valid TOML ({err})") from None
+    return read_toml(path, "--config")
 
 
 def from_values(data: dict | None = None, *, base_flags: dict | None = None, axis_flags: dict | None = None,

@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from simspec import __version__, config as configuration, experiment, metrics, policies
 from simspec.config import SimConfig
-from simspec.files import write_text
+from simspec.files import read_toml, write_text
 from simspec.sim import simulate
 from simspec.types import InputError, RunLog, require
 from simspec.workloads import arrival_cv, cv_to_burstiness
@@ -487,12 +487,7 @@ def _candidate(table, family: str, where: str) -> Candidate:
 def load(path: str | Path) -> Tuned:
     """Read and check a tuned file; bad files raise one-line InputErrors."""
     where = f"policy file {path}"
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{where}: not valid TOML ({err})") from None
+    data = read_toml(path, "policy file")
     require(data.get("format") == FORMAT,
             f"{where}: format must be {FORMAT!r} (got {data.get('format')!r}); write it with `simspec tune`")
     objective = _get(data, "objective", str, where)

@@ -10,7 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from simspec import calibration, policies  # noqa: E402
+from simspec import policies  # noqa: E402
+from simspec.acceptance import fit as acceptance_fit
+from simspec.costs import steps as step_costs
 from simspec.acceptance import AcceptanceModel, DraftContext  # noqa: E402
 from simspec.costs import affine  # noqa: E402
 from simspec.engine import LiveConfig, LiveEngine  # noqa: E402
@@ -237,19 +239,19 @@ def test_shipped_drafter_loads_and_beats_chance():
 def test_acceptance_fit_recovers_a_known_model(tmp_path):
     truth = AcceptanceModel(name="truth", top1_logit=1.2, depth_decay_logit=0.2, request_sigma=0.6, token_sigma=1.0,
                             confidence_sigma=0.4, tail_mass=0.5, tail_decay=0.4, visual_share=0.0)
-    traces = calibration._model_traces(truth, 300, 10, 5, rng_seed=7)
-    fitted = calibration.fit_acceptance(traces, depth=5)
+    traces = acceptance_fit._model_traces(truth, 300, 10, 5, rng_seed=7)
+    fitted = acceptance_fit.fit_acceptance(traces, depth=5)
     assert abs(fitted.top1_logit - truth.top1_logit) < 0.35
-    live = calibration._trace_stats(traces, 5, np.array([0, 0.5, 1.01]))["rate"]
-    sim = calibration._trace_stats(calibration._model_traces(fitted, 300, 10, 5, rng_seed=8), 5,
+    live = acceptance_fit._trace_stats(traces, 5, np.array([0, 0.5, 1.01]))["rate"]
+    sim = acceptance_fit._trace_stats(acceptance_fit._model_traces(fitted, 300, 10, 5, rng_seed=8), 5,
                                    np.array([0, 0.5, 1.01]))["rate"]
     assert np.max(np.abs(live - sim)) < 0.04
     path = tmp_path / "acc.json"
-    calibration.save_acceptance(fitted, path)
-    assert calibration.load_acceptance(path) == fitted
+    acceptance_fit.save_acceptance(fitted, path)
+    assert acceptance_fit.load_acceptance(path) == fitted
     path.write_text(json.dumps({"format": "other"}))
     with pytest.raises(InputError, match="format"):
-        calibration.load_acceptance(path)
+        acceptance_fit.load_acceptance(path)
 
 
 def test_confidence_shape_is_fitted_apart_from_the_rank_tail():
@@ -259,8 +261,8 @@ def test_confidence_shape_is_fitted_apart_from_the_rank_tail():
     truth = AcceptanceModel(name="truth", top1_logit=1.2, depth_decay_logit=0.2, request_sigma=0.6, token_sigma=1.0,
                             confidence_sigma=0.4, tail_mass=0.9, tail_decay=0.2, visual_share=0.0,
                             conf_tail_mass=0.45, conf_tail_decay=0.2)
-    traces = calibration._model_traces(truth, 300, 10, 5, rng_seed=7)
-    fitted = calibration.fit_acceptance(traces, depth=5)
+    traces = acceptance_fit._model_traces(truth, 300, 10, 5, rng_seed=7)
+    fitted = acceptance_fit.fit_acceptance(traces, depth=5)
     assert fitted.conf_tail[0] == pytest.approx(truth.conf_tail[0], abs=0.03)
     assert fitted.conf_tail[1] == pytest.approx(truth.conf_tail[1], abs=0.03)
     assert abs(fitted.tail[0] - truth.tail[0]) < 0.1 and fitted.tail[0] - fitted.conf_tail[0] > 0.25
@@ -293,23 +295,23 @@ def _steps(n: int, wake_s: float = 0.0, wake_tau_s: float = 1.0, seed: int = 0) 
 
 
 def test_step_cost_fit_recovers_coefficients(tmp_path):
-    model, report = calibration.fit_step_costs(_steps(200), "test")
+    model, report = step_costs.fit_step_costs(_steps(200), "test")
     assert report["median_abs_pct_error"] < 1.0
     assert model.calibrated and model.wake_s == 0.0  # no idle spell, no wake cost
-    calibration.save_step_costs(report, tmp_path / "c.json")
-    again = calibration.load_step_costs(tmp_path / "c.json")
+    step_costs.save_step_costs(report, tmp_path / "c.json")
+    again = step_costs.load_step_costs(tmp_path / "c.json")
     assert again.overhead_s == pytest.approx(model.overhead_s)
 
 
 def test_step_cost_fit_takes_the_wake_cost_from_steps_after_idle_spells(tmp_path):
     steps = _steps(400, wake_s=0.08, wake_tau_s=0.5)
-    model, report = calibration.fit_step_costs(steps, "test")
+    model, report = step_costs.fit_step_costs(steps, "test")
     assert report["wake"]["steps"] == 40
     assert (model.wake_s, model.wake_tau_s, model.wake_next_share) == pytest.approx((0.08, 0.5, 0.2), rel=0.02)
     assert model.overhead_s == pytest.approx(0.002, rel=0.02)  # the spells did not leak into the per-step cost
     assert report["median_abs_pct_error"] < 1.0 and abs(report["total_time_error_pct"]) < 1.0
-    calibration.save_step_costs(report, tmp_path / "c.json")
-    again = calibration.load_step_costs(tmp_path / "c.json")
+    step_costs.save_step_costs(report, tmp_path / "c.json")
+    again = step_costs.load_step_costs(tmp_path / "c.json")
     assert again.wake_cost_s(1.0) == pytest.approx(model.wake_cost_s(1.0)) and model.wake_cost_s(1.0) > 0.06
 
 

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from simspec import calibration  # noqa: E402
+from simspec.costs import steps as step_costs  # noqa: E402
 from simspec.engine import validate as live  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
     saved = json.loads((out / "step_costs.json").read_text())
     assert len(steps) == saved["steps"] and set(live.QUICK.policies) <= set(steps["policy"])
     assert (steps["idle_s"] > 0).sum() == saved["wake"]["steps"]
-    _, refit = calibration.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
+    _, refit = step_costs.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
     assert refit["coefficients_s"] == pytest.approx(saved["coefficients_s"], rel=1e-9)
     assert refit["wake"] == pytest.approx(saved["wake"], rel=1e-9)
 

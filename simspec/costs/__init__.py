@@ -8,7 +8,7 @@ user's ``--cost-model`` string into a model:
   else the roofline prior.
 - ``roofline``: datasheet prior, uncalibrated.
 - ``profile:DIR``: fitted to the profile in DIR.
-- ``steps:FILE``: fitted to live engine steps (simspec.calibration, ``simspec validate``).
+- ``steps:FILE``: fitted to live engine steps (simspec.costs.steps, ``simspec validate``).
 - ``constant:STEP_MS``: every step costs STEP_MS.
 - ``affine:BASE_MS,PER_TOKEN_MS``: BASE_MS per step + PER_TOKEN_MS per target token.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from simspec.costs import fitted, profiles
+from simspec.costs import fitted, profiles, steps
 from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
 from simspec.costs import specs
@@ -95,9 +95,7 @@ def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None
     if kind == "profile" and args:
         return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
     if kind == "steps" and args:
-        from simspec.calibration import load_step_costs  # fitted to live engine steps
-
-        return load_step_costs(args)
+        return steps.load_step_costs(args)
     if kind == "roofline" and not args:
         return _roofline(model, gpu, profiles_root)
     if kind == "constant":

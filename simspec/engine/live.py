@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from simspec.acceptance import DraftContext
+from simspec.acceptance.context import DraftContext
 from simspec.costs import CostModel
 from simspec.models.drafter import Drafter, chain_attention, select_visual
 from simspec.models.task import Example

@@ -25,7 +25,9 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from simspec import calibration, metrics, policies, workloads
+from simspec import metrics, policies, workloads
+from simspec.acceptance import fit as acceptance_fit
+from simspec.costs import steps as step_costs
 from simspec.experiment import burst_rate
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
@@ -193,9 +195,9 @@ def calibrate(models: Models, v: ValidateConfig,
             ran += [spec] * len(result.steps)
     steps += burst.steps
     ran += ["ar (capacity burst)"] * len(burst.steps)
-    cost_model, cost_report = calibration.fit_step_costs(
+    cost_model, cost_report = step_costs.fit_step_costs(
         steps, f"fitted to live engine steps ({next(models.target.parameters()).device.type})")
-    acceptance = calibration.fit_acceptance(traces, name="calibrated:live")
+    acceptance = acceptance_fit.fit_acceptance(traces, name="calibrated:live")
     table = pd.DataFrame([asdict(s) for s in steps]).assign(policy=ran)
     return cost_model, acceptance, {"cost_fit": cost_report, "traces": len(traces), "steps": len(steps),
                                     "capacity_guess_req_s": capacity}, table
@@ -219,7 +221,7 @@ def speed_probe(models: Models, v: ValidateConfig, burst: tuple[list[Request], l
 def scaled(cost_fit: dict, factor: float) -> CostModel:
     """The fitted step costs with every term (the wake cost too) times ``factor``."""
     wake = cost_fit.get("wake", {})
-    return calibration.cost_model_from({k: float(c) * factor for k, c in cost_fit["coefficients_s"].items()},
+    return step_costs.cost_model_from({k: float(c) * factor for k, c in cost_fit["coefficients_s"].items()},
                                        f"{cost_fit['label']} x{factor:.3f}",
                                        {**wake, "wake_s": wake.get("wake_s", 0.0) * factor})
 
@@ -333,8 +335,8 @@ def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, accep
     from matplotlib.figure import Figure
 
     out.mkdir(parents=True, exist_ok=True)
-    calibration.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
-    calibration.save_step_costs(cal["cost_fit"], out / "step_costs.json")
+    acceptance_fit.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
+    step_costs.save_step_costs(cal["cost_fit"], out / "step_costs.json")
     write_atomic(out / "calibration_steps.parquet", lambda f: cal_steps.to_parquet(f, index=False))
     write_text(out / "validation.json", json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
     write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True, default=float) + "\n")

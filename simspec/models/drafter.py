@@ -40,7 +40,7 @@ from torch import nn
 from simspec_kernels.cross_attention import gated_cross_attention
 from simspec_kernels.int8_cache import quantize_keys
 from simspec_kernels.selection import select_visual_tokens
-from simspec.acceptance import DraftContext
+from simspec.acceptance.context import DraftContext
 from simspec.models.vlm import RMSNorm, TargetVLM, rope
 from simspec.types import require
 

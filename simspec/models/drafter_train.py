@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from simspec.acceptance import DraftContext
+from simspec.acceptance.context import DraftContext
 from simspec.files import write_atomic, write_text
 from simspec.models.config import DrafterTrainConfig
 from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unrolled_losses

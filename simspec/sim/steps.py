@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simspec.acceptance import Randoms, draw_round
+from simspec.acceptance.model import Randoms, draw_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, step_cost
 from simspec.policies import kernels

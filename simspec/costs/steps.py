@@ -1,0 +1,163 @@
+"""Cost models fitted to measured live engine steps (``--cost-model steps:FILE``).
+
+Imports: numpy, scipy (least squares, nnls), simspec.files, simspec.types,
+simspec.costs.base (no torch: the simulator loads what this module writes).
+
+Each live step records the simulator's step shape and its wall time; a
+non-negative least-squares fit (of relative error) of the cost model's own
+terms (per-step overhead, per target token, per logit row, per attention
+pair, per sequence in the forward, the vision encoder, per drafter level
+and row, per kept visual token, selection) gives a :class:`CostModel` the
+simulator prices steps with. Steps the engine ran straight after sitting
+idle are left out of it: they cost more the longer it idled (on the
+development machine a step after half a second idle takes 5-10x its usual
+time), and the cost model's wake term (``wake_s``, ``wake_tau_s``) is fitted
+to what they and the step after each cost beyond the fit
+(``wake_next_share``: the step after's share).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import least_squares, nnls
+
+from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table, uniform_attention
+from simspec.files import load_record, save_record
+from simspec.types import require
+
+COST_FORMAT = "simspec-step-costs/1"
+
+FEATURES = ("overhead", "target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call",
+            "vision_token", "draft_level", "draft_row", "draft_kept", "select_call", "select_key")
+
+
+def step_features(step) -> np.ndarray:
+    """The cost model's terms for one step record (any object with the StepShape fields)."""
+    levels = list(step.draft_level_tokens)
+    return np.array([1.0, step.forward_tokens, step.logit_tokens, step.attn_pairs, step.attn_requests,
+                     step.padded_kv_tokens, float(step.vision_tokens > 0),
+                     step.vision_tokens, len(levels), sum(levels), len(levels) * step.draft_kept_visual_tokens,
+                     float(step.select_requests > 0), step.select_visual_tokens], dtype=float)
+
+
+TARGET_FEATURES = ("target_token", "logit_row", "attn_pair", "attn_request", "attn_padded_kv", "vision_call", "vision_token")
+DRAFT_FEATURES = ("draft_level", "draft_row", "draft_kept", "select_call", "select_key")
+
+
+def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of relative error (short steps weigh as much as long ones)."""
+    keep = y > 0
+    coef, _ = nnls(x[keep] / y[keep, None], np.ones(int(keep.sum())))
+    return coef
+
+
+WAKE_MIN_STEPS = 5  # steps after an idle spell needed to fit the wake cost
+
+
+def _after_idle(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each step's idle spell before it (``idle_s``, 0 if not recorded),
+    the mask of steps run straight after one, and that of the step
+    following each in the same run."""
+    idle_s = np.array([getattr(s, "idle_s", 0.0) for s in steps])
+    idle = idle_s > 0
+    starts = np.array([s.start_s for s in steps])
+    following = np.zeros(len(steps), dtype=bool)
+    following[1:] = idle[:-1] & ~idle[1:] & (starts[1:] > starts[:-1])
+    return idle_s, idle, following
+
+
+def fit_wake(idle_s: np.ndarray, extra_s: np.ndarray) -> tuple[float, float]:
+    """(wake_s, wake_tau_s) of ``extra = wake_s * (1 - exp(-idle / tau))``,
+    least squares, from steps after idle spells and what they cost beyond the
+    rest of the fit; (0, 1) when fewer than WAKE_MIN_STEPS."""
+    if len(idle_s) < WAKE_MIN_STEPS:
+        return 0.0, 1.0
+    scale = max(float(np.median(idle_s)), 1e-3)
+
+    def residual(theta):
+        return theta[0] * -np.expm1(-idle_s / (theta[1] * scale)) - extra_s
+
+    fit = least_squares(residual, [max(float(np.mean(extra_s)), 0.0) * 2 + 1e-6, 1.0],
+                        bounds=([0.0, 1e-2], [np.inf, 1e2]), x_scale="jac")
+    return float(fit.x[0]), float(fit.x[1] * scale)
+
+
+def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
+    """Fit the cost model's terms to live step records. Where steps also
+    record how long drafting (``draft_s``) and the target's part
+    (``target_s``) took, each part is fitted on its own terms and the rest
+    of the step is the per-step overhead; that keeps correlated terms (more
+    requests: more target tokens *and* more drafter rows) apart. Otherwise
+    the whole step is fitted at once. Steps after an idle spell (and the
+    one after each) are fitted apart, as the wake cost (module docstring).
+    Returns the model and a report."""
+    require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
+    idle_s, idle, following = _after_idle(steps)
+    warm = ~idle & ~following
+    require(warm.sum() >= 30, f"step records must hold >= 30 steps not right after an idle spell (got {warm.sum()})")
+    everything = np.array([step_features(s) for s in steps])
+    durations = np.array([s.duration_s for s in steps])
+    x, y = everything[warm], durations[warm]
+    index = {name: i for i, name in enumerate(FEATURES)}
+    parts = np.array([[getattr(s, "draft_s", 0.0), getattr(s, "target_s", 0.0)] for s, w in zip(steps, warm) if w])
+    if parts.sum() > 0:
+        coef = np.zeros(len(FEATURES))
+        t_cols = [index["overhead"]] + [index[n] for n in TARGET_FEATURES]  # with the forward's fixed cost
+        coef[t_cols] = _nnls_relative(x[:, t_cols], parts[:, 1])
+        drafted = parts[:, 0] > 0
+        d_cols = [index[n] for n in DRAFT_FEATURES]
+        if drafted.sum() >= 10:
+            coef[d_cols] = _nnls_relative(x[drafted][:, d_cols], parts[drafted, 0])
+        coef[index["overhead"]] += max(float(np.median(y - x @ coef)), 0.0)  # scheduling, outside both parts
+    else:
+        coef = _nnls_relative(x, y)
+    predicted = everything @ coef
+    extra = durations - predicted  # what each step cost beyond the fit
+    has_after = np.roll(following, -1)[idle]  # of the spells: those with a step after in the same run
+    first, after = extra[idle], np.roll(extra * following, -1)[idle]  # what each spell's two steps cost beyond
+    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(idle_s[idle], first + after)))
+    total = first.sum() + after.sum()
+    wake["wake_next_share"] = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake["wake_s"] > 0 and total > 0 else 0.0
+    c = dict(zip(FEATURES, coef.tolist()))
+    model = cost_model_from(c, label, wake)
+    woke_first, woke_after = model.wake_split_s(idle_s[idle])
+    predicted[idle] += woke_first
+    predicted[following] += woke_after[has_after]
+    error = np.abs(predicted - durations) / durations
+    report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "wake": {**wake, "steps": int(idle.sum())},
+              "steps": len(steps), "median_abs_pct_error": float(np.median(error) * 100),
+              "p95_abs_pct_error": float(np.percentile(error, 95) * 100),
+              "total_time_error_pct": float((predicted.sum() / durations.sum() - 1) * 100)}
+    return model, report
+
+
+def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
+    """The simulator's cost model of fitted coefficients ``c`` (FEATURES,
+    seconds) and wake cost ``{"wake_s", "wake_tau_s", "wake_next_share"}``
+    (none if omitted)."""
+    tokens = np.arange(TABLE_TOKENS, dtype=float)
+    wake = wake or {}
+    return CostModel(
+        label=label, calibrated=True, overhead_s=c["overhead"],
+        wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
+        wake_next_share=float(wake.get("wake_next_share", 0.0)),
+        layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
+        attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
+        kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
+        vision_s_table=frozen_table(np.where(tokens > 0, c["vision_call"] + c["vision_token"] * tokens, 0.0)),
+        draft_s_table=frozen_table(np.where(tokens > 0, c["draft_level"] + c["draft_row"] * tokens, 0.0)),
+        draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])
+
+
+def save_step_costs(report: dict, path: str | Path) -> None:
+    save_record(report, path)
+
+
+def load_step_costs(path: str | Path) -> CostModel:
+    """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
+    return load_record(path, "step-cost", COST_FORMAT, lambda record: cost_model_from(
+        {k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES}, record["label"],
+        record.get("wake")))
