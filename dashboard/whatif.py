@@ -33,10 +33,9 @@ import simspec
 from simspec import costs, experiment, policies
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
-from simspec.types import InputError, RunLog, require
+from simspec.types import PLAN_KINDS, InputError, RunLog, require
 from simspec.workloads import read_trace
 
-PLAN_KINDS = ("AR", "linear", "tree")  # columns of RunLog.step_plans
 MAX_LOAD = 4.0  # load levels above 4x saturation only measure how fast a queue grows
 MAX_LEVELS = 12
 MAX_REQUESTS = 20_000  # per run; beyond this the dashboard stops being interactive

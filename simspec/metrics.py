@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from simspec.types import RunLog, require
+from simspec.types import PLAN_KINDS, RunLog, require
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -105,7 +105,7 @@ def summarize(
     plans = np.asarray(log.step_plans, dtype=np.int64).reshape(-1, 3)
     rounds = plans.sum(axis=0)  # [3] AR / linear / tree
     total = int(rounds.sum())
-    for kind, count in zip(("ar", "linear", "tree"), rounds):
+    for kind, count in zip(PLAN_KINDS, rounds):
         out[f"plan_share_{kind}"] = float(count / total) if total else _NAN
     out["preemptions"] = int(req["preemptions"].sum())
     return out

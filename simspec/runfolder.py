@@ -25,7 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from simspec.files import dump_json, write_png, write_text
-from simspec.types import RunLog, require
+from simspec.types import PLAN_KINDS, RunLog, require
 
 MARKER = "simspec-run.json"
 """A file that marks a folder as a simspec run folder; holds the run's meta."""
@@ -36,8 +36,6 @@ CSV_COLUMNS = (
 )  # fmt: skip
 TIME_BINS = 60
 """Time bins of the plan-mix and throughput plots."""
-
-_PLAN_LABELS = ("AR", "linear", "tree")
 
 
 def check_target(path) -> Path:
@@ -221,7 +219,7 @@ def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> Figure:
         )  # [3, TIME_BINS]
         total = rounds.sum(axis=0)
         shares = np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
-        ax.stackplot(centers, shares, labels=_PLAN_LABELS, alpha=0.85, step="mid")
+        ax.stackplot(centers, shares, labels=PLAN_KINDS, alpha=0.85, step="mid")
         ax.set_ylim(0, 1)
         ax.set_ylabel("share of rounds")
         ax.set_title(log.policy, fontsize="medium", loc="left")

@@ -22,22 +22,57 @@ from __future__ import annotations
 import numpy as np
 
 from simspec.compiled import jit
-from simspec.types import MAX_DEPTH, MAX_RANK, RANK_BITS
+from simspec.types import MAX_RANK, PLAN_LINEAR, PLAN_TREE, RANK_BITS
 
 _DEPTH_TIEBREAK = 1e-9  # prefer the parent when a child ties its value
-_DEPTH_START = np.int64(1) << (RANK_BITS * np.arange(MAX_DEPTH + 1, dtype=np.int64))  # smallest code of each depth + 1
+
+
+# -- one node's code: the rank-path arithmetic, written once -------------------
+
+@jit
+def depth(code: int) -> int:
+    """Depth of a node (0 for the root, the pending token)."""
+    d = 0
+    while code > 0:
+        code >>= RANK_BITS
+        d += 1
+    return d
+
+
+@jit
+def parent(code: int) -> int:
+    """The node's parent: its code with its own depth's rank cleared (the root's is 0)."""
+    d = depth(code)
+    return code & ((np.int64(1) << (RANK_BITS * (d - 1))) - 1) if d > 0 else 0
+
+
+@jit
+def rank(code: int) -> int:
+    """The node's rank among its parent's candidates (1..MAX_RANK; 0 for the root)."""
+    d = depth(code)
+    return (code >> (RANK_BITS * (d - 1))) & MAX_RANK if d > 0 else 0
+
+
+@jit
+def child(code: int, r: int) -> int:
+    """The node's rank-``r`` child."""
+    return code + (np.int64(r) << (RANK_BITS * depth(code)))
+
+
+@jit
+def on_chain(code: int) -> bool:
+    """Whether every rank on the node's path is 1 (the rank-1 chain of a linear draft)."""
+    while code > 0:
+        if (code & MAX_RANK) != 1:
+            return False
+        code >>= RANK_BITS
+    return True
 
 
 def chain_codes(k: int) -> np.ndarray:
     """Codes of the rank-1 chain of depths 1..k: [k] int64."""
     depth = np.arange(k, dtype=np.int64)
     return np.cumsum(np.int64(1) << (RANK_BITS * depth))
-
-
-def code_depth(codes: np.ndarray) -> np.ndarray:
-    """Depth of each code (0 for the root or an unused -1 slot)."""
-    codes = np.asarray(codes, dtype=np.int64)
-    return np.where(codes > 0, np.searchsorted(_DEPTH_START, codes, side="right"), 0)
 
 
 def path_codes(ranks: np.ndarray) -> np.ndarray:
@@ -201,31 +236,25 @@ def ranked_candidates(values: np.ndarray, codes: np.ndarray, depths: np.ndarray,
 @jit
 def pack_rows(rows: np.ndarray, codes: np.ndarray, b: int):
     """Scatter (row, code) pairs into a -1 padded [B, M] matrix, with each
-    row's node count, depth and PlanKind (0 AR, 1 linear: a rank-1 chain,
-    2 tree)."""
+    row's node count, depth and plan kind (types.PLAN_AR, PLAN_LINEAR: a
+    rank-1 chain, PLAN_TREE)."""
     counts = np.zeros(b, dtype=np.int64)
     for t in range(len(rows)):
         counts[rows[t]] += 1
     width = counts.max() if b else 0
     out = np.full((b, width), -1, dtype=np.int64)
-    depth = np.zeros(b, dtype=np.int64)
+    deepest = np.zeros(b, dtype=np.int64)
     chain = np.ones(b, dtype=np.bool_)
     fill = np.zeros(b, dtype=np.int64)
     for t in range(len(rows)):
         i = rows[t]
         out[i, fill[i]] = codes[t]
         fill[i] += 1
-        d = 0
-        c = codes[t]
-        while c > 0:
-            if (c & MAX_RANK) != 1:
-                chain[i] = False
-            c >>= RANK_BITS
-            d += 1
-        if d > depth[i]:
-            depth[i] = d
+        if not on_chain(codes[t]):
+            chain[i] = False
+        deepest[i] = max(deepest[i], depth(codes[t]))
     kind = np.zeros(b, dtype=np.int8)
     for i in range(b):
         if counts[i] > 0:
-            kind[i] = 1 if chain[i] and counts[i] == depth[i] else 2
-    return out, counts, depth, kind
+            kind[i] = PLAN_LINEAR if chain[i] and counts[i] == deepest[i] else PLAN_TREE
+    return out, counts, deepest, kind

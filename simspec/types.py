@@ -36,7 +36,6 @@ Shape letters: B batch, D draft depth, R candidate ranks, M plan nodes.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,12 +61,10 @@ def require(ok: bool, message: str) -> None:
         raise InputError(message)
 
 
-class PlanKind(enum.IntEnum):
-    """What a round verifies."""
-
-    AR = 0
-    LINEAR = 1
-    TREE = 2
+PLAN_AR, PLAN_LINEAR, PLAN_TREE = 0, 1, 2
+"""What a round verifies: nothing (AR), a linear draft (the rank-1 chain) or a tree."""
+PLAN_KINDS = ("ar", "linear", "tree")
+"""The plan kinds' names, by value: the columns of RunLog.step_plans, metric and plot names."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +126,7 @@ class StepPlan:
     construction when it is closed under that operation.
     """
 
-    kind: np.ndarray  # [B] int8 PlanKind
+    kind: np.ndarray  # [B] int8 plan kind (PLAN_AR, PLAN_LINEAR, PLAN_TREE)
     codes: np.ndarray  # [B, M] int64 rank-path codes of draft nodes, -1 = unused
     num_nodes: np.ndarray  # [B] int draft tokens per request
     draft_steps: np.ndarray  # [B] int drafter steps run (depth drafted)
@@ -187,7 +184,7 @@ class ReplicaView:
 
     Callers outside the simulator (the live engine, tests) build it; the
     simulator's compiled step loop hands the same fields to the same
-    compiled rule (simspec.policies.kernels.Batch).
+    compiled rule (simspec.policies.rules.Batch).
     """
 
     context_tokens: np.ndarray  # [B] int tokens in each request's KV cache

@@ -10,7 +10,7 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs, policies, trees
 from simspec.policies.base import parse_table
-from simspec.types import InputError, PlanKind, ReplicaView
+from simspec.types import PLAN_AR, PLAN_LINEAR, PLAN_TREE, InputError, ReplicaView
 
 
 def view(batch=2, *, depth=8, ranks=10, ctx=800, conf=None, truth=None, cost_model="roofline", remaining=100,
@@ -33,7 +33,7 @@ def view(batch=2, *, depth=8, ranks=10, ctx=800, conf=None, truth=None, cost_mod
 def parent_closed(codes: np.ndarray) -> bool:
     held = set(int(c) for c in codes if c > 0)
     for c in held:
-        d = int(trees.code_depth(np.array([c]))[0])
+        d = trees.depth(c)
         parent = c & ((1 << (4 * (d - 1))) - 1)
         if d > 1 and parent not in held:
             return False
@@ -42,14 +42,14 @@ def parent_closed(codes: np.ndarray) -> bool:
 
 def test_ar_drafts_nothing():
     plan = policies.parse("ar").plan(view())
-    assert plan.num_nodes.tolist() == [0, 0] and plan.kind.tolist() == [PlanKind.AR] * 2
+    assert plan.num_nodes.tolist() == [0, 0] and plan.kind.tolist() == [PLAN_AR] * 2
 
 
 @pytest.mark.parametrize("k", [1, 4, 7])
 def test_linear_is_the_rank1_chain(k):
     plan = policies.parse(f"linear:k={k}").plan(view(depth=k))
     assert plan.codes.tolist() == [trees.chain_codes(k).tolist()] * 2
-    assert plan.draft_steps.tolist() == [k, k] and plan.kind.tolist() == [PlanKind.LINEAR] * 2
+    assert plan.draft_steps.tolist() == [k, k] and plan.kind.tolist() == [PLAN_LINEAR] * 2
 
 
 def test_tree_keeps_budget_nodes_parent_closed_within_topk():
@@ -143,7 +143,7 @@ def test_marginal_reaches_the_best_prefix(cost_model, seed):
 def test_marginal_grows_under_idle_capacity_and_shrinks_when_busy():
     idle = policies.parse("marginal").plan(view(batch=1))
     busy = policies.parse("marginal").plan(view(batch=128, ctx=2000))
-    assert idle.kind[0] == PlanKind.TREE and idle.num_nodes[0] > 10
+    assert idle.kind[0] == PLAN_TREE and idle.num_nodes[0] > 10
     assert busy.num_nodes.mean() < idle.num_nodes[0] / 4
     assert busy.draft_steps.max() < idle.draft_steps[0]  # drafts shallower when busy
 

@@ -14,7 +14,11 @@ def code(*ranks):
 
 def test_codes_depths_and_paths():
     assert trees.chain_codes(3).tolist() == [code(1), code(1, 1), code(1, 1, 1)]
-    assert trees.code_depth(np.array([-1, 0, code(3), code(1, 15), code(*[15] * 15)])).tolist() == [0, 0, 1, 2, 15]
+    assert [trees.depth(c) for c in (-1, 0, code(3), code(1, 15), code(*[15] * 15))] == [0, 0, 1, 2, 15]
+    assert [trees.parent(c) for c in (0, code(3), code(1, 15), code(2, 1, 4))] == [0, 0, code(1), code(2, 1)]
+    assert [trees.rank(c) for c in (0, code(3), code(1, 15), code(2, 1, 4))] == [0, 3, 15, 4]
+    assert trees.child(0, 2) == code(2) and trees.child(code(1, 3), 5) == code(1, 3, 5)
+    assert [trees.on_chain(c) for c in (code(1), code(1, 1, 1), code(1, 2), code(2))] == [True, True, False, False]
     assert trees.path_codes(np.array([[2, 1, 0, 1]])).tolist() == [[code(2), code(2, 1), -1, -1]]
 
 
@@ -35,10 +39,9 @@ def test_eagle_expansion_generates_its_node_count_and_a_tree(depth, topk):
     conf = np.sort(np.random.default_rng(0).uniform(0, 1, (2, depth, topk)), axis=2)[:, :, ::-1].copy()
     codes, values, depths = trees.expand(conf, depth, topk)
     assert codes.shape == (2, topk + (depth - 1) * topk * topk)
-    assert np.array_equal(trees.code_depth(codes[0]), depths)
+    assert [trees.depth(c) for c in codes[0]] == depths.tolist()
     kept = trees.eagle_tree(conf, depth, topk, budget=min(20, codes.shape[1]))
     for row in kept:
         held = set(row.tolist())
         for c in held:
-            d = int(trees.code_depth(np.array([c]))[0])
-            assert d == 1 or c & ((1 << (4 * (d - 1))) - 1) in held
+            assert trees.depth(c) == 1 or trees.parent(c) in held

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from simspec.policies import kernels
+from simspec.policies import rules
 from simspec.policies.base import Policy, parse_table
 from simspec.types import MAX_DEPTH, MAX_RANK, InputError
 
@@ -48,7 +48,7 @@ def _check_topk(policy: str, value: int) -> None:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ar(Policy):
     name = "ar"
-    kernel = kernels.AR
+    kernel = rules.AR
 
     def params(self) -> np.ndarray:
         return np.zeros(1)
@@ -57,7 +57,7 @@ class Ar(Policy):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Linear(Policy):
     name = "linear"
-    kernel = kernels.LINEAR
+    kernel = rules.LINEAR
     k: int = 3
 
     def __post_init__(self):
@@ -94,7 +94,7 @@ class _Branching(Policy):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Tree(_Branching):
     name = "tree"
-    kernel = kernels.TREE
+    kernel = rules.TREE
     budget: int = 60
 
     def __post_init__(self):
@@ -108,7 +108,7 @@ class Tree(_Branching):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Truncate(Policy):
     name = "truncate"
-    kernel = kernels.TRUNCATE
+    kernel = rules.TRUNCATE
     k_max: int = 8
     threshold: float = 0.4
 
@@ -127,7 +127,7 @@ class Truncate(Policy):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchTable(Policy):
     name = "batch_table"
-    kernel = kernels.BATCH_TABLE
+    kernel = rules.BATCH_TABLE
     table: str = "1:5,8:4,16:3,32:2,64:1"
 
     def __post_init__(self):
@@ -149,7 +149,7 @@ class BatchTable(Policy):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Goodput(Policy):
     name = "goodput"
-    kernel = kernels.GOODPUT
+    kernel = rules.GOODPUT
     k_max: int = 8
 
     def __post_init__(self):
@@ -166,7 +166,7 @@ class Goodput(Policy):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marginal(_Branching):
     name = "marginal"
-    kernel = kernels.MARGINAL
+    kernel = rules.MARGINAL
     depth: int = 7
     max_nodes: int = 512
 
@@ -181,7 +181,7 @@ class Marginal(_Branching):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Oracle(Policy):
     name = "oracle"
-    kernel = kernels.ORACLE
+    kernel = rules.ORACLE
     needs_truth = True
     depth: int = 8
 
@@ -207,7 +207,7 @@ class Staged(Policy):
     to any policy). ``stages`` is ``MIN_BATCH:SPEC`` entries joined by ``;``."""
 
     name = "staged"
-    kernel = kernels.STAGED
+    kernel = rules.STAGED
     stages: str = "1:linear:k=3"
 
     def __post_init__(self):
@@ -241,7 +241,7 @@ class Staged(Policy):
     def params(self) -> np.ndarray:
         rows = []
         for low, policy in self.schedule():
-            inner = np.zeros(kernels.STAGE_WIDTH - 2)
+            inner = np.zeros(rules.STAGE_WIDTH - 2)
             inner[:len(policy.params())] = policy.params()
             rows.append(np.concatenate([[low, policy.kernel], inner]))
         return np.concatenate(rows).astype(float)

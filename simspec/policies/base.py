@@ -1,9 +1,9 @@
 """What every policy shares: the Policy interface and the bridge from a
 ReplicaView to the compiled decision rules.
 
-Imports: numpy, simspec.types, simspec.policies.kernels. A policy is a
+Imports: numpy, simspec.types, simspec.policies.rules. A policy is a
 frozen dataclass whose fields are its parameters; ``plan(view)`` is a pure
-function of the snapshot, computed by ``kernels.plan_batch`` (the same
+function of the snapshot, computed by ``rules.plan_batch`` (the same
 compiled rule the simulator's step loop calls).
 """
 
@@ -15,14 +15,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from simspec.policies import kernels
+from simspec.policies import rules
 from simspec.types import ReplicaView, StepPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Policy(ABC):
     name: ClassVar[str] = ""
-    kernel: ClassVar[int] = kernels.AR  # which compiled rule decides
+    kernel: ClassVar[int] = rules.AR  # which compiled rule decides
     needs_truth: ClassVar[bool] = False  # shown the target's true ranks (oracle only)
 
     @property
@@ -57,13 +57,13 @@ class Policy(ABC):
         else:
             conf = view.conf
         truth = view.true_ranks if view.true_ranks is not None else np.zeros((b, depth), dtype=np.int64)
-        batch = kernels.Batch(
+        batch = rules.Batch(
             _ints(view.context_tokens), _ints(view.visual_tokens), _ints(view.kept_visual_tokens),
             _ints(view.remaining_tokens), np.ascontiguousarray(view.recent_accepted, dtype=np.float64),
             np.ascontiguousarray(conf, dtype=np.float64), _ints(truth), int(view.prefill_tokens),
             int(view.prefill_attn_pairs), int(view.prefill_kv_tokens), int(view.prefill_requests),
             int(view.vision_tokens), int(view.prefill_max_context))
-        plan = kernels.plan_batch(self.kernel, self.params(), batch, view.costs.tables)
+        plan = rules.plan_batch(self.kernel, self.params(), batch, view.costs.tables)
         return StepPlan(kind=plan.kind, codes=plan.codes, num_nodes=plan.num_nodes, draft_steps=plan.draft_steps,
                         draft_width=plan.draft_width,
                         kept_visual_tokens=np.where(plan.draft_steps > 0, view.kept_visual_tokens, 0))

@@ -2,8 +2,8 @@
 speculative decoding, as a SimPy discrete-event simulation.
 
 Imports: simpy (the only simpy importer in the package), numpy,
-simspec.types, .acceptance, .costs, .policies, .sim.steps. DESIGN.md "The
-serving model".
+simspec.types, .acceptance, .costs, .policies, .scheduling, .sim.steps.
+DESIGN.md "The serving model".
 
 Two processes: ``arrivals`` puts requests in the waiting queue at their
 arrival times; ``replica`` runs the engine loop. Each step:
@@ -13,6 +13,7 @@ arrival times; ``replica`` runs the engine loop. Each step:
    never a silent drop) when it does not fit;
 3. schedule prefill chunks in the token budget the decode rounds leave (each
    counts 1 + its last round's draft tokens, as vLLM counts spec tokens);
+   steps 1-3 are simspec.scheduling's Scheduler, which the live engine runs too;
 4. plan: the policy decides every decode request's round from the batch's
    snapshot (the drafter's confidences of this round included);
 5. the step costs selection + drafting + one target forward + overhead (+
@@ -30,8 +31,6 @@ seconds.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -39,52 +38,10 @@ import simpy
 
 from simspec.sim import steps
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
-from simspec.costs import CostModel, GpuSpec, ModelSpec
+from simspec.costs import CostModel
 from simspec.policies import Policy
-from simspec.types import InputError, Request, RequestRecord, RunLog, require
-
-GIB = 1024**3
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineConfig:
-    """The serving engine's knobs (vLLM names where vLLM has them)."""
-
-    max_num_seqs: int = 128  # requests in the running batch
-    max_num_batched_tokens: int = 8192  # prefill-chunk token budget per step
-    gpu_memory_utilization: float = 0.9  # share of GPU memory for weights + activations + KV cache
-    activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs
-    kv_cache_tokens: int | None = None  # override the KV budget derived from memory
-    drafter_context: str = "selected:8"  # what of the image the drafter sees: full, none, selected:K, pooled:K
-    # How the drafter's calls are made: "level" (EAGLE-2 engines: one call per
-    # tree level over all its nodes) or "chain" (simspec's live engine: the
-    # rank-1 chain level by level, planning in between, then the tree's
-    # off-chain parents depth by depth).
-    drafting: str = "level"
-
-    def __post_init__(self):
-        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
-        require(self.max_num_batched_tokens >= 16,
-                f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
-        require(0.0 < self.gpu_memory_utilization <= 1.0,
-                f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
-        require(self.activation_reserve_gib >= 0,
-                f"activation_reserve_gib must be >= 0 (got {self.activation_reserve_gib})")
-        require(self.kv_cache_tokens is None or self.kv_cache_tokens >= 1,
-                f"kv_cache_tokens must be >= 1 (got {self.kv_cache_tokens})")
-        DraftContext.parse(self.drafter_context)
-        require(self.drafting in ("level", "chain"), f"drafting must be 'level' or 'chain' (got {self.drafting!r})")
-
-    def kv_budget_tokens(self, model: ModelSpec, gpu: GpuSpec) -> int:
-        """Tokens the KV cache holds: GPU memory minus weights and activations."""
-        if self.kv_cache_tokens is not None:
-            return self.kv_cache_tokens
-        free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes - self.activation_reserve_gib * GIB
-        tokens = int(free // model.kv_bytes_per_token)
-        require(tokens > 0, f"model {model.name} does not fit on {gpu.name} at gpu_memory_utilization "
-                            f"{self.gpu_memory_utilization} (weights {model.weight_bytes / GIB:.1f} GiB)")
-        return tokens
-
+from simspec.scheduling import EngineConfig, Estimate, Scheduler
+from simspec.types import Request, RequestRecord, RunLog
 
 LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
@@ -129,13 +86,6 @@ class _LogBuffers:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _prior_accepted(top1_logit: float) -> float:
-    """Accepted tokens per round a request is expected to have before it has
-    any history: the geometric p / (1 - p) of the model's top-1 acceptance."""
-    p = 1.0 / (1.0 + np.exp(-top1_logit))
-    return float(min(p / (1.0 - p), 15.0))
-
-
 class Replica:
     """State of one replica over one run; ``simulate`` drives it."""
 
@@ -145,21 +95,22 @@ class Replica:
                  progress: Callable[[int], None] | None):
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
-        self.kv_budget = kv_budget_tokens
         self.requests = requests
         n = len(requests)
         context = DraftContext.parse(engine.drafter_context)
         visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
-        self.state = steps.RequestState(
+        self.scheduler = Scheduler(
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
-            kept=context.kept(visual).astype(np.int64),
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
-            emitted=np.zeros(n, np.int64), cache=np.zeros(n, np.int64), absorbed=np.zeros(n, np.int64),
-            recent=np.ones(n),
-            drafted=np.zeros(n, np.int64),
-            difficulty=acceptance.request_logits(rng_difficulty, n),
-            retention=acceptance.retention(context, visual).astype(float),
-            population=np.array([_prior_accepted(acceptance.top1_logit)]))
+            max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+            kv_budget_tokens=kv_budget_tokens, reserve_tokens=policy.max_depth + 1)
+        self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
+        sched = self.scheduler
+        self.state = steps.RequestState(
+            context=sched.context, visual=visual, kept=context.kept(visual).astype(np.int64), output=sched.output,
+            emitted=sched.emitted, cache=sched.cache, absorbed=np.zeros(n, np.int64), recent=self.estimate.recent,
+            drafted=sched.drafted, difficulty=acceptance.request_logits(rng_difficulty, n),
+            retention=acceptance.retention(context, visual).astype(float), population=self.estimate.population)
         self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
                                                  acceptance.confidence_sigma, acceptance.visual_share,
                                                  np.ascontiguousarray(acceptance.tail),
@@ -168,28 +119,17 @@ class Replica:
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
         self.rand = RandomBlocks(rng_rounds)
-        self.prefill_target = self.state.context.copy()  # tokens to prefill: the prompt, + output on recompute
         self.admitted_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.finish_s = np.full(n, np.nan)
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.waiting: deque[int] = deque()
-        self.running: list[int] = []  # admission order (the newest is preempted first)
         self.finished = 0
         self.arrived = 0
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
         self.logs = _LogBuffers(engine.max_num_seqs)
-        self._reserve = policy.max_depth + 1  # KV slots a decode request may grow by in one step
-        self._check_fits()
-
-    def _check_fits(self) -> None:
-        need = self.state.context + self.state.output + self._reserve
-        worst = int(np.argmax(need)) if len(need) else 0
-        if len(need) and need[worst] > self.kv_budget:
-            raise InputError(f"kv_cache_tokens {self.kv_budget} cannot hold request {worst} "
-                             f"({int(need[worst])} tokens with its output); raise kv_cache_tokens")
+        sched.check_fits()
 
     # -- processes ---------------------------------------------------------
     def arrivals(self):
@@ -197,26 +137,30 @@ class Replica:
             delay = request.arrival_s - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
-            self.waiting.append(i)
+            self.scheduler.arrive(i)
             self.arrived += 1
             if not self.wake.triggered:
                 self.wake.succeed()
 
     def replica(self):
         n = len(self.requests)
+        sched = self.scheduler
         while self.finished < n:
-            if not self.running and not self.waiting:
+            if sched.idle:
                 if self.idle_from is None:
                     self.idle_from = self.env.now
                 self.wake = self.env.event()
                 yield self.wake
                 continue
-            self._admit()
-            decode = self._reserve_decode()
-            # As vLLM's scheduler: decode rounds first (1 + draft tokens each,
-            # drafts as many as the request's last round), prefill in the rest.
-            decode_tokens = len(decode) + int(self.state.drafted[decode].sum())
-            chunks = self._schedule_prefill(self.engine.max_num_batched_tokens - decode_tokens)
+            for i in sched.admit():
+                if np.isnan(self.admitted_s[i]):
+                    self.admitted_s[i] = self.env.now
+                    self.estimate.start(i)
+            decode, preempted = sched.decode_batch()
+            for i in preempted:
+                self.state.absorbed[i] = 0
+                self.preemptions[i] += 1
+            chunks = sched.prefill_chunks(decode)
             start = self.env.now
             end = self._run(decode, chunks, start)
             yield self.env.timeout(end - start)
@@ -225,72 +169,7 @@ class Replica:
             if self.progress is not None:
                 self.progress(self.finished)
 
-    # -- scheduling ----------------------------------------------------------
-    def _admit(self) -> None:
-        used = self._kv_used()
-        while self.waiting and len(self.running) < self.engine.max_num_seqs:
-            i = self.waiting[0]
-            need = int(self.prefill_target[i]) + 1
-            if used + need > self.kv_budget:
-                break
-            self.waiting.popleft()
-            self.running.append(i)
-            used += need
-            if np.isnan(self.admitted_s[i]):
-                self.admitted_s[i] = self.env.now
-                self.state.recent[i] = self.state.population[0]  # its history starts as the replica's
-
-    def _held(self, ids: np.ndarray) -> np.ndarray:
-        return np.maximum(self.state.cache[ids], self.prefill_target[ids])
-
-    def _kv_used(self) -> int:
-        return int(self._held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
-
-    def _reserve_decode(self) -> np.ndarray:
-        """Decode batch after preempting (newest first) until the step fits."""
-        while True:
-            ids = np.array(self.running, dtype=np.int64)
-            decoding = self.state.cache[ids] >= self.prefill_target[ids]
-            need = int(self._held(ids).sum() + decoding.sum() * self._reserve)
-            if need <= self.kv_budget or len(self.running) == 1:
-                return ids[decoding]
-            self._preempt(self.running.pop())
-
-    def _preempt(self, i: int) -> None:
-        """Free a request's KV cache; it waits at the queue's head and will
-        prefill its prompt and the tokens it already emitted again."""
-        self.prefill_target[i] = self.state.context[i] + self.state.emitted[i]
-        self.state.cache[i] = 0
-        self.state.absorbed[i] = 0
-        self.state.drafted[i] = 0
-        self.preemptions[i] += 1
-        self.waiting.appendleft(i)
-
-    def _schedule_prefill(self, budget: int) -> list[tuple[int, int]]:
-        """Prefill chunks FCFS in the token budget the decode batch leaves."""
-        chunks = []
-        for i in self.running:
-            if budget <= 0:
-                break
-            left = int(self.prefill_target[i] - self.state.cache[i])
-            if left > 0:
-                take = min(left, budget)
-                chunks.append((i, take))
-                budget -= take
-        return chunks
-
-    def _prefill(self, chunks: list[tuple[int, int]]) -> steps.Prefill:
-        tokens = pairs = kv = vision = longest = 0
-        for i, take in chunks:
-            done = int(self.state.cache[i])
-            longest = max(longest, done)
-            tokens += take
-            kv += done + take
-            pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
-            if done == 0:
-                vision += int(self.state.visual[i])
-        return steps.Prefill(tokens, pairs, kv, len(chunks), vision, longest)
-
+    # -- steps -------------------------------------------------------------
     def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
         """Run steps (just one if it carries prefill) until something
         outside the batch could change it: a finish, the next arrival, a
@@ -298,38 +177,31 @@ class Replica:
         b = len(decode)
         max_steps = self.logs.room_for(b, 1 if chunks else MAX_STEPS_PER_CALL)
         stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
-        kv_room = self.kv_budget - self._kv_used()
+        kv_room = self.scheduler.kv_budget - self.scheduler.kv_used()
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
         wake, self.wake_owed = self.wake_owed, 0.0
         if self.idle_from is not None:
             first, after = self.costs.wake_split_s(start_s - self.idle_from)
             wake, self.wake_owed = wake + float(first), float(after)
             self.idle_from = None
-        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self._prefill(chunks),
-                                 wake, start_s, stop_s, max_steps, kv_room, randoms, self.logs.buffers)
+        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables,
+                                 self.scheduler.prefill(chunks), wake, start_s, stop_s, max_steps, kv_room, randoms,
+                                 self.logs.buffers)
         self.rand.consume(randoms)
         return end
 
     def _complete_prefill(self, chunks: list[tuple[int, int]], end_s: float) -> None:
-        first = []
-        for i, take in chunks:
-            self.state.cache[i] += take
-            if self.state.cache[i] >= self.prefill_target[i]:
-                first.append(i)
+        first = self.scheduler.complete_prefill(chunks)
         if first:
             ids = np.array(first, dtype=np.int64)
             new = np.isnan(self.first_token_s[ids])
             self.first_token_s[ids[new]] = end_s
-            self.state.emitted[ids] += 1  # the prefill samples the next token
             self.logs.extra_chunks.append((ids, np.ones(len(ids), dtype=np.int64), end_s))
 
     def _retire(self, end_s: float) -> None:
-        ids = np.array(self.running, dtype=np.int64)
-        done = ids[self.state.emitted[ids] >= self.state.output[ids]] if len(ids) else ids
-        if len(done):
+        done = self.scheduler.retire()
+        if done:
             self.finish_s[done] = end_s
-            gone = set(done.tolist())
-            self.running = [i for i in self.running if i not in gone]
             self.finished += len(done)
 
     # -- results -----------------------------------------------------------
@@ -386,4 +258,4 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     return replica.run_log(label or policy.label)
 
 
-__all__ = ["EngineConfig", "simulate", "Replica"]
+__all__ = ["EngineConfig", "simulate", "Replica"]  # EngineConfig lives in simspec.scheduling

@@ -1,8 +1,9 @@
 """The engine step's arithmetic, compiled: draw, plan, price, accept, log.
 
-Imports: numpy, numba, simspec.acceptance (the compiled draw),
-simspec.policies.kernels (plan_batch), simspec.costs.base (step_cost),
-simspec.trees (accepted_length). No simpy: the SimPy process in replica.py
+Imports: numpy, simspec.compiled (numba), simspec.acceptance.model (the
+compiled draw), simspec.policies.rules (plan_batch), simspec.costs.base
+(step_cost), simspec.scheduling (the acceptance estimate), simspec.trees
+(accepted_length). No simpy: the SimPy process in replica.py
 decides *when* steps happen (admission, preemption, prefill chunks,
 arrivals); :func:`run_steps` does the per-step numbers.
 
@@ -23,17 +24,9 @@ import numpy as np
 from simspec.acceptance.model import Randoms, draw_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, step_cost
-from simspec.policies import kernels
-from simspec.trees import accepted_length
-from simspec.types import RANK_BITS
-
-RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
-POPULATION_WEIGHT = 0.05  # ... and in the replica-wide average a newly admitted request starts from
-# A round a request does not draft tells nothing of its acceptance; its
-# estimate relaxes toward the replica-wide one by this much a round, so a
-# request that stopped drafting under load drafts again when it pays
-# (without it, one unlucky start leaves a request at AR for good).
-RELAX_WEIGHT = 0.1
+from simspec.policies import rules
+from simspec.scheduling import NO_PREFILL, Prefill, after_round
+from simspec import trees
 
 
 class RequestState(NamedTuple):
@@ -71,17 +64,6 @@ class PolicyCall(NamedTuple):
     chain_drafting: bool  # EngineConfig.drafting == "chain": how the drafter's calls are priced
 
 
-class Prefill(NamedTuple):
-    """The prefill chunks sharing the first step (zeros when none)."""
-
-    tokens: int
-    attn_pairs: int
-    kv_tokens: int
-    requests: int
-    vision_tokens: int
-    max_context: int  # the longest context cached before a chunk
-
-
 class Logs(NamedTuple):
     """Preallocated log buffers; ``fill`` counts what is used: [chunks, rounds, steps]."""
 
@@ -99,52 +81,26 @@ class Logs(NamedTuple):
 
 
 @jit
-def censored_accepted(accepted: int, depth: int, estimate: float) -> float:
-    """A round's accepted tokens as evidence of how many the drafter would
-    have had accepted with no depth limit: a round that accepted every level
-    it verified says "at least ``depth``", and with geometric acceptance the
-    expected count beyond is the current ``estimate`` (memoryless)."""
-    return accepted + estimate if accepted >= depth else float(accepted)
-
-
-@jit
 def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.ndarray:
     """A chain-first engine's extra drafter rows (``EngineConfig.drafting =
     "chain"``): at depth d, one row per distinct plan node at depth d-1 that
     is off the rank-1 chain and has children in the plan. ``[levels]``,
     index d-1 (depth 1 never needs one)."""
     rows = np.zeros(max(levels, 1), np.int64)
-    digit = (np.int64(1) << RANK_BITS) - 1
     for i in range(codes.shape[0]):
         for a in range(num_nodes[i]):
-            parent, d = _parent(codes[i, a])
-            if d < 2:
-                continue
-            x, off = parent, False
-            while x:
-                if (x & digit) != 1:
-                    off = True
-                x >>= RANK_BITS
-            if not off:
+            d = trees.depth(codes[i, a])
+            parent = trees.parent(codes[i, a])
+            if d < 2 or trees.on_chain(parent):
                 continue
             seen = False
             for b in range(a):  # count each parent once: at its first child
-                if _parent(codes[i, b])[0] == parent:
+                if trees.parent(codes[i, b]) == parent:
                     seen = True
                     break
             if not seen:
                 rows[d - 1] += 1
     return rows
-
-
-@jit
-def _parent(code: int) -> tuple[int, int]:
-    """A node's parent code and the node's depth (codes: rank digits from depth 1 up)."""
-    d, x = 0, code
-    while x:
-        x >>= RANK_BITS
-        d += 1
-    return code & ((np.int64(1) << (RANK_BITS * (d - 1))) - 1) if d > 0 else 0, d
 
 
 @jit
@@ -164,7 +120,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
     reserve = b * (depth + 1)
     while steps < max_steps:
         first = steps == 0
-        pf = prefill if first else Prefill(0, 0, 0, 0, 0, 0)
+        pf = prefill if first else NO_PREFILL
         ctx = state.cache[ids]
         visual = state.visual[ids]
         kept = state.kept[ids]
@@ -182,9 +138,9 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
             true_ranks = np.zeros((b, 1), dtype=np.int64)
         shown = true_ranks if policy.needs_truth else np.zeros_like(true_ranks)
         pending = ctx - visual - state.absorbed[ids]  # tokens the drafter's first call this round absorbs
-        batch = kernels.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
+        batch = rules.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
                               pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context)
-        plan = kernels.plan_batch(policy.kernel if b > 0 else kernels.AR, policy.params, batch, costs)
+        plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, policy.params, batch, costs)
 
         # Price the step exactly as planned.
         verify = 0
@@ -227,7 +183,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
         end = t + duration
 
         # Accept and log.
-        accepted = accepted_length(plan.codes, true_ranks) if plan.codes.shape[1] > 0 else np.zeros(b, np.int64)
+        accepted = trees.accepted_length(plan.codes, true_ranks) if plan.codes.shape[1] > 0 else np.zeros(b, np.int64)
         finished = False
         c, r, s = logs.fill[0], logs.fill[1], logs.fill[2]
         grown = 0
@@ -247,12 +203,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                 logs.round_depth[r] = plan.depth[i]
                 logs.round_drafted[r] = plan.num_nodes[i]
                 r += 1
-                seen = censored_accepted(accepted[i], plan.depth[i], state.recent[j])
-                state.recent[j] = (1.0 - RECENT_WEIGHT) * state.recent[j] + RECENT_WEIGHT * seen
-                seen = censored_accepted(accepted[i], plan.depth[i], state.population[0])
-                state.population[0] = (1.0 - POPULATION_WEIGHT) * state.population[0] + POPULATION_WEIGHT * seen
-            else:  # no draft, no evidence: the estimate drifts back to the replica's
-                state.recent[j] = (1.0 - RELAX_WEIGHT) * state.recent[j] + RELAX_WEIGHT * state.population[0]
+            after_round(state.recent, state.population, j, plan.num_nodes[i], accepted[i], plan.depth[i])
             if state.emitted[j] >= state.output[j]:
                 finished = True
         logs.step_start_s[s] = t

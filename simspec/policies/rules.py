@@ -31,11 +31,10 @@ import numpy as np
 from simspec import trees
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, draft_cost, forward_cost, select_cost, table_at
-from simspec.types import MAX_DEPTH, RANK_BITS
+from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
 STAGE_WIDTH = 5  # a staged policy's parameters: (min batch, rule, p0, p1, p2) per stage, ascending
-KIND_AR, KIND_LINEAR, KIND_TREE = 0, 1, 2  # PlanKind values
 
 
 class Batch(NamedTuple):
@@ -140,10 +139,10 @@ def _chain(batch: Batch, k: np.ndarray, steps: np.ndarray) -> Plan:
     for i in range(b):
         code = np.int64(0)
         for d in range(k[i]):
-            code += np.int64(1) << (RANK_BITS * d)
+            code = trees.child(code, 1)
             codes[i, d] = code
         if k[i] > 0:
-            kind[i] = KIND_LINEAR
+            kind[i] = PLAN_LINEAR
         if steps[i] > 0:
             draft_width[i] = 1
     return Plan(codes, k.copy(), k.copy(), steps.copy(), draft_width, kind)
@@ -154,7 +153,7 @@ def _packed(rows: np.ndarray, codes: np.ndarray, b: int, width: int) -> Plan:
     plan_codes, num, depth, kind = trees.pack_rows(rows, codes, b)
     draft_width = np.zeros(b, dtype=np.int64)
     for i in range(b):
-        if kind[i] == KIND_TREE:
+        if kind[i] == PLAN_TREE:
             draft_width[i] = width
         elif num[i] > 0:
             draft_width[i] = 1
@@ -253,7 +252,7 @@ def _chain_values(batch: Batch, per_depth: np.ndarray):
     for i in range(b):
         code = np.int64(0)
         for d in range(depth):
-            code += np.int64(1) << (RANK_BITS * d)
+            code = trees.child(code, 1)
             codes[i, d] = code
             depths[i, d] = d + 1
     return codes, per_depth, depths
@@ -272,15 +271,6 @@ def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
             values[i, d] = alpha ** (d + 1)
     codes, values, depths = _chain_values(batch, values)
     return _best_prefix(batch, costs, values, codes, depths, 1, b * k_max)
-
-
-@jit
-def _code_depth(code: np.int64) -> int:
-    d = 0
-    while code > 0:
-        code >>= RANK_BITS
-        d += 1
-    return d
 
 
 @jit
@@ -321,11 +311,10 @@ def _marginal_rule(batch: Batch, costs: CostTables, conf: np.ndarray, depth: int
         if rate > best:
             best, take = rate, n
         if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child
-            heapq.heappush(heap, (-value * conf[i, d, 0], i, code + (np.int64(1) << (RANK_BITS * d)),
-                                  d + 1, 1, value))
+            heapq.heappush(heap, (-value * conf[i, d, 0], i, trees.child(code, 1), d + 1, 1, value))
         if r < topk:  # next sibling
             sibling = parent * conf[i, d - 1, r]
-            heapq.heappush(heap, (-sibling, i, code + (np.int64(1) << (RANK_BITS * (d - 1))), d, r + 1, parent))
+            heapq.heappush(heap, (-sibling, i, trees.child(trees.parent(code), r + 1), d, r + 1, parent))
     return rows[:take], chosen[:take]
 
 
@@ -350,7 +339,7 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
     rows, chosen = _marginal_rule(batch, costs, prior, depth, topk, max_nodes)
     levels = np.zeros(b, dtype=np.int64)
     for t in range(len(rows)):
-        levels[rows[t]] = max(levels[rows[t]], _code_depth(chosen[t]))
+        levels[rows[t]] = max(levels[rows[t]], trees.depth(chosen[t]))
     seen = np.zeros((b, depth, topk))
     for i in range(b):
         for d in range(levels[i]):
@@ -379,7 +368,7 @@ def _oracle(batch: Batch, costs: CostTables, depth: int) -> Plan:
             r = batch.true_ranks[i, d]
             if r == 0:
                 break
-            code += np.int64(r) << (RANK_BITS * d)
+            code = trees.child(code, r)
             codes[i, d] = code
             reached[i, d] = 1.0
     return _best_prefix(batch, costs, reached, codes, depths, 1, b * depth)

@@ -1,0 +1,290 @@
+"""The scheduler and the acceptance estimate: one copy, shared by the
+simulator's replica and the live engine.
+
+Imports: numpy, simspec.compiled (numba), simspec.acceptance.context and
+simspec.types (never simpy or torch). DESIGN.md "The serving model".
+
+**Engine knobs** (:class:`EngineConfig`): what the replica's engine loop is
+configured with, named as vLLM names them.
+
+**Scheduling** (:class:`Scheduler`), each step, as vLLM's scheduler:
+
+1. admit waiting requests FCFS while ``max_num_seqs`` and the KV budget
+   allow (a request needs its prompt and one more token);
+2. reserve KV for the decode batch, preempting the newest request (its cache
+   freed, recomputed later with the tokens it emitted, never dropped) until
+   every decode request can grow by ``reserve_tokens``;
+3. schedule prefill chunks FCFS in the token budget the decode rounds leave
+   (each round counts 1 + its last round's draft tokens, as vLLM counts
+   spec tokens);
+4. price the chunks (:meth:`Scheduler.prefill`): causal attention pairs,
+   KV read, vision-encoder tokens of requests starting their prefill.
+
+The scheduler keeps, per request, the tokens in its KV cache, the tokens it
+must prefill, its last round's draft tokens and its emitted tokens, as
+arrays the compiled step loop reads and writes in place.
+
+**Acceptance estimate** (:class:`Estimate`): each request's moving average
+of accepted draft tokens per drafted round, and the replica-wide one a newly
+admitted request starts from, updated after every round by the compiled
+:func:`after_round` (policies such as goodput and marginal read them).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from simspec.acceptance.context import DraftContext
+from simspec.compiled import jit
+from simspec.types import require
+
+if TYPE_CHECKING:
+    from simspec.costs.specs import GpuSpec, ModelSpec
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """The serving engine's knobs (vLLM names where vLLM has them)."""
+
+    max_num_seqs: int = 128  # requests in the running batch
+    max_num_batched_tokens: int = 8192  # prefill-chunk token budget per step
+    gpu_memory_utilization: float = 0.9  # share of GPU memory for weights + activations + KV cache
+    activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs
+    kv_cache_tokens: int | None = None  # override the KV budget derived from memory
+    drafter_context: str = "selected:8"  # what of the image the drafter sees: full, none, selected:K, pooled:K
+    # How the drafter's calls are made: "level" (EAGLE-2 engines: one call per
+    # tree level over all its nodes) or "chain" (simspec's live engine: the
+    # rank-1 chain level by level, planning in between, then the tree's
+    # off-chain parents depth by depth).
+    drafting: str = "level"
+
+    def __post_init__(self):
+        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
+        require(self.max_num_batched_tokens >= 16,
+                f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
+        require(0.0 < self.gpu_memory_utilization <= 1.0,
+                f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+        require(self.activation_reserve_gib >= 0,
+                f"activation_reserve_gib must be >= 0 (got {self.activation_reserve_gib})")
+        require(self.kv_cache_tokens is None or self.kv_cache_tokens >= 1,
+                f"kv_cache_tokens must be >= 1 (got {self.kv_cache_tokens})")
+        DraftContext.parse(self.drafter_context)
+        require(self.drafting in ("level", "chain"), f"drafting must be 'level' or 'chain' (got {self.drafting!r})")
+
+    def kv_budget_tokens(self, model: "ModelSpec", gpu: "GpuSpec") -> int:
+        """Tokens the KV cache holds: GPU memory minus weights and activations."""
+        if self.kv_cache_tokens is not None:
+            return self.kv_cache_tokens
+        free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes - self.activation_reserve_gib * GIB
+        tokens = int(free // model.kv_bytes_per_token)
+        require(tokens > 0, f"model {model.name} does not fit on {gpu.name} at gpu_memory_utilization "
+                            f"{self.gpu_memory_utilization} (weights {model.weight_bytes / GIB:.1f} GiB)")
+        return tokens
+
+
+class Prefill(NamedTuple):
+    """The prefill chunks of one step, as the cost model prices them (zeros when none)."""
+
+    tokens: int  # prompt tokens run this step
+    attn_pairs: int  # causal query x key pairs: each new token sees the cache and the chunk before it
+    kv_tokens: int  # KV tokens attention reads (cache + chunk)
+    requests: int  # chunks
+    vision_tokens: int  # visual tokens of the requests starting their prefill (the vision encoder runs)
+    max_context: int  # the longest context cached before a chunk
+
+
+NO_PREFILL = Prefill(0, 0, 0, 0, 0, 0)
+
+
+class Scheduler:
+    """Admission, preemption and chunking over requests ``0..N-1`` (module docstring).
+
+    ``context``, ``visual`` and ``output`` are each request's prompt tokens
+    (text + visual), visual tokens and output tokens; ``reserve_tokens`` is
+    what a decode request may grow by in one step (1 + the deepest draft).
+    """
+
+    def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
+                 max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int):
+        n = len(context)
+        self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
+        self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
+        self.output = np.asarray(output, dtype=np.int64)  # [N] tokens to generate
+        self.cache = np.zeros(n, np.int64)  # [N] tokens in the KV cache
+        self.target = self.context.copy()  # [N] tokens to prefill: the prompt, + what was emitted on recompute
+        self.drafted = np.zeros(n, np.int64)  # [N] draft tokens of the request's last round
+        self.emitted = np.zeros(n, np.int64)  # [N] tokens generated so far
+        self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
+        self.kv_budget, self.reserve = kv_budget_tokens, reserve_tokens
+        self.waiting: deque[int] = deque()
+        self.running: list[int] = []  # admission order (the newest is preempted first)
+
+    def check_fits(self) -> None:
+        """Refuse a workload with a request the KV budget can never hold."""
+        need = self.context + self.output + self.reserve
+        worst = int(np.argmax(need)) if len(need) else 0
+        require(not len(need) or need[worst] <= self.kv_budget,
+                f"kv_cache_tokens {self.kv_budget} cannot hold request {worst} "
+                f"({int(need[worst]) if len(need) else 0} tokens with its output); raise kv_cache_tokens")
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def arrive(self, i: int) -> None:
+        self.waiting.append(i)
+
+    def held(self, ids: np.ndarray) -> np.ndarray:
+        """KV tokens each request holds or will once prefilled."""
+        return np.maximum(self.cache[ids], self.target[ids])
+
+    def kv_used(self) -> int:
+        return int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
+
+    def admit(self) -> list[int]:
+        """Step 1: the requests admitted now, in order."""
+        used, admitted = self.kv_used(), []
+        while self.waiting and len(self.running) < self.max_num_seqs:
+            i = self.waiting[0]
+            need = int(self.target[i]) + 1
+            if used + need > self.kv_budget:
+                break
+            self.waiting.popleft()
+            self.running.append(i)
+            admitted.append(i)
+            used += need
+        return admitted
+
+    def decode_batch(self) -> tuple[np.ndarray, list[int]]:
+        """Step 2: the decode batch (running requests past their prefill, in
+        admission order) after preempting until its step fits, and the
+        requests preempted."""
+        preempted = []
+        while True:
+            ids = np.array(self.running, dtype=np.int64)
+            decoding = self.cache[ids] >= self.target[ids]
+            need = int(self.held(ids).sum() + decoding.sum() * self.reserve)
+            if need <= self.kv_budget or len(self.running) == 1:
+                return ids[decoding], preempted
+            preempted.append(self._preempt(self.running.pop()))
+
+    def _preempt(self, i: int) -> int:
+        """Free a request's KV cache; it waits at the queue's head and will
+        prefill its prompt and the tokens it already emitted again."""
+        self.target[i] = self.context[i] + self.emitted[i]
+        self.cache[i] = 0
+        self.drafted[i] = 0
+        self.waiting.appendleft(i)
+        return i
+
+    def prefill_chunks(self, decode: np.ndarray) -> list[tuple[int, int]]:
+        """Step 3: (request, tokens) chunks FCFS in the budget ``decode``'s rounds leave."""
+        budget = self.max_num_batched_tokens - len(decode) - int(self.drafted[decode].sum())
+        chunks = []
+        for i in self.running:
+            if budget <= 0:
+                break
+            left = int(self.target[i] - self.cache[i])
+            if left > 0:
+                take = min(left, budget)
+                chunks.append((i, take))
+                budget -= take
+        return chunks
+
+    def prefill(self, chunks: list[tuple[int, int]]) -> Prefill:
+        """Step 4: what ``chunks`` cost the step's forward."""
+        tokens = pairs = kv = vision = longest = 0
+        for i, take in chunks:
+            done = int(self.cache[i])
+            longest = max(longest, done)
+            tokens += take
+            kv += done + take
+            pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
+            if done == 0:
+                vision += int(self.visual[i])
+        return Prefill(tokens, pairs, kv, len(chunks), vision, longest)
+
+    def complete_prefill(self, chunks: list[tuple[int, int]]) -> list[int]:
+        """After the step: the chunks are in the cache; the requests whose
+        prefill completed sampled their next token (returned, in order)."""
+        first = []
+        for i, take in chunks:
+            self.cache[i] += take
+            if self.cache[i] >= self.target[i]:
+                self.emitted[i] += 1
+                first.append(i)
+        return first
+
+    def retire(self) -> list[int]:
+        """The running requests that have emitted their output, removed."""
+        done = [i for i in self.running if self.emitted[i] >= self.output[i]]
+        if done:
+            gone = set(done)
+            self.running = [i for i in self.running if i not in gone]
+        return done
+
+
+# -- the acceptance estimate ---------------------------------------------------------
+
+RECENT_WEIGHT = 0.3  # weight of the newest round in a request's moving average of accepted tokens
+POPULATION_WEIGHT = 0.05  # ... and in the replica-wide average a newly admitted request starts from
+# A round a request does not draft tells nothing of its acceptance; its
+# estimate relaxes toward the replica-wide one by this much a round, so a
+# request that stopped drafting under load drafts again when it pays
+# (without it, one unlucky start leaves a request at AR for good).
+RELAX_WEIGHT = 0.1
+MAX_PRIOR_ACCEPTED = 15.0
+
+
+def prior_accepted(top1: float) -> float:
+    """Accepted tokens per round a request is expected to have before it has
+    any history: the geometric p / (1 - p) of top-1 acceptance ``top1``."""
+    return float(min(top1 / (1.0 - top1), MAX_PRIOR_ACCEPTED))
+
+
+@jit
+def censored_accepted(accepted: int, depth: int, estimate: float) -> float:
+    """A round's accepted tokens as evidence of how many the drafter would
+    have had accepted with no depth limit: a round that accepted every level
+    it verified says "at least ``depth``", and with geometric acceptance the
+    expected count beyond is the current ``estimate`` (memoryless)."""
+    return accepted + estimate if accepted >= depth else float(accepted)
+
+
+@jit
+def after_round(recent: np.ndarray, population: np.ndarray, i: int, drafted: int, accepted: int, depth: int) -> None:
+    """Update request ``i``'s estimate (and the replica-wide one, ``population[0]``)
+    after a round that verified ``drafted`` draft tokens ``depth`` deep and
+    accepted ``accepted``; a round without drafts relaxes it toward the replica's."""
+    if drafted > 0:
+        recent[i] = (1.0 - RECENT_WEIGHT) * recent[i] + RECENT_WEIGHT * censored_accepted(accepted, depth, recent[i])
+        seen = censored_accepted(accepted, depth, population[0])
+        population[0] = (1.0 - POPULATION_WEIGHT) * population[0] + POPULATION_WEIGHT * seen
+    else:  # no draft, no evidence: the estimate drifts back to the replica's
+        recent[i] = (1.0 - RELAX_WEIGHT) * recent[i] + RELAX_WEIGHT * population[0]
+
+
+class Estimate:
+    """Each request's moving average of accepted draft tokens per drafted
+    round (``recent[N]``) and the replica-wide one (``population[1]``)."""
+
+    def __init__(self, n: int, top1: float):
+        self.recent = np.ones(n)
+        self.population = np.array([prior_accepted(top1)])
+
+    def start(self, i: int) -> None:
+        """A newly admitted request's history starts as the replica's."""
+        self.recent[i] = self.population[0]
+
+    def after_round(self, i: int, drafted: int, accepted: int, depth: int) -> None:
+        after_round(self.recent, self.population, i, drafted, accepted, depth)
+
+
+__all__ = ["EngineConfig", "Scheduler", "Prefill", "NO_PREFILL", "Estimate", "after_round", "censored_accepted",
+           "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT", "RELAX_WEIGHT"]
