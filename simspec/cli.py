@@ -23,7 +23,7 @@ from simspec.models.config import TrainConfig
 from simspec.policies import POLICIES
 from simspec.profiling import add_cli as add_profile_cli
 from simspec.sim import EngineConfig
-from simspec.types import InputError
+from simspec.types import AcceptanceTrace, InputError
 from simspec.workloads import WorkloadConfig, arrival_cv, cv_to_burstiness
 
 
@@ -237,7 +237,7 @@ def cmd_live(args: argparse.Namespace) -> int:
         result = live.serve_live(models, spec, requests, examples, cost_model, config, replay=replay)
         logs.append(result.log)
         table[spec] = metrics.summarize(result.log)
-        traces += [{"policy": spec, **t} for t in result.traces]
+        traces += [replace(t, policy=spec) for t in result.traces]
         for note in result.log.notes:
             print(f"{spec}: {note}", file=sys.stderr)
         if any(note.startswith("interrupted") for note in result.log.notes):
@@ -251,7 +251,7 @@ def cmd_live(args: argparse.Namespace) -> int:
             "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context,
             "complete": not interrupted and all(log.complete for log in logs),
             "notes": [f"{log.policy}: {note}" for log in logs for note in log.notes]})
-        write_text(Path(args.out) / "acceptance_traces.jsonl", "".join(json.dumps(t) + "\n" for t in traces))
+        write_text(Path(args.out) / "acceptance_traces.jsonl", "".join(json.dumps(t.to_json()) + "\n" for t in traces))
         print(f"wrote {args.out}" + (" (incomplete: interrupted)" if interrupted else ""))
     return 130 if interrupted else 0
 
@@ -289,7 +289,8 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
         import json
 
         try:
-            traces = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            traces = [AcceptanceTrace.from_json(json.loads(line)) for line in path.read_text().splitlines()
+                      if line.strip()]
         except ValueError as err:
             raise InputError(f"--traces {path}: not JSON lines ({err})") from None
         model = acceptance_fit.fit_acceptance(traces, name=f"fitted to {path.name}")

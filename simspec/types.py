@@ -118,23 +118,6 @@ class StepShape:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepPlan:
-    """The verification plan of one step: one row per decode request.
-
-    Nodes are rank-path codes (see the glossary); the parent of a node is its
-    code with the top depth's bits cleared, so a plan is a tree by
-    construction when it is closed under that operation.
-    """
-
-    kind: np.ndarray  # [B] int8 plan kind (PLAN_AR, PLAN_LINEAR, PLAN_TREE)
-    codes: np.ndarray  # [B, M] int64 rank-path codes of draft nodes, -1 = unused
-    num_nodes: np.ndarray  # [B] int draft tokens per request
-    draft_steps: np.ndarray  # [B] int drafter steps run (depth drafted)
-    draft_width: np.ndarray  # [B] int drafter tokens per depth after the first
-    kept_visual_tokens: np.ndarray  # [B] int visual tokens the drafter sees
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRecord:
     """How one request went, for ``requests.csv``. Times are seconds."""
 
@@ -148,6 +131,37 @@ class RequestRecord:
     images: int
     visual_tokens: int
     preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceTrace:
+    """One drafted round of a live run along the drafter's rank-1 chain:
+    what acceptance models are fitted to (``acceptance_traces.jsonl``, one
+    :meth:`to_json` object a line)."""
+
+    request: int  # request id
+    output_index: int  # index in the request's output of the depth-1 token
+    context: int  # tokens in the request's KV cache before the round
+    ranks: tuple[int, ...]  # [D] the target token's rank among the drafter's candidates (0: none recorded)
+    conf: tuple[tuple[float, ...], ...]  # [D, R] the drafter's confidences at each depth, best first
+    policy: str = ""  # the policy that served the round, where known
+
+    def to_json(self) -> dict:
+        row = {"policy": self.policy} if self.policy else {}
+        return {**row, "request": self.request, "output_index": self.output_index, "context": self.context,
+                "ranks": list(self.ranks), "conf": [list(c) for c in self.conf]}
+
+    @classmethod
+    def from_json(cls, row: dict) -> "AcceptanceTrace":
+        """A trace from :meth:`to_json`'s object; a missing or mistyped field raises InputError."""
+        try:
+            ranks = tuple(int(r) for r in row["ranks"])
+            conf = tuple(tuple(float(c) for c in level) for level in row["conf"])
+            require(len(conf) == len(ranks), f"conf has {len(conf)} depths and ranks {len(ranks)}")
+            return cls(request=int(row["request"]), output_index=int(row.get("output_index", 0)),
+                       context=int(row.get("context", 0)), ranks=ranks, conf=conf, policy=str(row.get("policy", "")))
+        except (KeyError, TypeError, ValueError) as err:
+            raise InputError(f"acceptance trace {str(row)[:80]}: {err}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,37 +189,3 @@ class RunLog:
     rounds_total: int = 0  # verification rounds, drafted or not
     complete: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaView:
-    """What a policy may look at when it plans a step: one row per decode
-    request, plus the step's other work and the cost model to price plans.
-
-    Callers outside the simulator (the live engine, tests) build it; the
-    simulator's compiled step loop hands the same fields to the same
-    compiled rule (simspec.policies.rules.Batch).
-    """
-
-    context_tokens: np.ndarray  # [B] int tokens in each request's KV cache
-    visual_tokens: np.ndarray  # [B] int visual tokens in each request's context
-    kept_visual_tokens: np.ndarray  # [B] int visual tokens the drafter cross-attends to
-    remaining_tokens: np.ndarray  # [B] int output tokens still to generate (>= 1)
-    recent_accepted: np.ndarray  # [B] float moving average of accepted draft tokens per drafted round
-    conf: np.ndarray  # [B, D, R] drafter confidence of the rank-r candidate at depth d this round
-    prefill_tokens: int  # prefill tokens already in this step
-    prefill_attn_pairs: int  # their attention query x key pairs
-    prefill_kv_tokens: int  # KV tokens their attention reads
-    prefill_requests: int  # prefill chunks in this step (each samples one logit row)
-    vision_tokens: int  # visual tokens the vision encoder produces this step
-    costs: "CostModel"  # prices candidate steps (simspec.costs)
-    true_ranks: np.ndarray | None = None  # [B, D] the target's ranks: only the oracle is shown them
-    prefill_max_context: int = 0  # the longest context cached before a prefill chunk of this step
-
-    @property
-    def batch(self) -> int:
-        return len(self.context_tokens)
-
-
-if TYPE_CHECKING:
-    from simspec.costs.base import CostModel

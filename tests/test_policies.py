@@ -10,7 +10,8 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs, policies, trees
 from simspec.policies.base import parse_table
-from simspec.types import PLAN_AR, PLAN_LINEAR, PLAN_TREE, InputError, ReplicaView
+from simspec.policies import ReplicaView
+from simspec.types import PLAN_AR, PLAN_LINEAR, PLAN_TREE, InputError
 
 
 def view(batch=2, *, depth=8, ranks=10, ctx=800, conf=None, truth=None, cost_model="roofline", remaining=100,

@@ -13,7 +13,8 @@ import pytest
 
 from conftest import invoke, requests_at, run
 from simspec import cli, config, costs, policies, tune
-from simspec.types import InputError, ReplicaView
+from simspec.policies import ReplicaView
+from simspec.types import InputError
 
 TINY = ["--cost-model", "affine:10,5", "--acceptance", "iid:0.6", "--num-requests", "20", "--multimodal-share", "0",
         "--prompt-mean", "16", "--output-mean", "48"]

@@ -25,11 +25,11 @@ from scipy.optimize import minimize
 
 from simspec.acceptance.model import AcceptanceModel, draw_round
 from simspec.files import load_record, save_record
-from simspec.types import MAX_RANK, require
+from simspec.types import MAX_RANK, AcceptanceTrace, require
 
 ACCEPTANCE_FORMAT = "simspec-acceptance/1"
 
-def _trace_stats(traces: Sequence[dict], depth: int, bins: np.ndarray) -> dict[str, np.ndarray]:
+def _trace_stats(traces: Sequence[AcceptanceTrace], depth: int, bins: np.ndarray) -> dict[str, np.ndarray]:
     """Moments of traces: per-depth conditional top-1 rate, the rank-2/3
     shares among misses at depth 1, the spread of per-request top-1 rates,
     and top-1 acceptance per confidence bin."""
@@ -40,15 +40,15 @@ def _trace_stats(traces: Sequence[dict], depth: int, bins: np.ndarray) -> dict[s
     conf_hits = np.zeros(len(bins) - 1)
     conf_seen = np.zeros(len(bins) - 1)
     for row in traces:
-        for d, rank in enumerate(row["ranks"][:depth]):
+        for d, rank in enumerate(row.ranks[:depth]):
             seen[d] += 1
             hits[d] += rank == 1
-            c = row["conf"][d][0]
+            c = row.conf[d][0]
             k = min(max(int(np.searchsorted(bins, c, side="right")) - 1, 0), len(bins) - 2)
             conf_seen[k] += 1
             conf_hits[k] += rank == 1
             if d == 0:
-                per_request.setdefault(row["request"], []).append(int(rank == 1))
+                per_request.setdefault(row.request, []).append(int(rank == 1))
                 if rank != 1:
                     tail[0 if rank == 2 else 1 if rank == 3 else 2] += 1
     rates = np.array([np.mean(v) for v in per_request.values() if len(v) >= 4])
@@ -57,7 +57,8 @@ def _trace_stats(traces: Sequence[dict], depth: int, bins: np.ndarray) -> dict[s
             "calibration": conf_hits / np.maximum(conf_seen, 1), "conf_seen": conf_seen}
 
 
-def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int, rng_seed: int = 0) -> list[dict]:
+def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int,
+                  rng_seed: int = 0) -> list[AcceptanceTrace]:
     """Traces the model would record, in the live engine's format (CRN: fixed seed)."""
     rng = np.random.default_rng(rng_seed)
     logits = model.top1_logit + model.request_sigma * rng.standard_normal(requests)
@@ -74,16 +75,17 @@ def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int
                 got.append(int(ranks[i, d]) if ranks[i, d] <= 3 else 0)
                 if ranks[i, d] != 1:
                     break
-            rows.append({"request": i, "ranks": got, "conf": [list(conf[i, d]) for d in range(len(got))]})
+            rows.append(AcceptanceTrace(request=i, output_index=0, context=0, ranks=tuple(got),
+                                        conf=tuple(tuple(conf[i, d]) for d in range(len(got)))))
     return rows
 
 
-def _confidence_tail(traces: Sequence[dict]) -> tuple[float | None, float | None]:
+def _confidence_tail(traces: Sequence[AcceptanceTrace]) -> tuple[float | None, float | None]:
     """Mass and decay of the geometric shape of the drafter's confidences
     beyond its first candidate, from their mean shares of 1 - conf(rank 1)
     at ranks 2 and 3 (what a tree policy branches on). None when the traces
     hold fewer than three confidences a depth."""
-    shares = [np.array(c[1:3]) / (1.0 - c[0]) for row in traces for c in row["conf"] if len(c) >= 3 and c[0] < 1.0]
+    shares = [np.array(c[1:3]) / (1.0 - c[0]) for row in traces for c in row.conf if len(c) >= 3 and c[0] < 1.0]
     if not shares:
         return None, None
     return _geometric_tail(*np.mean(shares, axis=0))
@@ -97,10 +99,10 @@ def _geometric_tail(second: float, third: float) -> tuple[float, float]:
     return float(np.clip(second / (shape[0] / shape.sum()), 0.0, 1.0)), decay
 
 
-def fit_acceptance(traces: Sequence[dict], name: str = "calibrated", depth: int | None = None) -> AcceptanceModel:
+def fit_acceptance(traces: Sequence[AcceptanceTrace], name: str = "calibrated", depth: int | None = None) -> AcceptanceModel:
     """Fit the rank-based acceptance model to live acceptance traces."""
     require(len(traces) >= 50, f"acceptance traces must hold >= 50 drafted rounds to fit (got {len(traces)})")
-    depth = depth or max(1, min(6, max(len(t["ranks"]) for t in traces)))
+    depth = depth or max(1, min(6, max(len(t.ranks) for t in traces)))
     bins = np.array([0.0, 0.3, 0.5, 0.7, 0.85, 0.95, 1.0001])
     live = _trace_stats(traces, depth, bins)
     weight = np.minimum(live["seen"], 2000) / 2000

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from simspec.policies import rules
-from simspec.policies.base import Policy, parse_table
+from simspec.policies.base import Policy, ReplicaView, StepPlan, parse_table
 from simspec.types import MAX_DEPTH, MAX_RANK, InputError
 
 
@@ -296,5 +296,5 @@ def parse(spec: str) -> Policy:
     return make(name, params)
 
 
-__all__ = ["POLICIES", "Policy", "make", "parse", "Ar", "Linear", "Tree", "Truncate", "BatchTable", "Goodput",
+__all__ = ["POLICIES", "Policy", "ReplicaView", "StepPlan", "make", "parse", "Ar", "Linear", "Tree", "Truncate", "BatchTable", "Goodput",
            "Marginal", "Oracle", "Staged", "STAGE_POLICIES"]

@@ -1,7 +1,8 @@
-"""What every policy shares: the Policy interface and the bridge from a
-ReplicaView to the compiled decision rules.
+"""What every policy shares: its input (:class:`ReplicaView`, a snapshot of
+the replica), its output (:class:`StepPlan`), the Policy interface and the
+bridge from a view to the compiled decision rules.
 
-Imports: numpy, simspec.types, simspec.policies.rules. A policy is a
+Imports: numpy, simspec.costs.base, simspec.policies.rules. A policy is a
 frozen dataclass whose fields are its parameters; ``plan(view)`` is a pure
 function of the snapshot, computed by ``rules.plan_batch`` (the same
 compiled rule the simulator's step loop calls).
@@ -15,8 +16,55 @@ from typing import ClassVar
 
 import numpy as np
 
+from simspec.costs.base import CostModel
 from simspec.policies import rules
-from simspec.types import ReplicaView, StepPlan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaView:
+    """What a policy may look at when it plans a step: one row per decode
+    request, plus the step's other work and the cost model to price plans.
+
+    Callers outside the simulator (the live engine, tests) build it; the
+    simulator's compiled step loop hands the same fields to the same
+    compiled rule (simspec.policies.rules.Batch).
+    """
+
+    context_tokens: np.ndarray  # [B] int tokens in each request's KV cache
+    visual_tokens: np.ndarray  # [B] int visual tokens in each request's context
+    kept_visual_tokens: np.ndarray  # [B] int visual tokens the drafter cross-attends to
+    remaining_tokens: np.ndarray  # [B] int output tokens still to generate (>= 1)
+    recent_accepted: np.ndarray  # [B] float moving average of accepted draft tokens per drafted round
+    conf: np.ndarray  # [B, D, R] drafter confidence of the rank-r candidate at depth d this round
+    prefill_tokens: int  # prefill tokens already in this step
+    prefill_attn_pairs: int  # their attention query x key pairs
+    prefill_kv_tokens: int  # KV tokens their attention reads
+    prefill_requests: int  # prefill chunks in this step (each samples one logit row)
+    vision_tokens: int  # visual tokens the vision encoder produces this step
+    costs: "CostModel"  # prices candidate steps (simspec.costs)
+    true_ranks: np.ndarray | None = None  # [B, D] the target's ranks: only the oracle is shown them
+    prefill_max_context: int = 0  # the longest context cached before a prefill chunk of this step
+
+    @property
+    def batch(self) -> int:
+        return len(self.context_tokens)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepPlan:
+    """The verification plan of one step: one row per decode request.
+
+    Nodes are rank-path codes (see the glossary); the parent of a node is its
+    code with the top depth's bits cleared, so a plan is a tree by
+    construction when it is closed under that operation.
+    """
+
+    kind: np.ndarray  # [B] int8 plan kind (PLAN_AR, PLAN_LINEAR, PLAN_TREE)
+    codes: np.ndarray  # [B, M] int64 rank-path codes of draft nodes, -1 = unused
+    num_nodes: np.ndarray  # [B] int draft tokens per request
+    draft_steps: np.ndarray  # [B] int drafter steps run (depth drafted)
+    draft_width: np.ndarray  # [B] int drafter tokens per depth after the first
+    kept_visual_tokens: np.ndarray  # [B] int visual tokens the drafter sees
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,4 +135,4 @@ def parse_table(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(entries)
 
 
-__all__ = ["Policy", "parse_table"]
+__all__ = ["Policy", "ReplicaView", "StepPlan", "parse_table"]

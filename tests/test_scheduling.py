@@ -1,0 +1,140 @@
+"""The one scheduler and acceptance estimate (simspec.scheduling), alone and
+as the simulator and the live engine run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simspec import scheduling
+from simspec.scheduling import Estimate, Prefill, Scheduler
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def scheduler(context, output, *, seqs=8, tokens=64, kv=10_000, reserve=1, visual=None) -> Scheduler:
+    context = np.array(context)
+    return Scheduler(context=context, visual=np.array(visual if visual is not None else [0] * len(context)),
+                     output=np.array(output), max_num_seqs=seqs, max_num_batched_tokens=tokens,
+                     kv_budget_tokens=kv, reserve_tokens=reserve)
+
+
+def test_admission_is_fcfs_under_the_sequence_limit_and_the_kv_budget():
+    s = scheduler([10, 10, 10, 10], [5] * 4, seqs=3, kv=25)
+    for i in range(4):
+        s.arrive(i)
+    assert s.admit() == [0, 1]  # 11 + 11 fit 25; the third needs 11 more
+    assert list(s.waiting) == [2, 3]
+    s = scheduler([10, 10, 10, 10], [5] * 4, seqs=3)
+    for i in range(4):
+        s.arrive(i)
+    assert s.admit() == [0, 1, 2] and s.admit() == []
+
+
+def test_decode_rounds_come_first_and_prefill_chunks_fill_the_rest_of_the_budget():
+    s = scheduler([30, 50, 40], [5] * 3, tokens=64)
+    for i in range(3):
+        s.arrive(i)
+    s.admit()
+    s.cache[0] = 30  # request 0 has prefilled and drafted 3 tokens last round
+    s.drafted[0] = 3
+    decode, _ = s.decode_batch()
+    assert decode.tolist() == [0]
+    assert s.prefill_chunks(decode) == [(1, 50), (2, 10)]  # 64 - (1 + 3) = 60 tokens, FCFS
+
+
+def test_prefill_pairs_are_causal_and_the_vision_encoder_runs_on_a_prefill_start():
+    s = scheduler([40, 30], [5, 5], visual=[16, 8])
+    s.cache[0] = 10  # 10 of request 0's prompt already in its cache
+    assert s.prefill([(0, 6), (1, 4)]) == Prefill(tokens=10, attn_pairs=6 * 10 + 21 + 10, kv_tokens=16 + 4,
+                                                  requests=2, vision_tokens=8, max_context=10)
+
+
+def test_the_newest_request_is_preempted_and_recomputes_what_it_emitted():
+    s = scheduler([10, 10, 10], [20] * 3, kv=40, reserve=4)
+    for i in range(3):
+        s.arrive(i)
+    assert s.admit() == [0, 1, 2]
+    s.cache[:] = 12
+    s.emitted[:] = 2
+    decode, preempted = s.decode_batch()  # 3 x 12 + 3 x 4 = 48 > 40: request 2 goes
+    assert preempted == [2] and decode.tolist() == [0, 1]
+    assert s.cache[2] == 0 and s.target[2] == 12 and list(s.waiting) == [2]
+
+
+def test_completed_prefills_emit_their_first_token_and_finished_requests_retire():
+    s = scheduler([8, 8], [1, 3])
+    s.arrive(0)
+    s.arrive(1)
+    s.admit()
+    assert s.complete_prefill([(0, 8), (1, 5)]) == [0]
+    assert s.emitted.tolist() == [1, 0] and s.retire() == [0] and s.running == [1]
+
+
+def test_the_estimate_moves_toward_each_round_and_relaxes_without_drafts():
+    e = Estimate(2, top1=0.5)
+    assert e.population[0] == 1.0  # p / (1 - p)
+    e.start(0)
+    e.after_round(0, drafted=3, accepted=1, depth=3)
+    w = scheduling.RECENT_WEIGHT
+    assert e.recent[0] == pytest.approx((1 - w) * 1.0 + w * 1.0)
+    e.after_round(0, drafted=3, accepted=3, depth=3)  # censored: at least 3, plus the estimate beyond
+    assert e.recent[0] == pytest.approx((1 - w) * 1.0 + w * (3 + 1.0))
+    before = e.recent[0]
+    e.after_round(0, drafted=0, accepted=0, depth=0)
+    r = scheduling.RELAX_WEIGHT
+    assert e.recent[0] == pytest.approx((1 - r) * before + r * e.population[0])
+
+
+def test_the_scheduling_module_imports_neither_simpy_nor_torch():
+    code = ("import sys, simspec.scheduling, simspec.acceptance.context; "
+            "assert 'simpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# -- the simulator and the live engine decide alike -------------------------------------------
+
+def _step_index(starts: np.ndarray, times: np.ndarray, side: str) -> list[int]:
+    return (np.searchsorted(starts, times, side=side) - 1).tolist()
+
+
+def test_the_simulator_and_the_live_engine_make_the_same_scheduling_decisions():
+    """One event sequence (nine requests at t=0, AR, three running at most,
+    a 40-token budget that chunks every prompt) through both engines: the
+    same decode batch every step, and every request admitted, given its
+    first token and finished in the same step."""
+    torch = pytest.importorskip("torch")
+
+    from simspec import costs, policies
+    from simspec.acceptance import AcceptanceModel
+    from simspec.engine import LiveConfig, LiveEngine
+    from simspec.engine.live import MAX_LEN
+    from simspec.models.drafter import Drafter, DrafterConfig
+    from simspec.models.task import generate
+    from simspec.models.train import load_target
+    from simspec.sim import EngineConfig, simulate
+    from simspec.types import Request
+
+    torch.set_num_threads(1)
+    target, _, _ = load_target(REPO / "checkpoints" / "target")
+    drafter = Drafter(DrafterConfig(), target).eval()
+    examples = generate(5, 9)
+    requests = [Request(id=i, arrival_s=0.0, prompt_tokens=len(e.prompt_ids), image_tokens=(16,),
+                        output_tokens=3 + 2 * i) for i, e in enumerate(examples)]
+    ticks = iter(range(1, 10**9))
+    live = LiveEngine(target, drafter, policies.parse("ar"), costs.affine(1.0, 0.05),
+                      LiveConfig(max_num_seqs=3, max_num_batched_tokens=40)).serve(
+        requests, examples, realtime=False, clock=lambda: next(ticks) * 1e-6).log
+    engine = EngineConfig(max_num_seqs=3, max_num_batched_tokens=40, kv_cache_tokens=3 * MAX_LEN)
+    sim = simulate(requests, policy=policies.parse("ar"), costs=costs.constant(10.0),
+                   acceptance=AcceptanceModel.iid(0.5), engine=engine, kv_budget_tokens=3 * MAX_LEN, seed=0)
+    assert live.step_batch.tolist() == sim.step_batch.tolist()
+    for name, side in (("admitted_s", "right"), ("first_token_s", "left"), ("finish_s", "left")):
+        got = [_step_index(log.step_start_s, np.array([getattr(r, name) for r in log.requests]), side)
+               for log in (live, sim)]
+        assert got[0] == got[1], name
+    assert len(set(_step_index(sim.step_start_s, np.array([r.first_token_s for r in sim.requests]), "left"))) > 3
