@@ -1,7 +1,11 @@
-"""The run configuration: every default once, TOML in and out.
+"""The run configuration: every default once, TOML in and out, and the
+flags that set it.
 
-Imports: stdlib (tomllib), tomli_w, simspec.types, .workloads, .sim
-(EngineConfig), .acceptance (default preset), .policies (validation).
+Imports: the standard library, tomli_w, simspec.types, .files, .workloads,
+.scheduling (EngineConfig), .acceptance (default preset), .costs (the names
+flags accept), .policies (validation). No argparse: the CLI registers
+:data:`FLAGS` as options and hands their values to :func:`from_flags`, as
+the dashboard hands its widgets' values.
 
 A config file mirrors :class:`SimConfig`: top-level keys for the scenario,
 ``[workload]`` and ``[engine]`` tables for those records. Unknown keys are
@@ -17,11 +21,12 @@ from pathlib import Path
 import tomli_w
 
 from simspec import policies
-from simspec.files import read_toml
 from simspec.acceptance import DEFAULT_PRESET
-from simspec.sim import EngineConfig
+from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
+from simspec.files import read_toml
+from simspec.scheduling import EngineConfig
 from simspec.types import InputError, require
-from simspec.workloads import WorkloadConfig
+from simspec.workloads import WorkloadConfig, cv_to_burstiness
 
 DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
 DEFAULT_WORKLOAD = WorkloadConfig(arrival="gamma", rate_per_s=6.0, burstiness=0.25, num_requests=1000,
@@ -149,4 +154,90 @@ def to_toml(config: SimConfig) -> str:
     return tomli_w.dumps(top)
 
 
-__all__ = ["SimConfig", "DEFAULT_POLICIES", "load", "build", "to_toml"]
+# -- flags -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """A command-line flag of a scenario and the config field it sets."""
+
+    name: str  # --kebab-case
+    path: tuple[str, ...]  # config field, e.g. ("workload", "rate_per_s")
+    type: type
+    help: str
+
+    @property
+    def key(self) -> str:
+        """The flag's name as a key of :func:`from_flags`' values (argparse's dest)."""
+        return self.name[2:].replace("-", "_")
+
+    @property
+    def default(self):
+        record = {"workload": DEFAULT_WORKLOAD, "engine": EngineConfig()}.get(self.path[0])
+        if record is None:
+            return {f.name: f.default for f in fields(SimConfig)}.get(self.path[0])
+        return getattr(record, self.path[1])
+
+
+FLAGS = (
+    Flag("--model", ("model",), str, f"model spec: {', '.join(MODELS)}"),
+    Flag("--device", ("device",), str, f"GPU: {', '.join(GPUS)}"),
+    Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
+    Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
+    Flag("--seed", ("seed",), int, "random seed of the run"),
+    Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),
+    Flag("--slo-tpot-ms", ("slo_tpot_ms",), float, "TPOT SLO for request_goodput"),
+    Flag("--arrival", ("workload", "arrival"), str, "poisson, gamma, onoff or trace"),
+    Flag("--rate", ("workload", "rate_per_s"), float, "mean request rate, requests/s"),
+    Flag("--burstiness", ("workload", "burstiness"), float, "Gamma shape as vLLM's --burstiness (CV = 1/sqrt)"),
+    Flag("--num-requests", ("workload", "num_requests"), int, "requests to serve"),
+    Flag("--duration", ("workload", "duration_s"), float, "or: seconds of arrivals to serve"),
+    Flag("--multimodal-share", ("workload", "multimodal_share"), float, "share of requests with images"),
+    Flag("--images-min", ("workload", "images_min"), int, "images per multimodal request, at least"),
+    Flag("--images-max", ("workload", "images_max"), int, "images per multimodal request, at most"),
+    Flag("--prompt-mean", ("workload", "prompt_mean_tokens"), float, "mean text prompt tokens"),
+    Flag("--output-mean", ("workload", "output_mean_tokens"), float, "mean output tokens"),
+    Flag("--trace", ("workload", "trace_path"), str, "replay a trace (Azure CSV or Mooncake JSONL)"),
+    Flag("--trace-speedup", ("workload", "trace_speedup"), float, "divide trace arrival times by this"),
+    Flag("--on-s", ("workload", "on_s"), float, "onoff: mean burst length, s"),
+    Flag("--off-s", ("workload", "off_s"), float, "onoff: mean gap between bursts, s"),
+    Flag("--max-num-seqs", ("engine", "max_num_seqs"), int, "requests in the running batch"),
+    Flag("--max-num-batched-tokens", ("engine", "max_num_batched_tokens"), int, "token budget per step"),
+    Flag("--gpu-memory-utilization", ("engine", "gpu_memory_utilization"), float, "share of GPU memory used"),
+    Flag("--kv-cache-tokens", ("engine", "kv_cache_tokens"), int, "override the KV-cache size in tokens"),
+    Flag("--drafter-context", ("engine", "drafter_context"), str, "drafter's view: full, none, selected:K, pooled:K"),
+)
+"""The scenario flags of ``simulate`` and ``tune``, each setting one config field."""
+EXTRA_FLAGS = {"cv": "inter-arrival CV (sets burstiness)", "policy": "policies to compare (a list)"}
+"""Values :func:`from_flags` also takes, beyond :data:`FLAGS`."""
+
+
+def flag_overrides(values: dict) -> dict:
+    """Flag values (keyed by :attr:`Flag.key`, plus ``cv`` and ``policy``;
+    None: not given) as config overrides shaped like a config file."""
+    out: dict = {}
+    for flag in FLAGS:
+        value = values.get(flag.key)
+        if value is None:
+            continue
+        if len(flag.path) == 1:
+            out[flag.path[0]] = value
+        else:
+            out.setdefault(flag.path[0], {})[flag.path[1]] = value
+    workload = out.setdefault("workload", {})
+    if values.get("cv") is not None:
+        workload["burstiness"] = cv_to_burstiness(values["cv"])
+    if values.get("trace") is not None and "arrival" not in workload:
+        workload["arrival"] = "trace"
+    if values.get("policy"):
+        out["policies"] = list(values["policy"])
+    return out
+
+
+def from_flags(values: dict, config_file: str | Path | None = None) -> SimConfig:
+    """The scenario of flag ``values`` (:func:`flag_overrides`) over a
+    config file's, over the defaults: what ``simspec simulate`` runs."""
+    return build(load(config_file) if config_file else {}, flag_overrides(values))
+
+
+__all__ = ["SimConfig", "DEFAULT_POLICIES", "DEFAULT_WORKLOAD", "FLAGS", "Flag", "load", "build", "to_toml",
+           "flag_overrides", "from_flags"]

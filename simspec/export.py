@@ -28,15 +28,12 @@ policy on every tuned cell of the CV with the tuned file's confirm seeds
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
 
-import numpy as np
 
 from simspec import policies, tune
-from simspec.files import write_text
 from simspec.types import require
 
 FORMATS = ("vllm", "sglang")
@@ -207,53 +204,6 @@ def format_losses(name: str, rows: list[Loss], metric: str, maximize: bool) -> s
         lines.append(f"{r.load:6.2f} {r.rate_per_s:8.3g} {r.tuned:10.4g} {r.exported:10.4g} {r.pct:+9.2f}  "
                      f"[{r.gap.low * scale:+7.2f}, {r.gap.high * scale:+7.2f}]  {verdict}")
     return "\n".join(lines)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    tuned = tune.load(args.tuned_file)
-    export = build(tuned, args.format, args.cv)
-    metric = tune.OBJECTIVES[tuned.objective][0]
-    print(f"simspec export --format {export.format} | {args.tuned_file} | CV {export.cv:g} | objective {metric}")
-    print(f"tuned policy: {next(s.policy for s in tuned.schedules if s.cv == export.cv)}")
-    print()
-    print("batch sizes  tuned spec -> engine draft tokens")
-    for r in export.ranges:
-        print(f"{r.lo:>4}-{r.hi:<6} {r.tuned} -> {r.draft_tokens}{'' if r.exact else '  (approximate)'}")
-    print()
-    if export.format == "vllm":
-        print(f"vLLM launch flags (dynamic speculative decoding, a vLLM with num_speculative_tokens_per_batch_size):"
-              f"\n  {export.flags}")
-    else:
-        print(f"SGLang launch flags:\n  {export.flags}\nADAPTIVE.json: {json.dumps(export.settings)}")
-    print()
-    for line in export.cannot:
-        print(f"cannot express: {line}")
-    if args.out:
-        write_text(args.out, json.dumps(export.settings, indent=2) + "\n")
-        print(f"wrote {args.out}")
-    if args.no_simulate:
-        return 0
-    print()
-    for name, spec in {f"exported ({export.approximation})": export.approximation, **export.alternatives}.items():
-        rows = losses(tuned, export, spec, args.seeds)
-        print(format_losses(name, rows, metric, tuned.maximize))
-        mean = float(np.mean([r.pct for r in rows]))
-        print(f"mean change over the {len(rows)} loads: {mean:+.2f}% {metric}\n")
-    return 0
-
-
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    """Register ``simspec export``."""
-    p = sub.add_parser("export", help="a tuned policy as vLLM / SGLang settings, with the simulated cost of the "
-                                      "approximation")
-    p.add_argument("tuned_file", metavar="TUNED_FILE", help="a file `simspec tune` wrote")
-    p.add_argument("--format", required=True, choices=FORMATS, help="the serving engine")
-    p.add_argument("--cv", type=float, help="inter-arrival CV of the traffic (default: the first tuned CV)")
-    p.add_argument("--out", metavar="FILE.json", help="write the engine's config (vLLM speculative config; SGLang "
-                                                      "adaptive config)")
-    p.add_argument("--seeds", type=int, help="seeds per comparison (default: the tuned file's confirm seeds)")
-    p.add_argument("--no-simulate", action="store_true", help="only print the settings")
-    p.set_defaults(handler=cmd_export)
 
 
 __all__ = ["Export", "Range", "Loss", "build", "losses", "format_losses", "FORMATS"]

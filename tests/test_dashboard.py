@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from simspec import cli, config as configuration
-from simspec import dashboard as command
+from simspec.cli import dashboard as command
 from simspec.types import InputError
 from simspec_dashboard import whatif
 from simspec_dashboard.whatif import DashboardConfig

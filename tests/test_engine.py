@@ -16,7 +16,7 @@ from simspec.costs import steps as step_costs
 from simspec.acceptance import AcceptanceModel, DraftContext  # noqa: E402
 from simspec.costs import affine  # noqa: E402
 from simspec.engine import LiveConfig, LiveEngine  # noqa: E402
-from simspec.engine.validate import live_workload  # noqa: E402
+from simspec.engine.serve import live_workload  # noqa: E402
 from simspec.models.drafter import Drafter, DrafterConfig, chain_attention, select_visual, unrolled_losses  # noqa: E402
 from simspec.models.drafter_train import load_drafter, train_drafter  # noqa: E402
 from simspec.models.task import generate  # noqa: E402

@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from simspec.costs import GPUS, ModelSpec, model_spec  # noqa: E402
-from simspec.profiling import add_cli, grid, import_vidur, ops, reference, runner, store  # noqa: E402
+from simspec.cli.profile import add as add_cli  # noqa: E402
+from simspec.profiling import grid, import_vidur, ops, reference, runner, store  # noqa: E402
 from simspec.profiling.grid import OPS, Grid  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
@@ -478,7 +479,7 @@ def test_profile_gpu_imports_vidur(tmp_path, capsys):
 
 
 def test_importing_the_package_and_its_command_does_not_load_torch():
-    code = ("import sys, simspec.profiling; from simspec.profiling import add_cli, import_vidur; "
+    code = ("import sys, simspec.profiling; from simspec.profiling import import_vidur; import simspec.cli.profile; "
             "assert 'torch' not in sys.modules, 'torch loaded'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 

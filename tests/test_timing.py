@@ -11,7 +11,7 @@ from simspec import metrics, workloads  # noqa: E402
 from simspec.acceptance import AcceptanceModel, DraftContext, mean_chain_tokens  # noqa: E402
 from simspec.cli import main  # noqa: E402
 from simspec.costs import MODELS, affine  # noqa: E402
-from simspec.engine import timing, validate as live  # noqa: E402
+from simspec.engine import serve as live, timing  # noqa: E402
 from simspec.engine.live import LiveConfig  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import invoke, requests_at, run
 from simspec import cli, config, costs, policies, tune
+from simspec.cli.scenario import scenario_config
 from simspec.policies import ReplicaView
 from simspec.types import InputError
 
@@ -139,7 +140,7 @@ def test_policy_file_adds_the_tuned_policies_to_simulate(tuned_file, tmp_path):
 def test_policy_file_keeps_the_policies_asked_for(tuned_file):
     path, _ = tuned_file
     args = cli.parser().parse_args(["simulate", *TINY, "--policy", "linear:k=5", "--policy-file", str(path)])
-    cfg = cli.build_config(args)
+    cfg = scenario_config(args)
     assert cfg.policies[0] == "linear:k=5" and "ar" not in cfg.policies and len(cfg.policies) >= 2
 
 

@@ -24,14 +24,15 @@ import pytest
 pytest.importorskip("torch")
 
 from simspec.costs import steps as step_costs  # noqa: E402
-from simspec.engine import validate as live  # noqa: E402
+from simspec import validation  # noqa: E402
+from simspec.engine import serve  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("validate")
-    report = live.validate(live.load_models(), live.QUICK, out, progress=False)
+    report = validation.validate(serve.load_models(), validation.QUICK, out, progress=False)
     return report, out
 
 
@@ -41,18 +42,18 @@ def test_quick_validation_writes_every_file(quick):
                  "calibration_steps.parquet"):
         assert (out / name).stat().st_size > 0, name
     table = json.loads((out / "validation.json").read_text())
-    assert set(table) == {f"load={load:g}" for load in live.QUICK.loads}
+    assert set(table) == {f"load={load:g}" for load in validation.QUICK.loads}
     for rows in table.values():
-        assert set(rows) == set(live.QUICK.policies)
+        assert set(rows) == set(validation.QUICK.policies)
         for cells in rows.values():
-            assert set(cells) == set(live.COMPARED)
+            assert set(cells) == set(validation.COMPARED)
             for cell in cells.values():
                 assert set(cell) == {"live", "sim", "rel_error"} and math.isfinite(cell["live"])
 
 
 def test_simulated_throughput_and_acceptance_track_live(quick):
     report, _ = quick
-    light = f"load={min(live.QUICK.loads):g}"
+    light = f"load={min(validation.QUICK.loads):g}"
     for load, rows in report["validation"].items():
         for policy, cells in rows.items():
             if load == light:  # below saturation both serve what arrives; near it, latency error moves throughput
@@ -67,7 +68,7 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
     _, out = quick
     steps = pd.read_parquet(out / "calibration_steps.parquet")
     saved = json.loads((out / "step_costs.json").read_text())
-    assert len(steps) == saved["steps"] and set(live.QUICK.policies) <= set(steps["policy"])
+    assert len(steps) == saved["steps"] and set(validation.QUICK.policies) <= set(steps["policy"])
     assert (steps["idle_s"] > 0).sum() == saved["wake"]["steps"]
     _, refit = step_costs.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
     assert refit["coefficients_s"] == pytest.approx(saved["coefficients_s"], rel=1e-9)
@@ -75,33 +76,33 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
 
 
 def test_calibration_and_validation_data_do_not_overlap():
-    cfg = live._workload(live.QUICK, 10.0, 30, "poisson")
-    calibration, cal_examples = live.live_workload(cfg, live.QUICK.seed + 1000)
-    validation, val_examples = live.live_workload(cfg, live.QUICK.seed)
-    assert [r.arrival_s for r in calibration] != [r.arrival_s for r in validation]
+    cfg = validation._workload(validation.QUICK, 10.0, 30, "poisson")
+    calibrating, cal_examples = serve.live_workload(cfg, validation.QUICK.seed + 1000)
+    validating, val_examples = serve.live_workload(cfg, validation.QUICK.seed)
+    assert [r.arrival_s for r in calibrating] != [r.arrival_s for r in validating]
     cal_prompts = {(e.image.tobytes(), e.prompt_ids) for e in cal_examples}
     assert not any((e.image.tobytes(), e.prompt_ids) in cal_prompts for e in val_examples)
 
 
 def test_a_missing_drafter_checkpoint_is_named(tmp_path):
     with pytest.raises(InputError, match="drafter.pt|meta.json"):
-        live.load_models(drafter_dir=str(tmp_path))
+        serve.load_models(drafter_dir=str(tmp_path))
 
 
 
 
 def test_repeats_go_round_the_policies_and_average(monkeypatch):
-    v = live.ValidateConfig(policies=("ar", "linear:k=2"), loads=(0.3,), requests=16, calibration_requests=24,
-                            sim_seeds=1, speed_probes=False, repeats=2)
+    v = validation.ValidateConfig(policies=("ar", "linear:k=2"), loads=(0.3,), requests=16, calibration_requests=24,
+                                  sim_seeds=1, speed_probes=False, repeats=2)
     order = []
-    serve = live.serve_live
+    serve_live = serve.serve_live
 
     def recording(models, spec, *args, **kwargs):
         order.append(spec)
-        return serve(models, spec, *args, **kwargs)
+        return serve_live(models, spec, *args, **kwargs)
 
-    monkeypatch.setattr(live, "serve_live", recording)
-    report = live.validate(live.load_models(), v, None, progress=False)
+    monkeypatch.setattr(validation, "serve_live", recording)
+    report = validation.validate(serve.load_models(), v, None, progress=False)
     assert order[-4:] == ["ar", "linear:k=2", "ar", "linear:k=2"]  # validation's live runs, after calibration's
     rows = report["validation"]["load=0.3"]
     for cells in rows.values():

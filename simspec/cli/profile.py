@@ -2,7 +2,7 @@
 
 Imports: argparse, simspec.costs, simspec.profiling's torch-free modules;
 torch only inside the handler, so ``simspec`` itself starts without torch.
-simspec/cli.py registers the subcommand with ``add_cli(subparsers)``.
+simspec.cli registers the subcommand with ``add(subparsers)``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PROFILES = Path(simspec.__file__).resolve().parents[1] / "profiles"
 """The repository's profiles/ folder: the default --out."""
 
 
-def add_cli(subparsers) -> argparse.ArgumentParser:
+def add(subparsers) -> argparse.ArgumentParser:
     """Register ``profile-gpu`` on an argparse subparsers object."""
     p = subparsers.add_parser("profile-gpu", help="measure operator timings on this GPU (or CPU) into profiles/",
                               description="Time the operators of each model spec (decoder-layer pieces, attention, "

@@ -1,8 +1,9 @@
-"""``simspec live`` and ``simspec validate``: live runs, calibration, and the
-comparison of simulation against live serving.
+"""``simspec validate``: calibration from live runs, and the comparison of
+simulation against live serving.
 
-Imports: torch (through the engine and models), numpy, matplotlib,
-simspec's modules. DESIGN.md "Validation".
+Imports: numpy, pandas, matplotlib, torch (through simspec.engine),
+simspec.sim, simspec.experiment and the calibration fits. DESIGN.md
+"Validation". It sits above both the simulator and the live engine.
 
 Validation: calibrate on one workload (its own seed: different images,
 questions, output lengths and arrivals), then serve a **different** workload
@@ -18,11 +19,10 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from simspec import metrics, policies, workloads
@@ -32,15 +32,12 @@ from simspec.experiment import burst_rate
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
-from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
-from simspec.engine.timing import AcceptanceReplay
-from simspec.models.drafter_train import load_drafter
-from simspec.models.task import Example, generate
-from simspec.models.train import load_target
+from simspec.engine.live import LiveConfig, LiveResult
+from simspec.engine.serve import Models, live_workload, serve_live, warm_up, drafter_top1
+from simspec.models.task import Example
 from simspec.sim import EngineConfig, simulate
-from simspec.types import InputError, Request, RunLog, require
+from simspec.types import Request, RunLog
 
-EXAMPLE_SEED_OFFSET = 4_000_037
 COMPARED = [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "e2el") for stat in ("mean", "median", "p95", "p99")] + [
     "request_throughput", "output_throughput", "spec_decode_acceptance_length"]
 BOUNDS = {"mean_e2el_ms": 0.05, "mean_tpot_ms": 0.05, "output_throughput": 0.05, "p95_e2el_ms": 0.10,
@@ -48,80 +45,10 @@ BOUNDS = {"mean_e2el_ms": 0.05, "mean_tpot_ms": 0.05, "output_throughput": 0.05,
 """The issue's bounds on |sim / live - 1|, per metric."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Models:
-    target: torch.nn.Module
-    drafter: torch.nn.Module
-    target_dir: str
-    drafter_dir: str
-
-
-def load_models(target_dir: str = "checkpoints/target", drafter_dir: str = "checkpoints/drafter",
-                device: str = "cpu") -> Models:
-    """The shipped checkpoints, on ``device`` ("cpu", "cuda", "cuda:1", ...)."""
-    target, _, _ = load_target(target_dir)
-    drafter, _ = load_drafter(drafter_dir, target, target_dir)
-    target.to(torch_device(device))
-    drafter.to(torch_device(device))
-    return Models(target=target, drafter=drafter, target_dir=target_dir, drafter_dir=drafter_dir)
-
-
-def torch_device(name: str) -> torch.device:
-    """``--device``: cpu or cuda[:N], checked against what this machine has."""
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise InputError(f"--device must be cpu or cuda[:N] (got {name!r})") from None
-    require(device.type in ("cpu", "cuda"), f"--device must be cpu or cuda[:N] (got {name!r})")
-    if device.type == "cuda":
-        require(torch.cuda.is_available(), f"--device {name}: no CUDA device on this machine")
-        require((device.index or 0) < torch.cuda.device_count(),
-                f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
-
-
-def live_workload(cfg: workloads.WorkloadConfig, seed: int, max_output_tokens: int = 96,
-                  visual_tokens: int = 16) -> tuple[list[Request], list[Example]]:
-    """Requests of the synthetic task: arrivals and output lengths from the
-    workload config (its seed's streams), prompts and images from task
-    examples drawn with the same seed. Every request carries one image."""
-    require(cfg.arrival != "trace", "live workloads need a synthetic arrival process (poisson, gamma or onoff)")
-    streams = workloads.WorkloadStreams.from_seed_sequence(np.random.SeedSequence(seed, spawn_key=(0,)))
-    base = workloads.make_requests(replace(cfg, multimodal_share=1.0, images_min=1, images_max=1), streams,
-                                   visual_tokens_per_image=visual_tokens, max_context_tokens=4096)
-    examples = generate(seed + EXAMPLE_SEED_OFFSET, len(base))
-    requests = [replace(r, prompt_tokens=len(e.prompt_ids), image_tokens=(visual_tokens,),
-                        output_tokens=int(min(max(r.output_tokens, 2), max_output_tokens)))
-                for r, e in zip(base, examples)]
-    return requests, examples
-
-
-def drafter_top1(models: Models, context: str) -> float:
-    """The drafter's teacher-forced depth-1 top-1 rate for ``context`` (from its meta.json), as a prior."""
-    meta = json.loads((Path(models.drafter_dir) / "meta.json").read_text())
-    table = meta["acceptance_teacher_forced"]
-    return float(np.clip(table.get(context, table["full"])["top1_by_depth"][0], 0.05, 0.95))
-
-
 def engine_config(live: LiveConfig) -> EngineConfig:
     """The simulator's engine settings for the live engine's."""
     return EngineConfig(max_num_seqs=live.max_num_seqs, max_num_batched_tokens=live.max_num_batched_tokens,
                         kv_cache_tokens=1 << 20, drafter_context=live.drafter_context, drafting="chain")
-
-
-def serve_live(models: Models, policy: str, requests: Sequence[Request], examples: Sequence[Example],
-               costs: CostModel, live: LiveConfig, progress: Callable[[int], None] | None = None,
-               replay: AcceptanceReplay | None = None) -> LiveResult:
-    engine = LiveEngine(models.target, models.drafter, policies.parse(policy), costs, live, replay)
-    return engine.serve(requests, examples, label=policy, progress=progress)
-
-
-def warm_up(models: Models, policy_specs: Sequence[str], live: LiveConfig) -> None:
-    """Compile the policies' kernels and warm torch before anything is timed."""
-    requests, examples = live_workload(workloads.WorkloadConfig(arrival="poisson", rate_per_s=1000.0,
-                                                                num_requests=4, output_mean_tokens=8), 99)
-    for spec in policy_specs:
-        serve_live(models, spec, requests, examples, affine(1.0, 0.01), live)
 
 
 def simulate_mean(requests: Sequence[Request], policy: str, costs: CostModel, acceptance: AcceptanceModel,

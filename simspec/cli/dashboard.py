@@ -65,7 +65,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return subprocess.call(command(port))
 
 
-def add_cli(sub: argparse._SubParsersAction) -> None:
+def add(sub: argparse._SubParsersAction) -> None:
     """Register the ``dashboard`` subcommand."""
     p = sub.add_parser("dashboard", help="the what-if dashboard in your browser (Streamlit, on localhost)")
     p.add_argument("--port", default=str(DEFAULT_PORT), metavar="P",

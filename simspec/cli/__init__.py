@@ -1,0 +1,49 @@
+"""The ``simspec`` command: every subcommand, and the package's only argparse importer.
+
+Imports: argparse and simspec's library. Each flag maps to one config field
+(defaults come from the config dataclasses, never written here); each
+handler builds a config and calls one library function. Bad input ends with
+one line on stderr and exit status 2, never a traceback. One module a
+command family, each registering its subcommands with ``add(subparsers)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simspec import __version__
+from simspec.cli import costs, dashboard, export, live, profile, report, simulate, sweep, tune
+from simspec.types import InputError
+
+COMMANDS = (simulate, costs, live, profile, sweep, report, tune, export, dashboard)
+"""The modules that register subcommands, in the order ``--help`` lists them."""
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="simspec", description="Which speculative-decoding verification "
+                                  "strategy should a VLM server use, and what latency will users see?")
+    top.add_argument("--version", action="version", version=f"simspec {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser().print_help()
+        return 2
+    try:
+        return args.handler(args)
+    except InputError as err:
+        print(f"simspec: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simspec: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

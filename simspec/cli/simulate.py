@@ -1,0 +1,65 @@
+"""``simspec simulate`` (the main job) and ``simspec presets``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from simspec import __version__, config as configuration, experiment, runfolder
+from simspec.acceptance import PRESETS
+from simspec.cli.scenario import add_scenario_flags, scenario_config
+from simspec.workloads import WorkloadConfig
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    cfg = scenario_config(args)
+    if args.out:
+        runfolder.check_target(args.out)  # refuse a bad --out before spending time
+    started = time.perf_counter()
+    results = experiment.run(cfg, progress=not args.quiet)
+    wall_s = time.perf_counter() - started
+    scenario = results.scenario
+    print(f"simspec {__version__} | {scenario.model.name} on {scenario.gpu.name} | "
+          f"{len(scenario.requests)} requests | seed {cfg.seed}")
+    print(experiment.cost_model_line(scenario))
+    print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
+          f"workload: {_describe(cfg.workload)}")
+    print()
+    print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
+    print(f"\nlatencies in ms; throughputs per second; simulated in {wall_s:.1f} s")
+    if args.out:
+        meta = {"simspec_version": __version__, "seed": cfg.seed, "cost_model": scenario.costs.label,
+                "calibrated": scenario.costs.calibrated,
+                "calibration": scenario.costs.calibration, "acceptance": scenario.acceptance.name,
+                "model": scenario.model.name, "device": scenario.gpu.slug, "policies": list(cfg.policies),
+                "kind": "simulate", "kv_budget_tokens": scenario.kv_budget_tokens}
+        runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
+                            config_toml=configuration.to_toml(cfg), meta=meta)
+        print(f"run folder: {args.out}")
+    return 0
+
+
+def _describe(w: WorkloadConfig) -> str:
+    if w.arrival == "trace":
+        return f"trace {w.trace_path} x{w.trace_speedup:g}"
+    shape = {"gamma": f" CV {w.burstiness ** -0.5:.2g}", "onoff": f" on {w.on_s:g}s/off {w.off_s:g}s"}
+    return f"{w.arrival}{shape.get(w.arrival, '')} at {w.rate_per_s:g} req/s, {w.multimodal_share:.0%} multimodal"
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    print(f"{'preset':32s} {'accept length':>13s} {'speedup':>8s}  draft setting (source)")
+    for p in PRESETS.values():
+        print(f"{p.name:32s} {p.accept_length:13.2f} {p.speedup_vs_ar:8.2f}  "
+              f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+    return 0
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    """Register ``simulate`` and ``presets``."""
+    sim = sub.add_parser("simulate", help="simulate serving with several policies (defaults: the main job)")
+    add_scenario_flags(sim)
+    sim.add_argument("--out", metavar="DIR", help="write a run folder (metrics.json, requests.csv, plots)")
+    sim.add_argument("--quiet", action="store_true", help="no progress bars")
+    sim.set_defaults(handler=cmd_simulate)
+    presets = sub.add_parser("presets", help="list the published acceptance presets")
+    presets.set_defaults(handler=cmd_presets)
