@@ -63,7 +63,7 @@ def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
              + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
     assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
     tables = model.tables
-    compiled = costs.base.forward_cost(tables, 300, 9000, 90000, 40, 12, 18000, 0, 0, 0, 0, False)
+    compiled = costs.base.forward_cost(tables, costs.base.Forward(300, 9000, 90000, 40, 12, 18000, 0, 0, 0, 0, False))
     assert compiled == pytest.approx(model.forward_s(300, 9000, 90000, 40, 12, 18000), rel=1e-12)
     extra = 12 * 3e-5 + 300 * 2e-6 + 18000 * 1e-8 if terms else 0.0
     assert compiled == pytest.approx(roofline.forward_s(300, 9000, 90000, 40, 12, 18000) + extra, rel=1e-12)
@@ -100,7 +100,8 @@ def test_each_kind_of_attention_is_priced_by_its_own_coefficients(roofline, veri
     expected = no_attention.forward_s(300, 9000, 90000, 40, 12) + attention
     shape = StepShape(**SPLIT, verifying=verifying)
     assert model.step_s(shape) == pytest.approx(model.overhead_s + expected, rel=1e-12)
-    compiled = costs.base.forward_cost(model.tables, 300, 9000, 90000, 40, 12, 0, 200, 1200, 60000, 2, verifying)
+    compiled = costs.base.forward_cost(model.tables, costs.base.Forward(300, 9000, 90000, 40, 12, 0, 200, 1200, 60000, 2,
+                                                                         verifying))
     assert compiled == pytest.approx(expected, rel=1e-12)
 
 

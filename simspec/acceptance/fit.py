@@ -65,10 +65,9 @@ def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int
     rows = []
     n = requests * depth
     ones = np.ones(requests)
+    draws = model.draws._replace(visual_share=0.0)
     for r in range(rounds):
-        conf, ranks, _ = draw_round(logits, ones, depth, 3, model.depth_decay_logit, model.token_sigma,
-                                    model.confidence_sigma, 0.0, model.tail, model.conf_tail, rng.standard_normal(2 * n),
-                                    rng.random(2 * n))
+        conf, ranks, _ = draw_round(logits, ones, depth, 3, draws, rng.standard_normal(2 * n), rng.random(2 * n))
         for i in range(requests):
             got = []
             for d in range(depth):

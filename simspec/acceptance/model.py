@@ -107,12 +107,26 @@ class Randoms(NamedTuple):
     used: np.ndarray  # [2] int
 
 
+class Draws(NamedTuple):
+    """An AcceptanceModel's numbers, for compiled code (same meaning)."""
+
+    decay: float  # depth_decay_logit
+    token_sigma: float
+    confidence_sigma: float
+    visual_share: float
+    tail: np.ndarray  # [MAX_RANK - 1] P(rank = r | not rank 1), r = 2..
+    conf_tail: np.ndarray  # [MAX_RANK - 1] the drafter's confidence beyond its first candidate, as shares
+
+
 @jit
-def draw_round(request_logit, retention, depth, ranks, decay, token_sigma, confidence_sigma, visual_share, tail,
-               conf_tail, normals, uniforms):
-    """Compiled draw (see AcceptanceModel.draw): ``normals`` and ``uniforms``
-    hold 2 * B * depth numbers each; ``tail`` shapes the true ranks beyond 1,
-    ``conf_tail`` the drafter's confidences beyond its first candidate."""
+def draw_round(request_logit: np.ndarray, retention: np.ndarray, depth: int, ranks: int, model: Draws,
+               normals: np.ndarray, uniforms: np.ndarray):
+    """Compiled draw (see AcceptanceModel.draw) for B requests: their top-1
+    logits and visual retention [B], ``depth`` x ``ranks`` confidences;
+    ``normals`` and ``uniforms`` hold 2 * B * depth numbers each."""
+    decay, token_sigma, confidence_sigma, visual_share = (model.decay, model.token_sigma, model.confidence_sigma,
+                                                           model.visual_share)
+    tail, conf_tail = model.tail, model.conf_tail
     b = len(request_logit)
     n = b * depth
     conf = np.empty((b, depth, ranks))
@@ -228,9 +242,14 @@ class AcceptanceModel:
         n = len(request_logit) * depth
         conf, true_ranks, p1 = draw_round(
             np.ascontiguousarray(request_logit, dtype=np.float64), np.ascontiguousarray(retention, dtype=np.float64),
-            depth, ranks, self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
-            self.tail, self.conf_tail, rand.normals(2 * n), rand.uniforms(2 * n))
+            depth, ranks, self.draws, rand.normals(2 * n), rand.uniforms(2 * n))
         return Round(conf=conf, true_ranks=true_ranks, top1_p=p1)
+
+    @property
+    def draws(self) -> Draws:
+        """The model as compiled draws read it."""
+        return Draws(self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
+                     np.ascontiguousarray(self.tail), np.ascontiguousarray(self.conf_tail))
 
     def with_top1_logit(self, value: float) -> "AcceptanceModel":
         return replace(self, top1_logit=float(value))

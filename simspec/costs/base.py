@@ -30,7 +30,7 @@ engine) pays for every slot of it; paged attention does not, and profiles
 and priors leave ``padded_s`` 0. Roofline
 priors, closed forms and (later) fitted profiles all render to this form,
 so the simulator and planners price any of them by table lookups, also
-inside compiled loops (``StepPrice``).
+inside compiled loops (``CostTables``, ``Forward``, ``Step``).
 
 One cost is not a step's shape but what came before it: the first step
 after the engine sat idle for ``g`` seconds costs ``wake_s * (1 -
@@ -192,12 +192,13 @@ class CostModel:
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
-        levels = np.asarray(shape.draft_level_tokens, dtype=np.int64)
-        return step_cost(self.tables, shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs,
-                         shape.logit_tokens, shape.attn_requests, shape.padded_kv_tokens, shape.prefill_tokens,
-                         shape.prefill_kv_tokens, shape.prefill_attn_pairs, shape.prefill_requests, shape.verifying,
-                         shape.vision_tokens, levels, shape.draft_kept_visual_tokens,
-                         shape.select_requests, shape.select_visual_tokens)
+        forward = Forward(shape.forward_tokens, shape.kv_read_tokens, shape.attn_pairs, shape.logit_tokens,
+                          shape.attn_requests, shape.padded_kv_tokens, shape.prefill_tokens, shape.prefill_kv_tokens,
+                          shape.prefill_attn_pairs, shape.prefill_requests, shape.verifying)
+        return step_cost(self.tables, Step(forward, shape.vision_tokens,
+                                           np.asarray(shape.draft_level_tokens, dtype=np.int64),
+                                           shape.draft_kept_visual_tokens, shape.select_requests,
+                                           shape.select_visual_tokens))
 
     def marginal_token_s(self, shape: StepShape, context_tokens: int = 0) -> float:
         """Extra seconds for one more verified token (of a request with
@@ -249,20 +250,54 @@ def attention_parts(a: np.ndarray, kind: int, kv: int, pairs: int, requests: int
     return memory, compute, linear
 
 
+class Forward(NamedTuple):
+    """One target forward, for compiled code: totals over the batch, of
+    which the ``prefill_*`` part is prefill chunks and the rest decode
+    rounds (priced as verification when ``verifying``)."""
+
+    tokens: int  # query tokens
+    kv_tokens: int  # KV tokens attention reads
+    pairs: int  # query x key pairs
+    logits: int  # logit rows (LM head)
+    requests: int  # sequences attended
+    padded: int  # attention rows x the longest cached context
+    prefill_tokens: int
+    prefill_kv: int
+    prefill_pairs: int
+    prefill_requests: int
+    verifying: bool
+
+
+class Step(NamedTuple):
+    """One engine step, for compiled code: its forward, the vision encoder,
+    the drafter's calls and selection."""
+
+    forward: Forward
+    vision_tokens: int  # visual tokens the vision encoder produces
+    level_tokens: np.ndarray  # [calls] int rows of each drafter call
+    kept: int  # kept visual tokens the drafter cross-attends to (batch)
+    select_requests: int  # requests running selection
+    select_keys: int  # visual keys they score
+
+
 @jit
-def forward_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int,
-                 padded: int, pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool) -> float:
-    """A target forward: totals, of which the ``pf_`` part is prefill
-    chunks and the rest decode rounds (or verification when ``verifying``)."""
-    m1, c1, l1 = attention_parts(t.attn, PREFILL, pf_kv, pf_pairs, pf_requests, pf_tokens)
-    m2, c2, l2 = attention_parts(t.attn, VERIFY if verifying else DECODE, kv_tokens - pf_kv, pairs - pf_pairs,
-                                 requests - pf_requests, tokens - pf_tokens)
+def forward_cost(t: CostTables, f: Forward) -> float:
+    """Seconds of a target forward (module docstring)."""
+    m1, c1, l1 = attention_parts(t.attn, PREFILL, f.prefill_kv, f.prefill_pairs, f.prefill_requests,
+                                 f.prefill_tokens)
+    m2, c2, l2 = attention_parts(t.attn, VERIFY if f.verifying else DECODE, f.kv_tokens - f.prefill_kv,
+                                 f.pairs - f.prefill_pairs, f.requests - f.prefill_requests,
+                                 f.tokens - f.prefill_tokens)
     memory, compute = m1 + m2, c1 + c2
-    attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + padded * t.kv_s_per_padded
-    return table_at(t.layers_s, tokens) + table_at(t.head_s, logits) + attention
+    attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + f.padded * t.kv_s_per_padded
+    return table_at(t.layers_s, f.tokens) + table_at(t.head_s, f.logits) + attention
 
 
-_forward_each = np.vectorize(forward_cost, otypes=[float], excluded={0})
+def _forward_one(t: CostTables, *fields) -> float:
+    return forward_cost(t, Forward(*fields))
+
+
+_forward_each = np.vectorize(_forward_one, otypes=[float], excluded={0})
 
 
 @jit
@@ -279,15 +314,11 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 
 
 @jit
-def step_cost(t: CostTables, tokens: int, kv_tokens: int, pairs: int, logits: int, requests: int, padded: int,
-              pf_tokens: int, pf_kv: int, pf_pairs: int, pf_requests: int, verifying: bool,
-              vision_tokens: int, level_tokens: np.ndarray, kept: int, select_requests: int,
-              select_keys: int) -> float:
+def step_cost(t: CostTables, s: Step) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, tokens, kv_tokens, pairs, logits, requests, padded, pf_tokens, pf_kv,
-                                        pf_pairs, pf_requests, verifying)
-    if vision_tokens > 0:
-        total += table_at(t.vision_s, vision_tokens)
-    for level in range(len(level_tokens)):
-        total += draft_cost(t, level_tokens[level], kept)
-    return total + select_cost(t, select_requests, select_keys)
+    total = t.overhead_s + forward_cost(t, s.forward)
+    if s.vision_tokens > 0:
+        total += table_at(t.vision_s, s.vision_tokens)
+    for level in range(len(s.level_tokens)):
+        total += draft_cost(t, s.level_tokens[level], s.kept)
+    return total + select_cost(t, s.select_requests, s.select_keys)

@@ -30,7 +30,7 @@ import numpy as np
 
 from simspec import trees
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, draft_cost, forward_cost, select_cost, table_at
+from simspec.costs.base import CostTables, Forward, draft_cost, forward_cost, select_cost, table_at
 from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
@@ -92,9 +92,9 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
     fixed = costs.overhead_s + vision
     padded = logits0 * max(batch.prefill_max_context, batch.context_tokens.max() if b > 0 else 0)
-    rate0 = b / (fixed + forward_cost(costs, tokens0, kv, pairs0, logits0, logits0, padded, batch.prefill_tokens,
-                                      batch.prefill_kv_tokens, batch.prefill_attn_pairs, batch.prefill_requests,
-                                      False))
+    rate0 = b / (fixed + forward_cost(costs, Forward(tokens0, kv, pairs0, logits0, logits0, padded,
+                                                     batch.prefill_tokens, batch.prefill_kv_tokens,
+                                                     batch.prefill_attn_pairs, batch.prefill_requests, False)))
     return Pricing(tokens0, logits0, kv, pairs0, padded, batch.prefill_tokens, batch.prefill_kv_tokens,
                    batch.prefill_attn_pairs, batch.prefill_requests, fixed, _draft_table(batch, costs, width), rate0)
 
@@ -104,9 +104,9 @@ def _step_s(costs: CostTables, p: Pricing, n: int, pairs: int, deepest: int) -> 
     """Seconds of the step with ``n`` draft tokens adding ``pairs`` attention
     pairs, drafted ``deepest`` levels deep (the drafting table's depth 0
     costs nothing)."""
-    return p.fixed_s + forward_cost(costs, p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n,
-                                    p.logits0, p.padded, p.pf_tokens, p.pf_kv, p.pf_pairs, p.pf_requests,
-                                    n > 0) + p.draft_s[deepest]
+    forward = Forward(p.tokens0 + n, p.kv_tokens, p.pairs0 + pairs, p.logits0 + n, p.logits0, p.padded, p.pf_tokens,
+                      p.pf_kv, p.pf_pairs, p.pf_requests, n > 0)
+    return p.fixed_s + forward_cost(costs, forward) + p.draft_s[deepest]
 
 
 @jit

@@ -111,10 +111,7 @@ class Replica:
             emitted=sched.emitted, cache=sched.cache, absorbed=np.zeros(n, np.int64), recent=self.estimate.recent,
             drafted=sched.drafted, difficulty=acceptance.request_logits(rng_difficulty, n),
             retention=acceptance.retention(context, visual).astype(float), population=self.estimate.population)
-        self.acceptance = steps.AcceptanceParams(acceptance.depth_decay_logit, acceptance.token_sigma,
-                                                 acceptance.confidence_sigma, acceptance.visual_share,
-                                                 np.ascontiguousarray(acceptance.tail),
-                                                 np.ascontiguousarray(acceptance.conf_tail))
+        self.acceptance = acceptance.draws
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables

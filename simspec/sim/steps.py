@@ -21,9 +21,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simspec.acceptance.model import Randoms, draw_round
+from simspec.acceptance.model import Draws, Randoms, draw_round
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, step_cost
+from simspec.costs.base import CostTables, Forward, Step, step_cost
 from simspec.policies import rules
 from simspec.scheduling import NO_PREFILL, Prefill, after_round
 from simspec import trees
@@ -44,15 +44,6 @@ class RequestState(NamedTuple):
     difficulty: np.ndarray  # [N] float top-1 acceptance logit of the request
     retention: np.ndarray  # [N] float acceptance kept at image-grounded positions
     population: np.ndarray  # [1] float moving average of accepted tokens per drafted round, all requests
-
-
-class AcceptanceParams(NamedTuple):
-    decay: float
-    token_sigma: float
-    confidence_sigma: float
-    visual_share: float
-    tail: np.ndarray
-    conf_tail: np.ndarray
 
 
 class PolicyCall(NamedTuple):
@@ -104,7 +95,7 @@ def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.n
 
 
 @jit
-def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, policy: PolicyCall,
+def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall,
               costs: CostTables, prefill: Prefill, wake_s: float, start_s: float, stop_s: float, max_steps: int,
               kv_room: int, rand: Randoms, logs: Logs):
     """Run up to ``max_steps`` steps of the decode batch ``ids`` from
@@ -127,8 +118,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
         remaining = state.output[ids] - state.emitted[ids]
         if depth > 0 and b > 0:
             n = b * depth
-            conf, true_ranks, _ = draw_round(state.difficulty[ids], state.retention[ids], depth, ranks, acc.decay,
-                                             acc.token_sigma, acc.confidence_sigma, acc.visual_share, acc.tail, acc.conf_tail,
+            conf, true_ranks, _ = draw_round(state.difficulty[ids], state.retention[ids], depth, ranks, acc,
                                              rand.normals[rand.used[0]:rand.used[0] + 2 * n],
                                              rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
             rand.used[0] += 2 * n
@@ -173,11 +163,11 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: AcceptanceParams, polic
                     level_tokens[calls] = extra[d]
                     calls += 1
         level_tokens = level_tokens[:calls]
-        duration = step_cost(costs, pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs,
-                             pf.requests + verify, pf.requests + b,
-                             (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0), pf.tokens,
-                             pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b, pf.vision_tokens, level_tokens,
-                             drafted_kept, select_requests, select_keys)
+        forward = Forward(pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs, pf.requests + verify,
+                          pf.requests + b, (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0),
+                          pf.tokens, pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b)
+        duration = step_cost(costs, Step(forward, pf.vision_tokens, level_tokens, drafted_kept, select_requests,
+                                         select_keys))
         if first:
             duration += wake_s
         end = t + duration
