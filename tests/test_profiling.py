@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from simspec.costs import GPUS, ModelSpec, model_spec  # noqa: E402
 from simspec.cli.profile import add as add_cli  # noqa: E402
-from simspec.profiling import grid, import_vidur, ops, reference, runner, store  # noqa: E402
+from simspec.profiling import grid, import_vidur, ops, runner, store  # noqa: E402
 from simspec.profiling.grid import OPS, Grid  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
@@ -69,18 +69,12 @@ def test_readme_documents_every_operator_and_its_shape_columns():
     assert {name: tuple(columns.split(",")) for name, columns in rows} == {op.name: op.columns for op in OPS.values()}
 
 
-@pytest.mark.parametrize("kernels", ["simspec_kernels", "reference"])
-def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels):
-    thp = "1" if kernels == "reference" else None  # recorded as found, set or not
-    if thp is None:
+@pytest.mark.parametrize("thp", [None, "1"], ids=["thp-unset", "thp-1"])
+def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, thp):
+    if thp is None:  # recorded as found, set or not
         monkeypatch.delenv("THP_MEM_ALLOC_ENABLE", raising=False)
     else:
         monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", thp)
-    if kernels == "reference":  # as if the kernel package had none of its functions yet
-        for name, (_, stand_in) in reference.REFERENCES.items():
-            monkeypatch.setitem(reference.REFERENCES, name, ("simspec_kernels.not_written_yet", stand_in))
-    elif not all(ops.kernel_sources().values()):
-        pytest.skip("simspec_kernels does not provide every kernel")
     threads = torch.get_num_threads()
     run = profile(tmp_path)
     assert torch.get_num_threads() == threads  # the profiler's one thread is not left behind
@@ -101,9 +95,9 @@ def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, kernels
     assert meta["kind"] == "cpu" and meta["dtype"] == "float32" and meta["grid"] == "tiny"
     assert meta["model"] == TINY.name and meta["device_slug"] == folder.parent.name
     assert meta["torch"] == torch.__version__ and meta["memory_bytes"] > 0 and meta["licence"] is None
-    assert meta["source"] == runner.SOURCE and meta["kernels"] == kernels
+    assert meta["source"] == runner.SOURCE and meta["kernels"] == "simspec_kernels"
     assert meta["threads"] == runner.CPU_THREADS == 1 and meta["thp_mem_alloc_enable"] == thp
-    assert ("stand-ins" in meta["notes"]) == (kernels == "reference")
+    assert 'impl="auto" runs its plain-PyTorch references on a CPU' in meta["notes"]
 
 
 def test_a_text_only_model_has_no_vision_tables():
@@ -279,55 +273,6 @@ def test_every_known_gpu_and_a_cpu_get_their_slug():
                                            ("Qwen2-VL-7B", (1, 4096, 4))])
 def test_vision_encoder_sequences_follow_the_model(model, layout):
     assert ops.vision_layout(model_spec(model)) == layout
-
-
-# --- the stand-ins are the kernels' math -----------------------------------------------------------
-
-def native(module: str, name: str):
-    fn = getattr(pytest.importorskip(module), name, None)
-    if fn is None:
-        pytest.skip(f"{module}.{name} not written yet")
-    return fn
-
-
-@pytest.mark.parametrize("shape", [(1, 1, 1, 8), (2, 37, 3, 16)], ids=str)
-def test_quantize_stand_in_matches_the_kernel(shape):
-    keys = torch.randn(shape)
-    theirs = native("simspec_kernels.int8_cache", "quantize_keys")(keys, impl="reference")
-    ours = reference.quantize_keys(keys)
-    assert torch.equal(ours[0], theirs[0]) and torch.allclose(ours[1], theirs[1])
-
-
-@pytest.mark.parametrize("B, N, H", [(1, 9, 1), (3, 37, 2)], ids=str)
-def test_select_stand_in_matches_the_kernel(B, N, H):
-    queries = torch.randn(B, 4, H, 8)
-    keys_q = torch.randint(-127, 128, (B, 4, N, H, 8), dtype=torch.int8)
-    scales = torch.rand(B, 4, N, H) / 127
-    lengths = torch.full((B,), N, dtype=torch.int64)
-    theirs = native("simspec_kernels.selection", "select_visual_tokens")(queries, keys_q, scales, lengths, 8,
-                                                                        impl="reference")
-    assert torch.equal(reference.select_visual_tokens(queries, keys_q, scales, lengths, 8), theirs)
-
-
-def test_cross_attention_stand_in_matches_the_kernel():
-    hidden, visual = torch.randn(3, 2, 16), torch.randn(3, 5, 16)
-    weights = [torch.randn(16, 16) / 4 for _ in range(4)]
-    gate = torch.tensor(0.7)
-    theirs = native("simspec_kernels.cross_attention", "gated_cross_attention")(hidden, visual, *weights, gate, 4,
-                                                                              impl="reference")
-    assert torch.allclose(reference.gated_cross_attention(hidden, visual, *weights, gate, 4), theirs, atol=1e-5)
-
-
-def test_tree_attention_stand_in_matches_the_kernel():
-    B, Q, H, Hkv, D, L = 2, 7, 4, 2, 8, 13
-    q = torch.randn(B, Q, H, D)
-    k_cache, v_cache, k_tree, v_tree = (torch.randn(B, n, Hkv, D) for n in (L, L, Q, Q))
-    parents = torch.tensor([[-1, 0, 0, 1, 1, 2, 5], [-1, 0, 1, 2, 3, 4, 5]])
-    lengths, sizes = torch.tensor([13, 6]), torch.tensor([7, 7])
-    theirs = native("simspec_kernels.tree_attention", "tree_attention")(q, k_cache, v_cache, lengths, k_tree, v_tree,
-                                                                      parents, sizes, impl="reference")
-    ours = reference.tree_attention(q, k_cache, v_cache, lengths, k_tree, v_tree, parents, sizes)
-    assert torch.allclose(ours, theirs, atol=1e-5)
 
 
 # --- Vidur import ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The operators of a profile as torch code at a model spec's real shapes.
 
-Imports: torch, simspec.costs, simspec.profiling.{grid,reference}. Weights
+Imports: torch, simspec_kernels, simspec.costs, simspec.profiling.grid. Weights
 are random (timing does not depend on their values) and built once per
 operator; inputs are built per shape point, outside the timed call.
 
@@ -28,6 +28,7 @@ tokens, K kept tokens, H heads, D head dim, C hidden, M MLP hidden, V vocab.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -37,15 +38,18 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from simspec.costs import ModelSpec
+from simspec_kernels.cross_attention import gated_cross_attention
+from simspec_kernels.int8_cache import quantize_keys
+from simspec_kernels.selection import select_visual_tokens
+from simspec_kernels.tree_attention import tree_attention as tree_attention_kernel
 from simspec.profiling.grid import SELECT_KEPT_TOKENS, SELECT_LAYERS
-from simspec.profiling.reference import kernel
 
 ROPE_POSITIONS = 1 << 15  # rotary table length (positions of the largest profiled context)
 VISION_HEAD_DIM = 64
 VISION_HEADS = 16  # CLIP ViT-L and Qwen2-VL's ViT both use 16 heads
-KERNEL_OPS = {"select": "select_visual_tokens", "int8_quantize": "quantize_keys",
-              "drafter_step": "gated_cross_attention", "attn_tree_verify": "tree_attention"}
-"""Operators timed through simspec_kernels (or, until it has them, reference.py's stand-ins)."""
+KERNEL_OPS = ("select", "int8_quantize", "drafter_step", "attn_tree_verify")
+"""Operators timed through simspec_kernels, with ``impl="auto"`` (Triton on a GPU, the kernels' own
+plain-PyTorch references on a CPU)."""
 
 Timed = Callable[[], object]
 
@@ -199,7 +203,7 @@ def heap_parents(batch: int, nodes: int, device: torch.device) -> torch.Tensor:
 
 def _tree_verify(b: Bench):
     m = b.model
-    tree_attention, _ = kernel("tree_attention")
+    tree_attention = functools.partial(tree_attention_kernel, impl="auto")
 
     def make(batch, query_tokens, context_tokens):
         q = b.rand(batch, query_tokens, m.heads, m.head_dim)  # [B, Q, H, D]
@@ -294,7 +298,7 @@ def _vision_bytes(m: ModelSpec, e: int, images: int) -> int:
 def _drafter(b: Bench):
     m = b.model
     C, M, D = m.hidden, m.mlp_hidden, m.head_dim
-    cross_attention, _ = kernel("gated_cross_attention")
+    cross_attention = functools.partial(gated_cross_attention, impl="auto")
     fc = b.weight(C, 2 * C)
     n1, qkv, o, n2 = b.weight(C), b.weight(_qkv(m), C), b.weight(C, C), b.weight(C)
     up, down = b.weight(2 * M, C), b.weight(C, M)
@@ -335,7 +339,7 @@ def _drafter_bytes(m: ModelSpec, e: int, tokens: int, kept_tokens: int) -> int:
 
 def _select(b: Bench):
     m = b.model
-    select, _ = kernel("select_visual_tokens")
+    select = functools.partial(select_visual_tokens, impl="auto")
 
     def make(requests, visual_tokens):
         shape = (requests, SELECT_LAYERS, visual_tokens, m.kv_heads, m.head_dim)
@@ -355,7 +359,7 @@ def _select_bytes(m: ModelSpec, e: int, requests: int, visual_tokens: int) -> in
 
 def _quantize(b: Bench):
     m = b.model
-    quantize, _ = kernel("quantize_keys")
+    quantize = functools.partial(quantize_keys, impl="auto")
 
     def make(visual_tokens):
         keys = b.rand(m.layers, visual_tokens, m.kv_heads, m.head_dim)  # [layers as B, N, Hkv, D]
@@ -395,8 +399,3 @@ CASES: dict[str, Case] = {
     "select": Case(_select, _select_bytes),
     "int8_quantize": Case(_quantize, _quantize_bytes),
 }
-
-
-def kernel_sources() -> dict[str, bool]:
-    """Per kernel-backed operator, whether simspec_kernels provides it (else a stand-in times it)."""
-    return {op: kernel(name)[1] for op, name in KERNEL_OPS.items()}

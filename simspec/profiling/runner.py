@@ -194,7 +194,7 @@ def describe_device(device: str) -> tuple[str, str, int | None, str | None]:
     return name, device_slug(name, "cpu"), _ram_bytes(), None
 
 
-def _notes(kernels: dict[str, bool], device: str, max_bytes: int | None) -> str:
+def _notes(device: str, max_bytes: int | None) -> str:
     notes = ["times are per layer for per-layer operators; drafter_step has one draft position per request "
              "(tokens requests, each cross-attending to kept_tokens visual tokens) and its decoder layer "
              "attends only to the step's own position; vision_encoder excludes the patch embedding; select "
@@ -202,12 +202,9 @@ def _notes(kernels: dict[str, bool], device: str, max_bytes: int | None) -> str:
              "query per KV head; int8_quantize quantizes all layers' keys of one request; decoder-layer pieces "
              f"and attention go round one copy of their tensors per layer (at most {ROTATE_BYTES / 2**30:g} GiB "
              "in all), as a forward pass does, so no sample finds data a real step would have evicted"]
-    stand_ins = [op for op, native in kernels.items() if not native]
-    if stand_ins:
-        notes.append(f"{', '.join(stand_ins)} timed with simspec.profiling.reference stand-ins "
-                     "(simspec_kernels did not provide them)")
-    if device == "cpu" and len(stand_ins) < len(kernels):
-        notes.append('simspec_kernels with impl="auto" runs its plain-PyTorch references on a CPU')
+    if device == "cpu":
+        notes.append(f'{", ".join(operators.KERNEL_OPS)}: simspec_kernels with impl="auto" runs its plain-PyTorch '
+                     'references on a CPU')
     if max_bytes is not None:
         notes.append(f"CPU size guard: points needing more than {max_bytes / 2**30:g} GiB of tensors are skipped")
     return "; ".join(notes)
@@ -272,14 +269,13 @@ def _profile_model(model: ModelSpec, *, device: str, grid: Grid, out: Path, prog
     todo = [(table, [p for p in points(table.op, grid, model) if p not in table.done]) for table in tables]
     kept = sum(len(points(table.op, grid, model)) - len(pending) for table, pending in todo)
     dtype = torch.bfloat16 if cuda else torch.float32
-    kernels = operators.kernel_sources()
     write_meta(folder, ProfileMeta(
         device=name, device_slug=slug, memory_bytes=memory, kind=device, driver=driver,
         cuda=torch.version.cuda if cuda else None, torch=torch.__version__, triton=_version("triton"),
         date=utc_now(), git_commit=git_commit(), model=model.name, grid=grid.name,
         dtype=str(dtype).removeprefix("torch."), source=SOURCE, licence=None,
-        kernels="simspec_kernels" if all(kernels.values()) else "reference",
-        notes=_notes(kernels, device, max_bytes), threads=None if cuda else torch.get_num_threads(),
+        kernels="simspec_kernels",
+        notes=_notes(device, max_bytes), threads=None if cuda else torch.get_num_threads(),
         thp_mem_alloc_enable=None if cuda else os.environ.get("THP_MEM_ALLOC_ENABLE")))
 
     bench = operators.Bench(model=model, device=torch.device(device), dtype=dtype)
