@@ -26,7 +26,7 @@ from simspec.costs import MODELS
 from simspec.files import write_bytes
 from simspec.policies import POLICIES
 from simspec.types import InputError
-from simspec.workloads import WorkloadConfig, cv_to_burstiness, read_trace
+from simspec.workloads import WorkloadConfig, read_trace
 from simspec_dashboard import whatif
 from simspec_dashboard.whatif import PLAN_KINDS, DashboardConfig
 
@@ -105,41 +105,38 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     source = sb.radio("Requests from", (SYNTHETIC, TRACE), horizontal=True, key="source")
     num_requests = sb.number_input(f"Requests per run (num_requests; dashboard default {DASH.num_requests})",
                                    value=DASH.num_requests, step=50, key="num_requests")
-    workload: dict = {"num_requests": int(num_requests)}
+    flags: dict = {"num_requests": int(num_requests)}  # simspec.config.from_flags' values
     if source == SYNTHETIC:
         arrivals = ("gamma", "poisson", "onoff")
-        workload["arrival"] = sb.selectbox("Arrivals (arrival)", arrivals, index=arrivals.index(WORKLOAD.arrival),
-                                           key="arrival")
-        workload["rate_per_s"] = sb.number_input("Rate (rate_per_s, requests/s)", value=WORKLOAD.rate_per_s,
-                                                 step=1.0, key="rate")
-        if workload["arrival"] == "gamma":
-            cv = sb.number_input("Inter-arrival CV (burstiness = 1/CV²)", value=WORKLOAD.burstiness ** -0.5,
-                                 step=0.25, key="cv")
-            try:
-                workload["burstiness"] = cv_to_burstiness(cv)
-            except InputError as err:
-                raise Refused(f"Inter-arrival CV: {err}") from None
-        elif workload["arrival"] == "onoff":
-            workload["on_s"] = sb.number_input("Burst length (on_s, s)", value=WORKLOAD.on_s, key="on_s")
-            workload["off_s"] = sb.number_input("Gap between bursts (off_s, s)", value=WORKLOAD.off_s, key="off_s")
+        flags["arrival"] = sb.selectbox("Arrivals (arrival)", arrivals, index=arrivals.index(WORKLOAD.arrival),
+                                        key="arrival")
+        flags["rate"] = sb.number_input("Rate (rate_per_s, requests/s)", value=WORKLOAD.rate_per_s, step=1.0,
+                                        key="rate")
+        if flags["arrival"] == "gamma":
+            flags["cv"] = sb.number_input("Inter-arrival CV (burstiness = 1/CV²)", value=WORKLOAD.burstiness ** -0.5,
+                                          step=0.25, key="cv")
+            if not flags["cv"] > 0:
+                raise Refused(f"Inter-arrival CV: cv must be > 0 (got {flags['cv']})")
+        elif flags["arrival"] == "onoff":
+            flags["on_s"] = sb.number_input("Burst length (on_s, s)", value=WORKLOAD.on_s, key="on_s")
+            flags["off_s"] = sb.number_input("Gap between bursts (off_s, s)", value=WORKLOAD.off_s, key="off_s")
     else:
         upload = sb.file_uploader("Trace: Azure LLM/LMM CSV or Mooncake JSONL", type=["csv", "jsonl", "json"],
                                   key="trace")
         if upload is None:
             raise Waiting("upload a trace (Azure LLM 2023 / LMM 2025 CSV, or Mooncake-style JSONL), "
                           "or choose synthetic requests")
-        workload["arrival"] = "trace"
-        workload["trace_path"] = str(saved_upload(upload))
-        workload["trace_speedup"] = sb.number_input("Trace speedup (trace_speedup: arrival times divided by)",
+        flags["trace"] = str(saved_upload(upload))
+        flags["trace_speedup"] = sb.number_input("Trace speedup (trace_speedup: arrival times divided by)",
                                                     value=WorkloadConfig().trace_speedup, key="trace_speedup")
-    workload["multimodal_share"] = sb.slider("Multimodal share (multimodal_share; traces without images)",
+    flags["multimodal_share"] = sb.slider("Multimodal share (multimodal_share; traces without images)",
                                              0.0, 1.0, WORKLOAD.multimodal_share, 0.05, key="multimodal_share")
     with sb.expander("Lengths and images"):
-        workload["prompt_mean_tokens"] = st.number_input("Mean text prompt (prompt_mean_tokens)",
-                                                         value=WORKLOAD.prompt_mean_tokens, key="prompt_mean")
-        workload["output_mean_tokens"] = st.number_input("Mean output (output_mean_tokens)",
-                                                         value=WORKLOAD.output_mean_tokens, key="output_mean")
-        workload["images_max"] = int(st.number_input("Images per multimodal request, at most (images_max)",
+        flags["prompt_mean"] = st.number_input("Mean text prompt (prompt_mean_tokens)",
+                                               value=WORKLOAD.prompt_mean_tokens, key="prompt_mean")
+        flags["output_mean"] = st.number_input("Mean output (output_mean_tokens)",
+                                               value=WORKLOAD.output_mean_tokens, key="output_mean")
+        flags["images_max"] = int(st.number_input("Images per multimodal request, at most (images_max)",
                                                      value=WORKLOAD.images_max, key="images_max"))
 
     sb.header("Policies")
@@ -159,10 +156,12 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     except ValueError:
         raise Refused(f"loads must be numbers separated by commas (got {loads_text!r})") from None
     specs = [line.strip() for line in text.splitlines() if line.strip()]
+    if not specs:
+        raise Refused("policies must name at least one policy (got none)")
     try:
         dash = DashboardConfig(loads=loads, num_requests=int(num_requests), workers=int(workers))
-        config = configuration.build(flag_values={"model": model, "device": device, "acceptance": acceptance,
-                                                  "seed": int(seed), "policies": specs, "workload": workload})
+        config = configuration.from_flags({**flags, "model": model, "device": device, "acceptance": acceptance,
+                                           "seed": int(seed), "policy": specs})
     except InputError as err:
         raise Refused(str(err)) from None
     return config, dash

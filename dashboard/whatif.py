@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import os
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import simspec
-from simspec import costs, experiment, policies
+from simspec import costs, experiment, policies, pool
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
 from simspec.types import PLAN_KINDS, InputError, RunLog, require
@@ -139,14 +137,14 @@ def _serve_job(job: tuple[SimConfig, float | None, int]) -> Point:
     return serve(*job)
 
 
-_POOL: dict[int, ProcessPoolExecutor] = {}
+_POOL: dict[int, pool.Processes] = {}
 _POOL_LOCK = threading.Lock()  # Streamlit runs each browser session's script in its own thread
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def _pool(workers: int) -> pool.Processes:
     with _POOL_LOCK:
         if workers not in _POOL:
-            _POOL[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            _POOL[workers] = pool.Processes(workers)
         return _POOL[workers]
 
 
@@ -154,12 +152,12 @@ def _map(jobs: list, workers: int) -> list[Point]:
     if workers <= 1 or len(jobs) <= 1:
         return [_serve_job(job) for job in jobs]
     try:
-        return list(_pool(workers).map(_serve_job, jobs))
+        return _pool(workers).map(_serve_job, jobs)
     except BrokenProcessPool:  # a worker died (killed, out of memory): serve here; a new pool next time
         with _POOL_LOCK:
             broken = _POOL.pop(workers, None)
         if broken is not None:
-            broken.shutdown(wait=False, cancel_futures=True)
+            broken.close(ok=False)
         return [_serve_job(job) for job in jobs]
 
 

@@ -34,17 +34,15 @@ import itertools
 import json
 import math
 import os
-import socket
-import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from tqdm import tqdm
 
-from simspec import __version__, acceptance, costs, experiment, policies
+from simspec import __version__, acceptance, costs, experiment, policies, pool
 from simspec import config as configuration
 from simspec.config import SimConfig
 from simspec.files import read_toml, write_atomic
@@ -455,139 +453,6 @@ def run_saturation(config_toml: str) -> float:
     return experiment.saturation_rate(config_from_toml(config_toml))
 
 
-def _quiet_worker() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends the pool
-    # tqdm's default lock is a multiprocessing semaphore; a worker ended by
-    # terminate() would leave it to be reported leaked at exit.
-    tqdm.set_lock(threading.RLock())
-
-
-def _call(job: tuple[Callable, int, str]):
-    fn, index, arg = job
-    return index, fn(arg)
-
-
-# --- executors ----------------------------------------------------------------------
-
-
-class _Serial:
-    def imap(self, fn: Callable, items: list) -> Iterator[tuple[int, object]]:
-        for i, item in enumerate(items):
-            yield i, fn(item)
-
-    def close(self, ok: bool) -> None:
-        pass
-
-
-class _Pool:
-    """A spawn-context process pool, started on first use."""
-
-    def __init__(self, processes: int):
-        self.processes, self.pool = processes, None
-
-    def imap(self, fn: Callable, items: list) -> Iterator[tuple[int, object]]:
-        if not items:
-            return
-        if self.pool is None:
-            import multiprocessing
-
-            self.pool = multiprocessing.get_context("spawn").Pool(self.processes, initializer=_quiet_worker)
-        yield from self.pool.imap_unordered(_call, [(fn, i, item) for i, item in enumerate(items)], chunksize=1)
-
-    def close(self, ok: bool) -> None:
-        if self.pool is not None:
-            if ok:
-                self.pool.close()
-            else:
-                self.pool.terminate()  # after an error or Ctrl-C, running tasks are abandoned
-            self.pool.join()
-
-
-class _Ray:
-    def __init__(self, runner: Runner):
-        import ray
-
-        self.ray, self.started = ray, False
-        if not ray.is_initialized():
-            connect(runner)
-            self.started = True
-        self.remote: dict[Callable, object] = {}
-
-    def imap(self, fn: Callable, items: list) -> Iterator[tuple[int, object]]:
-        ray = self.ray
-        remote = self.remote.setdefault(fn, ray.remote(num_cpus=1, max_retries=0)(fn))
-        pending = {remote.remote(item): i for i, item in enumerate(items)}
-        try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    index = pending.pop(ref)
-                    try:
-                        result = ray.get(ref)
-                    except ray.exceptions.RayTaskError as err:
-                        if isinstance(err.cause, InputError):
-                            raise InputError(str(err.cause)) from None
-                        raise
-                    yield index, result
-        finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-
-    def close(self, ok: bool) -> None:
-        if self.started:
-            self.ray.shutdown()
-
-
-def connect(runner: Runner) -> None:
-    """``ray.init`` for ``runner.ray``, quietly; an address that does not
-    answer is an :class:`InputError` after at most the probe and connect
-    timeouts, never a hang."""
-    import logging
-
-    import ray
-
-    address = runner.ray
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    if address == "local":
-        ray.init(num_cpus=runner.processes, **quiet)
-        return
-    if address != "auto":
-        host, sep, port = address.removeprefix("ray://").rpartition(":")
-        require(bool(sep and host and port.isdigit()),
-                f"--ray {address}: expected HOST:PORT, ray://HOST:PORT, auto or local")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=runner.probe_timeout_s).close()
-        except OSError as err:
-            raise InputError(f"--ray {address}: nothing answers at {host}:{port} ({err.strerror or err}); "
-                             f"start a cluster with `ray start --head` or use --ray local") from None
-    outcome: list = []
-
-    def init() -> None:
-        try:
-            ray.init(address=address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
-            outcome.append(None)
-        except BaseException as err:  # noqa: BLE001 - reported to the caller's thread
-            outcome.append(err)
-
-    thread = threading.Thread(target=init, daemon=True)
-    thread.start()
-    thread.join(runner.connect_timeout_s)
-    if not outcome:
-        raise InputError(f"--ray {address}: no Ray cluster connected within {runner.connect_timeout_s:g} s")
-    if outcome[0] is not None:
-        first = str(outcome[0]).strip().splitlines()[0] if str(outcome[0]).strip() else type(outcome[0]).__name__
-        raise InputError(f"--ray {address}: cannot connect ({first})")
-
-
-def _executor(runner: Runner, jobs: int):
-    if runner.ray:
-        return _Ray(runner)
-    processes = min(runner.processes, jobs)
-    return _Serial() if processes <= 1 else _Pool(processes)
-
-
 # --- the results table -----------------------------------------------------------------
 
 
@@ -796,8 +661,14 @@ def _saturation_line(points: list[Point]) -> str:
     return "AR saturation: " + "; ".join(f"{k} {v:.3g} req/s" for k, v in rates.items())
 
 
+def _executor(runner: Runner, jobs: int):
+    if runner.ray:
+        return pool.Ray(runner.ray, runner.processes, runner.probe_timeout_s, runner.connect_timeout_s)
+    return pool.executor(runner.processes, jobs)
+
+
 def _where(executor) -> str:
-    return f"on {executor.processes} processes" if isinstance(executor, _Pool) else "in this process"
+    return f"on {executor.processes} processes" if isinstance(executor, pool.Processes) else "in this process"
 
 
 # --- the command -------------------------------------------------------------------------

@@ -30,7 +30,6 @@ import io
 import itertools
 import math
 import tomllib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -39,7 +38,7 @@ import numpy as np
 import tomli_w
 from tqdm import tqdm
 
-from simspec import __version__, config as configuration, experiment, metrics, policies
+from simspec import __version__, config as configuration, experiment, metrics, policies, pool
 from simspec.config import SimConfig
 from simspec.files import read_toml
 from simspec.sim import simulate
@@ -402,11 +401,14 @@ def tune(base: SimConfig, tc: TuneConfig, *, progress: bool = False) -> Tuned:
         if tc.jobs == 1:
             cells = [_tune_cell_job(job, tick=bar.update) for job in jobs]
         else:
-            with ProcessPoolExecutor(max_workers=tc.jobs) as pool:
-                cells = []
-                for cell in pool.map(_tune_cell_job, jobs):
-                    cells.append(cell)
+            workers = pool.Processes(min(tc.jobs, len(jobs)))
+            cells: list = [None] * len(jobs)
+            try:
+                for i, cell in workers.imap(_tune_cell_job, jobs):
+                    cells[i] = cell
                     bar.update(per_cell)
+            finally:
+                workers.close()
         schedules = tuple(schedule_for(cells, cv) for cv in cvs)
         search, confirm = seeds_of(base, tc)
         final = []

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import invoke
-from simspec import experiment, metrics, sweep
+from simspec import experiment, metrics, pool, sweep
 from simspec.types import InputError
 
 POLICIES = ["ar", "linear:k=3"]
@@ -144,7 +144,7 @@ def test_ray_local_gives_the_serial_rows(reference, tmp_path):
     path, _ = reference
     out = tmp_path / "ray.parquet"
     try:
-        sweep.connect(sweep.Runner(workers=2, ray="local"))
+        pool.connect("local", 2)
     except Exception as err:  # noqa: BLE001 - no Ray on this machine is a skip, not a failure
         pytest.skip(f"cannot start a local Ray: {err}")
     try:
@@ -221,7 +221,7 @@ def test_an_unanswered_ray_address_fails_with_a_clear_line():
 
     def attempt():
         try:
-            sweep.connect(sweep.Runner(ray="127.0.0.1:1", probe_timeout_s=1.0, connect_timeout_s=5.0))
+            pool.connect("127.0.0.1:1", 1, probe_timeout_s=1.0, connect_timeout_s=5.0)
         except InputError as err:
             errors.append(str(err))
 
