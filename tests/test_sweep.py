@@ -14,6 +14,7 @@ import pytest
 
 from conftest import invoke
 from simspec import experiment, metrics, pool, sweep
+import simspec.sweep.execute  # noqa: F401 - sweep.execute, patched below
 from simspec.types import InputError
 
 POLICIES = ["ar", "linear:k=3"]
@@ -166,7 +167,7 @@ def test_interrupted_sweep_resumes_to_the_same_table(reference, tmp_path, monkey
         calls.append(config_toml)
         return real(config_toml)
 
-    monkeypatch.setattr(sweep, "run_task", interrupted)
+    monkeypatch.setattr(sweep.execute, "run_task", interrupted)  # where sweep.run looks it up
     with pytest.raises(KeyboardInterrupt):
         sweep.run(small(), out, sweep.Runner(workers=1, progress=False, flush_every_s=60))
     assert pq.read_table(out).num_rows == 3 * len(POLICIES)  # what finished was written on the way out
