@@ -109,7 +109,7 @@ def build(tuned: tune.Tuned, fmt: str, cv: float | None = None) -> Export:
     """The export of ``tuned``'s load-adaptive policy for traffic of ``cv``
     (default: the first tuned CV)."""
     require(fmt in FORMATS, f"format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-    want = tuned.schedules[0].cv if cv is None else tune._nearest_cv(tuned, cv)
+    want = tuned.schedules[0].cv if cv is None else tune.nearest_cv(tuned, cv)
     schedule = next(s for s in tuned.schedules if s.cv == want)
     max_batch = tuned.scenario.engine.max_num_seqs
     stages = [s for s in schedule.stages if s.min_batch <= max_batch]
