@@ -10,7 +10,7 @@ import pytest
 
 from conftest import H100, LLAVA
 from simspec import costs
-from simspec.costs import fitted, profiles
+from simspec.costs import attention, curves, fitted, profiles
 from simspec.costs.base import A_QUERY, A_REQUEST, DECODE, PREFILL, VERIFY, blend
 from simspec.types import InputError, StepShape
 
@@ -180,14 +180,14 @@ def test_costs_report_without_a_profile_is_one_line(tmp_path, capsys):
 
 
 TRUE_ATTENTION = {  # by kind (costs.base PREFILL, DECODE, VERIFY); decode has a cache knee between measured sizes
-    PREFILL: fitted.AttentionFit(floor_ms=0.01, kv_ms=2e-6, pair_ms=1e-8, request_ms=0.0, query_ms=3e-5),
-    DECODE: fitted.AttentionFit(floor_ms=0.003, kv_ms=1e-6, pair_ms=0.0, request_ms=0.002, query_ms=0.0,
+    PREFILL: attention.AttentionFit(floor_ms=0.01, kv_ms=2e-6, pair_ms=1e-8, request_ms=0.0, query_ms=3e-5),
+    DECODE: attention.AttentionFit(floor_ms=0.003, kv_ms=1e-6, pair_ms=0.0, request_ms=0.002, query_ms=0.0,
                                 kv_over_ms=4e-6, kv_knee=20000.0),
-    VERIFY: fitted.AttentionFit(floor_ms=0.02, kv_ms=3e-6, pair_ms=5e-8, request_ms=0.001, query_ms=2e-4),
+    VERIFY: attention.AttentionFit(floor_ms=0.02, kv_ms=3e-6, pair_ms=5e-8, request_ms=0.001, query_ms=2e-4),
 }
 
 
-def attention_tables(truth: dict[int, fitted.AttentionFit]) -> dict[str, pd.DataFrame]:
+def attention_tables(truth: dict[int, attention.AttentionFit]) -> dict[str, pd.DataFrame]:
     """Every attention table, timed by its kind's ``truth`` exactly."""
     tables = {
         "attn_decode": pd.DataFrame([(b, c) for b in (1, 8, 32, 64) for c in (128, 512, 2048, 8192)],
@@ -200,12 +200,12 @@ def attention_tables(truth: dict[int, fitted.AttentionFit]) -> dict[str, pd.Data
     for table in tables.values():
         table["median_ms"] = 1.0
     profile = profiles.Profile(folder=None, meta={}, tables=tables)
-    a = fitted.attention_terms(profile)
+    a = attention.attention_terms(profile)
     ms = np.zeros(len(a.ms))
     for kind, fit in truth.items():
         ms[a.which == kind] = fit(a[a.which == kind])
     start = 0
-    for op in fitted.ATTENTION_OPS:  # attention_terms' order
+    for op in attention.ATTENTION_OPS:  # attention_terms' order
         tables[op]["median_ms"] = ms[start:start + len(tables[op])]
         start += len(tables[op])
     return tables
@@ -213,10 +213,10 @@ def attention_tables(truth: dict[int, fitted.AttentionFit]) -> dict[str, pd.Data
 
 def test_attention_fit_recovers_each_kinds_coefficients_and_cache_knee(tmp_path):
     write_profile(tmp_path / "test-gpu" / "Llama-2-7B", attention_tables(TRUE_ATTENTION))
-    found, fits = fitted.fit_attention(fitted.attention_terms(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B")))
+    found, fits = attention.fit_attention(attention.attention_terms(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B")))
     assert set(found) == {PREFILL, DECODE, VERIFY}
     for kind, truth in TRUE_ATTENTION.items():
-        for name in fitted.AttentionFit.__slots__:
+        for name in attention.AttentionFit.__slots__:
             assert getattr(found[kind], name) == pytest.approx(getattr(truth, name), rel=1e-3, abs=1e-12), (kind, name)
     assert all(fit.p95_ape < 1e-3 for fit in fits)
     assert [fit.kind for fit in fits] == ["attention", "attention + cache knee", "attention"]
@@ -257,7 +257,7 @@ def test_an_attention_kind_the_profile_lacks_is_priced_as_a_measured_one_and_sai
 def test_a_gpu_gemm_is_fitted_in_whole_row_tiles():
     tokens = np.arange(8, 1025, 8)
     ms = 0.02 + 0.01 * np.ceil(tokens / 64)  # a staircase: each 64-row tile costs the same
-    curve, fit = fitted.fit_curve(tokens, ms, "mlp_up_proj", tile=64)
+    curve, fit = curves.fit_curve(tokens, ms, "mlp_up_proj", tile=64)
     assert fit.p95_ape < 0.01 and fit.kind.endswith("tile 64")
     grid = np.arange(1, 4097)
     assert np.all(np.diff(curve(grid)) >= 0)

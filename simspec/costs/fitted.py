@@ -1,7 +1,9 @@
 """Cost models fitted to measured operator profiles.
 
-Imports: numpy, scipy (least squares, isotonic regression, PCHIP), pandas,
-simspec.costs. DESIGN.md "Cost model".
+Imports: numpy, simspec.costs (curves, attention, base, profiles, roofline,
+specs). DESIGN.md "Cost model". The curve forms are in simspec.costs.curves,
+attention's in simspec.costs.attention; this module renders them into one
+cost model.
 
 Every operator that depends on a token count gets a curve that is monotone
 in it: either a *roofline* form, c + (a^p + (b x)^p)^(1/p) (flat while
@@ -29,125 +31,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import interpolate, optimize
 
-from simspec.costs.base import (ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, TOKENS, VERIFY, CostModel, attention_row,
-                                attention_table, frozen_table)
+from simspec.costs.attention import AttentionFit, AttentionTerms, attention_by_kind, attention_terms, fit_attention
+from simspec.costs.base import TOKENS, CostModel, frozen_table
+from simspec.costs.curves import OpFit, _ape, _split, _terms, fit_curve, fit_line
 from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
 from simspec.costs.roofline import STEP_OVERHEAD_S, roofline
 from simspec.costs.specs import GpuSpec, ModelSpec
 from simspec.types import InputError
 
 MS = 1e-3
-ATTENTION_OPS = ("attn_prefill", "attn_decode", "attn_tree_verify")  # indexed by kind (costs.base PREFILL ...)
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj", "lm_head")
 COMPOSED_LAYER = "decoder layer (composed)"  # the OpFit of a whole layer
 GEMM_TILE_TOKENS = 64  # on a GPU a GEMM runs whole row tiles: 65 rows cost what 128 do
-
-
-@dataclass(frozen=True, slots=True)
-class Curve:
-    """A monotone fit of time (ms) against one size."""
-
-    kind: str  # "roofline" or "monotone"
-    params: tuple[float, ...]  # roofline: (c, a, b, p)
-    xs: np.ndarray  # monotone: knots
-    ys: np.ndarray
-    tile: int = 1  # sizes above one tile are padded to whole tiles (GEMM row tiles on a GPU)
-
-    def __call__(self, x) -> np.ndarray:
-        x = pad(x, self.tile)
-        if self.kind == "roofline":
-            c, a, b, p = self.params
-            return c + (a**p + (b * x) ** p) ** (1.0 / p)
-        inside = np.clip(x, self.xs[0], self.xs[-1])
-        y = interpolate.PchipInterpolator(self.xs, self.ys)(inside)
-        if len(self.xs) > 1:  # compute-bound past the last point: keep the last slope
-            slope = max((self.ys[-1] - self.ys[-2]) / (self.xs[-1] - self.xs[-2]), 0.0)
-            y = y + slope * np.maximum(x - self.xs[-1], 0.0)
-        return y
-
-
-def pad(x, tile: int) -> np.ndarray:
-    """Sizes above one tile rounded up to whole tiles (monotone, so curves of it stay monotone)."""
-    x = np.asarray(x, dtype=float)
-    return x if tile <= 1 else np.where(x > tile, np.ceil(x / tile) * tile, x)
-
-
-def _unique_mean(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    xs, inverse = np.unique(x, return_inverse=True)
-    return xs, np.bincount(inverse, weights=y) / np.bincount(inverse)
-
-
-def _fit_roofline(x: np.ndarray, y: np.ndarray) -> Curve:
-    best = None
-    for p in (2.0, 4.0, 8.0):
-        start = np.array([0.1 * y.min(), 0.9 * y.min(), max(y.max() / x.max(), 1e-9)])
-
-        def residual(theta):
-            c, a, b = theta
-            return np.log((c + (a**p + (b * x) ** p) ** (1.0 / p)) / y)
-
-        fit = optimize.least_squares(residual, start, bounds=([0, 0, 0], [np.inf, np.inf, np.inf]))
-        if best is None or fit.cost < best[0]:
-            best = (fit.cost, Curve("roofline", (*fit.x, p), np.zeros(0), np.zeros(0)))
-    return best[1]
-
-
-def _fit_monotone(x: np.ndarray, y: np.ndarray) -> Curve:
-    xs, ys = _unique_mean(x, y)
-    ys = optimize.isotonic_regression(ys).x
-    return Curve("monotone", (), xs, ys)
-
-
-def _split(x: np.ndarray) -> np.ndarray:
-    """Held-out mask: every fourth distinct size, never the smallest or largest."""
-    sizes = np.unique(x)
-    held = sizes[2:-1:4] if len(sizes) >= 6 else sizes[:0]
-    return np.isin(x, held)
-
-
-def _ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    return np.abs(predicted - measured) / measured
-
-
-@dataclass(frozen=True, slots=True)
-class OpFit:
-    """One operator: its final curve and how well it predicted held-out points."""
-
-    op: str
-    kind: str
-    points: int
-    heldout: np.ndarray  # absolute percentage errors on held-out points
-
-    @property
-    def median_ape(self) -> float:
-        return float(np.median(self.heldout)) if len(self.heldout) else float("nan")
-
-    @property
-    def p95_ape(self) -> float:
-        return float(np.percentile(self.heldout, 95)) if len(self.heldout) else float("nan")
-
-
-def fit_curve(x, y, op: str = "", tile: int = 1) -> tuple[Curve, OpFit]:
-    """The better of the two curve forms on held-out points, refitted on
-    all; with ``tile`` > 1 both forms are fitted against padded sizes."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    held = _split(x)
-
-    def form(k, xs, ys):
-        curve = (_fit_roofline, _fit_monotone)[k](pad(xs, tile), ys)
-        return Curve(curve.kind, curve.params, curve.xs, curve.ys, tile)
-
-    if held.any():
-        errors = [_ape(form(k, x[~held], y[~held])(x[held]), y[held]) for k in (0, 1)]
-        choice = int(np.argmin([np.median(e) for e in errors]))
-        heldout = errors[choice]
-    else:
-        choice, heldout = 1, np.zeros(0)
-    curve = form(choice, x, y)
-    kind = curve.kind + (f", tile {tile}" if tile > 1 else "")
-    return curve, OpFit(op, kind, len(x), heldout)
 
 
 def tile_for(profile: Profile, op: str) -> int:
@@ -156,218 +52,6 @@ def tile_for(profile: Profile, op: str) -> int:
 
 
 # -- attention ----------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class AttentionTerms:
-    """Every attention row of a profile in the simulator's terms: each
-    request's context read once, each query token paired with its context
-    (and, in prefill and trees, its predecessors), one sequence per request
-    or prefill chunk."""
-
-    kv: np.ndarray  # [N] context tokens read
-    pairs: np.ndarray  # [N] query x key pairs
-    requests: np.ndarray  # [N] sequences attended
-    queries: np.ndarray  # [N] query tokens
-    ms: np.ndarray  # [N] measured, per layer
-    which: np.ndarray  # [N] index into ATTENTION_OPS, which is the kind (costs.base PREFILL ...)
-
-    def __getitem__(self, rows) -> "AttentionTerms":
-        return AttentionTerms(self.kv[rows], self.pairs[rows], self.requests[rows], self.queries[rows],
-                              self.ms[rows], self.which[rows])
-
-
-NO_KNEE = np.inf
-
-
-@dataclass(frozen=True, slots=True)
-class AttentionFit:
-    """One kind's call, ms per layer (costs.base's form): floor +
-    blend(memory, compute) + requests x request_ms + queries x query_ms, with
-    memory = kv x kv_ms + (kv - kv_knee)+ x kv_over_ms and compute = pairs x
-    pair_ms + (pairs - pair_knee)+ x pair_over_ms. A knee is where what the
-    call touches outgrows a cache; ``NO_KNEE`` where none is fitted."""
-
-    floor_ms: float
-    kv_ms: float
-    pair_ms: float
-    request_ms: float
-    query_ms: float
-    kv_over_ms: float = 0.0
-    kv_knee: float = NO_KNEE
-    pair_over_ms: float = 0.0
-    pair_knee: float = NO_KNEE
-
-    def __call__(self, a: AttentionTerms) -> np.ndarray:
-        memory = a.kv * self.kv_ms + np.maximum(a.kv - self.kv_knee, 0.0) * self.kv_over_ms
-        compute = a.pairs * self.pair_ms + np.maximum(a.pairs - self.pair_knee, 0.0) * self.pair_over_ms
-        return (self.floor_ms + (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P)
-                + a.requests * self.request_ms + a.queries * self.query_ms)
-
-    def row(self, scale: float) -> np.ndarray:
-        """costs.base's coefficient row, times ``scale`` (ms per layer to s per model)."""
-        knee = lambda k: 0.0 if k == NO_KNEE else k  # noqa: E731 (no extra cost: any knee prices the same)
-        return attention_row(kv_s=self.kv_ms * scale, pair_s=self.pair_ms * scale, request_s=self.request_ms * scale,
-                             query_s=self.query_ms * scale, floor_s=self.floor_ms * scale,
-                             kv_over_s=self.kv_over_ms * scale, kv_knee=knee(self.kv_knee),
-                             pair_over_s=self.pair_over_ms * scale, pair_knee=knee(self.pair_knee))
-
-
-def attention_terms(profile: Profile) -> AttentionTerms | None:
-    parts = []
-    for k, op in enumerate(ATTENTION_OPS):
-        t = profile.tables.get(op)
-        if t is None:
-            continue
-        ctx = t["context_tokens"].to_numpy(float)
-        if op == "attn_decode":
-            b = t["batch"].to_numpy(float)
-            kv, pairs, requests, queries = b * ctx, b * ctx, b, b
-        elif op == "attn_prefill":
-            q = t["tokens"].to_numpy(float)
-            kv, pairs, requests, queries = ctx + q, q * ctx + q * (q + 1) / 2, np.ones_like(q), q
-        else:
-            b, q = t["batch"].to_numpy(float), t["query_tokens"].to_numpy(float)
-            kv, pairs, requests, queries = b * ctx, b * q * ctx + b * q * (q + 1) / 2, b, b * q
-        parts.append((kv, pairs, requests, queries, t["median_ms"].to_numpy(float), np.full(len(t), k)))
-    if not parts:
-        return None
-    return AttentionTerms(*(np.concatenate(column) for column in zip(*parts)))
-
-
-KNEE_CANDIDATES = 5  # knees tried per term, at quantiles of the measured sizes
-PRECISION = 1e-4  # relative: residuals below it are timing noise to the knee choice
-
-
-def _knees(sizes: np.ndarray) -> list[float]:
-    inner = np.quantile(np.unique(sizes), np.linspace(0.15, 0.85, KNEE_CANDIDATES), method="nearest")
-    return [NO_KNEE, *np.unique(inner).tolist()]
-
-
-def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
-                    move_knees: bool = False) -> tuple[float, AttentionFit]:
-    """Least squares in log time with the knees fixed (or, with
-    ``move_knees``, starting from them and free within the measured sizes);
-    (sum of squares, fit). Starts from the additive form's non-negative
-    least squares (memory plus compute instead of their smooth maximum)."""
-    # Terms in AttentionFit's order: floor, kv, pair, request, query, kv over, pair over.
-    columns = np.column_stack([np.ones_like(a.kv), a.kv, a.pairs, a.requests, a.queries,
-                               np.maximum(a.kv - kv_knee, 0.0), np.maximum(a.pairs - pair_knee, 0.0)])
-    # A table that cannot tell two terms apart keeps the first: one
-    # sequence per prefill call (the floor); one query per decode request,
-    # reading its context once (kv, memory-bound; no pair knee is tried).
-    pairs = not _pairs_are_kv(a)
-    free = np.array([True, True, pairs, bool(np.any(a.requests != 1)), bool(np.any(a.queries != a.requests)),
-                     kv_knee != NO_KNEE, pairs and pair_knee != NO_KNEE])
-
-    moving = [move_knees and free[5], move_knees and free[6]]  # the kv and pair knees, as fitted parameters
-    knees = [(k, sizes) for (k, sizes), on in zip(((kv_knee, a.kv), (pair_knee, a.pairs)), moving) if on]
-    n = int(free.sum())
-
-    def fit_of(theta) -> AttentionFit:
-        full = np.zeros(len(free))
-        full[free] = theta[:n]
-        moved = iter(np.exp(theta[n:]))
-        kv = next(moved) if moving[0] else kv_knee
-        pair = next(moved) if moving[1] else pair_knee
-        return AttentionFit(*(float(v) for v in full[:5]), kv_over_ms=float(full[5]), kv_knee=float(kv),
-                            pair_over_ms=float(full[6]), pair_knee=float(pair))
-
-    def residual(theta):
-        return np.log(np.maximum(fit_of(theta)(a), 1e-300) / a.ms)
-
-    # Two starts (the form is not convex): the additive form's solution,
-    # and each term alone explaining the median point.
-    used = columns[:, free]
-    additive = _terms(used, a.ms)
-    alone = np.array([np.median(a.ms[c > 0] / c[c > 0]) / 2 if np.any(c > 0) else 0.0 for c in used.T])
-    lower, upper = np.zeros(n), np.full(n, np.inf)
-    if knees:  # log knees, within the measured sizes
-        lower = np.concatenate([lower, [np.log(s.min()) for _, s in knees]])
-        upper = np.concatenate([upper, [np.log(s.max()) for _, s in knees]])
-    best = None
-    for start in (additive, alone):
-        start = np.concatenate([np.maximum(start, 1e-12 * a.ms.min()), [np.log(k) for k, _ in knees]])
-        fit = optimize.least_squares(residual, start, bounds=(lower, upper), x_scale="jac")
-        if best is None or fit.cost < best.cost:
-            best = fit
-    return float(np.sum(best.fun ** 2)), fit_of(best.x)
-
-
-def _pairs_are_kv(a: AttentionTerms) -> bool:
-    return bool(np.array_equal(a.pairs, a.kv))
-
-
-def _fit_attention(a: AttentionTerms) -> AttentionFit:
-    """One kind's fit: the knees (none, or one at a quantile of the
-    measured sizes, for memory and for compute) chosen by Akaike's
-    criterion on log time, so a knee must pay for its two parameters
-    (residuals below 0.01% count as 0.01%: timing precision)."""
-    best = None
-    n = len(a.ms)
-    pair_knees = [NO_KNEE] if _pairs_are_kv(a) else _knees(a.pairs)
-    for kv_knee in _knees(a.kv):
-        for pair_knee in pair_knees:
-            ss, fit = _fit_with_knees(a, kv_knee, pair_knee)
-            params = 5 + 2 * (kv_knee != NO_KNEE) + 2 * (pair_knee != NO_KNEE)
-            score = n * np.log(max(ss / n, PRECISION ** 2)) + 2 * params
-            if best is None or score < best[0]:
-                best = (score, fit, ss, kv_knee, pair_knee)
-    _, fit, ss, kv_knee, pair_knee = best
-    if kv_knee != NO_KNEE or pair_knee != NO_KNEE:  # the knees between the candidates
-        moved_ss, moved = _fit_with_knees(a, kv_knee, pair_knee, move_knees=True)
-        if moved_ss < ss:
-            return moved
-    return fit
-
-
-def fit_attention(a: AttentionTerms) -> tuple[dict[int, AttentionFit], list[OpFit]]:
-    """A fit for each kind of attention among a profile's points (keyed
-    by ATTENTION_OPS index: prefill, decode, tree verification), and its
-    held-out error."""
-    found, fits = {}, []
-    for k in np.unique(a.which):
-        rows = a[a.which == k]
-        held = _split(rows.pairs)
-        errors = _ape(_fit_attention(rows[~held])(rows[held]), rows.ms[held]) if held.any() else np.zeros(0)
-        found[int(k)] = _fit_attention(rows)
-        fits.append(OpFit(ATTENTION_OPS[k], "attention" + (" + cache knee" if _has_knee(found[int(k)]) else ""),
-                          len(rows.ms), errors))
-    return found, fits
-
-
-def _has_knee(fit: AttentionFit) -> bool:
-    return fit.kv_knee != NO_KNEE or fit.pair_knee != NO_KNEE
-
-
-def attention_by_kind(found: dict[int, AttentionFit], layers: int) -> tuple[np.ndarray, list[str]]:
-    """[3, 9] coefficients (costs.base) from the kinds measured; a kind not
-    measured takes the nearest measured one (verification <-> decode,
-    prefill <- decode), named in the second value."""
-    borrow = {PREFILL: (DECODE, VERIFY), DECODE: (VERIFY, PREFILL), VERIFY: (DECODE, PREFILL)}
-    rows, notes = [], []
-    for kind in (PREFILL, DECODE, VERIFY):
-        source = kind if kind in found else next(k for k in borrow[kind] if k in found)
-        if source != kind:
-            notes.append(f"{ATTENTION_KINDS[kind]} attention priced as {ATTENTION_KINDS[source]}")
-        rows.append(found[source].row(MS * layers))
-    return attention_table(*rows), notes
-
-
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Non-negative intercept and slope."""
-    fit = optimize.lsq_linear(np.column_stack([np.ones_like(x), x]), y, bounds=(0, np.inf))
-    return float(fit.x[0]), float(fit.x[1])
-
-
-def fit_line(x, y, op: str) -> tuple[tuple[float, float], OpFit]:
-    """An affine fit (launch + per unit), judged on held-out points like a curve."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    held = _split(x)
-    errors = np.zeros(0)
-    if held.any():
-        a, b = _line(x[~held], y[~held])
-        errors = _ape(a + b * x[held], y[held])
-    return _line(x, y), OpFit(op, "linear", len(x), errors)
 
 
 # -- the cost model ------------------------------------------------------------
@@ -498,11 +182,6 @@ def _vision_table(profile: Profile, model: ModelSpec, need_prior, fits) -> np.nd
         fits.append(fit)
         vision = vision + np.where(TOKENS > 0, (a + b * TOKENS) * MS, 0.0)
     return vision
-
-
-def _terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative coefficients of the columns of ``x``, least squares in relative error."""
-    return optimize.lsq_linear(x / y[:, None], np.ones(len(y)), bounds=(0, np.inf)).x
 
 
 def _drafter_columns(tokens: np.ndarray, kept: np.ndarray, least: float) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simspec.costs import fitted, profiles
+from simspec.costs import attention, curves, fitted, profiles
 from simspec.costs.specs import MODELS, GpuSpec, ModelSpec
 from simspec.types import InputError
 
@@ -118,7 +118,7 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
     fig = Figure(figsize=(4 * cols, 3 * rows), layout="constrained")
     for k, kind in enumerate(kinds):
         _attention_panel(fig.add_subplot(rows, cols, len(ops) + k + 1), terms[terms.which == kind],
-                         result.attention[kind], fitted.ATTENTION_OPS[kind])
+                         result.attention[kind], attention.ATTENTION_OPS[kind])
     for k, op in enumerate(ops):
         ax = fig.add_subplot(rows, cols, k + 1)
         profile = next(p for p in found if op in p.tables)
@@ -128,7 +128,7 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
         if op == "drafter_step":  # the cost model's drafter step at each K against its points
             _drafter_panel(ax, t, result)
             continue
-        curve = fitted.fit_curve(x, y, tile=fitted.tile_for(profile, op))[0] if X_COLUMN[op] == "tokens" else None
+        curve = curves.fit_curve(x, y, tile=fitted.tile_for(profile, op))[0] if X_COLUMN[op] == "tokens" else None
         ax.plot(x, y, "o", ms=3, label="measured")
         if curve is not None:
             grid = np.geomspace(max(x.min(), 1), x.max(), 200)
@@ -141,7 +141,7 @@ def figure(found: list[profiles.Profile], result: fitted.Fitted) -> Figure:
     return fig
 
 
-def _attention_panel(ax, terms: fitted.AttentionTerms, fit: fitted.AttentionFit, op: str) -> None:
+def _attention_panel(ax, terms: attention.AttentionTerms, fit: attention.AttentionFit, op: str) -> None:
     """Fitted against measured, every grid point (on the line: exact)."""
     predicted = fit(terms)
     ax.loglog(terms.ms, predicted, "o", ms=3, label="grid points")

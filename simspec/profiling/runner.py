@@ -44,7 +44,7 @@ import torch
 from tqdm import tqdm
 
 from simspec.costs import ModelSpec, model_spec
-from simspec.costs.fitted import ATTENTION_OPS
+from simspec.costs.attention import ATTENTION_OPS
 from simspec.costs.profiles import LAYER_OPS
 from simspec.profiling import ops as operators
 from simspec.profiling.grid import Grid, grid_for, ops_for, points
