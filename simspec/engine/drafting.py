@@ -27,6 +27,7 @@ import torch
 from simspec import trees
 from simspec.acceptance.context import DraftContext
 from simspec.models.drafter import Drafter, chain_attention, select_visual
+from simspec.engine.timing import other_token
 from simspec.types import MAX_RANK
 
 
@@ -169,6 +170,29 @@ def _stack(visual) -> tuple[torch.Tensor, torch.Tensor]:
     return kept, torch.stack([v[1] for v in visual])
 
 
+def walk(nodes: list[RowNode], best: list[int], replayed_ranks: np.ndarray | None) -> list[int]:
+    """The accepted path's rows (0: the pending token) down the tree,
+    following the target's token (``best``, per row; in timing-only runs
+    the replayed rank picks it among the drafted children)."""
+    children: dict[int, list[int]] = {}
+    for j, nd in enumerate(nodes):
+        children.setdefault(nd.parent, []).append(j + 1)
+    path, at = [0], 0
+    while True:
+        kids = children.get(at, [])
+        if replayed_ranks is not None:
+            d = 0 if at == 0 else nodes[at - 1].depth
+            want = int(replayed_ranks[d]) if d < len(replayed_ranks) else 0
+            match = [c for c in kids if nodes[c - 1].rank == want]
+            best[at] = nodes[match[0] - 1].token if match else other_token(best[at],
+                                                                           {nodes[c - 1].token for c in kids})
+        nxt = [c for c in kids if nodes[c - 1].token == best[at]]
+        if not nxt:
+            return path
+        at = nxt[0]
+        path.append(at)
+
+
 def select_kept(context: DraftContext, visual_hidden, queries, visual_keys, impl: str):
     """One request's kept visual features for a round ([K, C], length)."""
     kept, length = select_visual(context, visual_hidden[None], queries[None], visual_keys[None], impl=impl)
@@ -180,4 +204,4 @@ def plan_rows(codes: list[int]) -> list[int]:
     return sorted(codes, key=lambda c: (trees.depth(c), c))
 
 
-__all__ = ["Node", "RowNode", "Drafting", "DraftCache", "select_kept", "plan_rows"]
+__all__ = ["Node", "RowNode", "Drafting", "DraftCache", "select_kept", "plan_rows", "walk"]

@@ -41,14 +41,15 @@ import torch
 from simspec import trees
 from simspec.acceptance.context import DraftContext
 from simspec.costs import CostModel
-from simspec.engine.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept
-from simspec.engine.timing import AcceptanceReplay, other_token
+from simspec.engine.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
+from simspec.engine.records import LiveResult, StepRecord, run_log
+from simspec.engine.timing import AcceptanceReplay
 from simspec.models.drafter import Drafter
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy, ReplicaView, StepPlan
 from simspec.scheduling import Estimate, Prefill, Scheduler
-from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, RequestRecord, RunLog, require
+from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, require
 
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
 MAX_LEN = 2 * 1024  # tokens of one request's KV cache slot
@@ -68,43 +69,6 @@ class LiveConfig:
                 f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
         require(0.0 < self.prior_top1 < 1.0, f"prior_top1 must be in (0, 1) (got {self.prior_top1})")
         DraftContext.parse(self.drafter_context)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepRecord:
-    """One engine step's work (the cost model's inputs) and its wall time."""
-
-    start_s: float
-    duration_s: float
-    forward_tokens: int
-    kv_read_tokens: int
-    attn_pairs: int
-    attn_requests: int  # sequences in the target forward (prefill chunks + decode rounds)
-    logit_tokens: int
-    vision_tokens: int
-    draft_level_tokens: tuple[int, ...]  # rows of each drafter call (EngineConfig.drafting = "chain" prices these)
-    draft_kept_visual_tokens: int
-    select_requests: int
-    select_visual_tokens: int
-    batch: int
-    plans: tuple[int, int, int]
-    padded_kv_tokens: int = 0  # attention rows x the longest cached context (the dense caches it gathers)
-    prefill_tokens: int = 0  # of forward_tokens etc.: the prefill chunks' part
-    prefill_kv_tokens: int = 0
-    prefill_attn_pairs: int = 0
-    prefill_requests: int = 0
-    verifying: bool = False  # some decode round verified drafts
-    draft_s: float = 0.0  # of duration_s: drafting (selection and planning included)
-    target_s: float = 0.0  # ... the vision encoder, the target forward and acceptance
-    idle_s: float = 0.0  # the engine had nothing to run for this long just before the step (0: it had work)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveResult:
-    log: RunLog
-    steps: tuple[StepRecord, ...]
-    traces: tuple[AcceptanceTrace, ...]  # one per drafted round
-    outputs: dict[int, list[int]]  # request id -> generated tokens
 
 
 @dataclass(slots=True)
@@ -258,7 +222,7 @@ class LiveEngine:
             self._loop(run, progress)
         except KeyboardInterrupt:  # keep what was measured; the log says it is incomplete
             notes.append("interrupted: the run stopped before every request finished")
-        return LiveResult(log=self._run_log(label or self.policy.label, run, tuple(notes)), steps=tuple(run.steps),
+        return LiveResult(log=run_log(label or self.policy.label, run, tuple(notes)), steps=tuple(run.steps),
                           traces=tuple(run.traces), outputs={r.id: run.seqs[i].emitted for i, r in enumerate(requests)})
 
     # -- the engine loop ----------------------------------------------------------
@@ -471,7 +435,7 @@ class LiveEngine:
         for i, (s, nodes) in enumerate(zip(decode, drafted.rows)):
             row = first_row + i
             best = self.target.head(out.hidden[row, :1 + len(nodes)]).argmax(-1).tolist()  # [1+M] the target's tokens
-            path = self._walk(nodes, best, None if drafted.replayed is None else drafted.replayed[1][i])
+            path = walk(nodes, best, None if drafted.replayed is None else drafted.replayed[1][i])
             at = path[-1]
             accepted = len(path) - 1
             emit = min(accepted + 1, s.remaining)
@@ -492,29 +456,6 @@ class LiveEngine:
                                               first_index, int(sched.cache[s.index])))
             outcomes.append(_Outcome(seq=s, emitted=emit, drafted=len(nodes), accepted=accepted, depth=deepest))
         return outcomes
-
-    @staticmethod
-    def _walk(nodes: list[RowNode], best: list[int], replayed_ranks: np.ndarray | None) -> list[int]:
-        """The accepted path's rows (0: the pending token) down the tree,
-        following the target's token (``best``, per row; in timing-only runs
-        the replayed rank picks it among the drafted children)."""
-        children: dict[int, list[int]] = {}
-        for j, nd in enumerate(nodes):
-            children.setdefault(nd.parent, []).append(j + 1)
-        path, at = [0], 0
-        while True:
-            kids = children.get(at, [])
-            if replayed_ranks is not None:
-                d = 0 if at == 0 else nodes[at - 1].depth
-                want = int(replayed_ranks[d]) if d < len(replayed_ranks) else 0
-                match = [c for c in kids if nodes[c - 1].rank == want]
-                best[at] = nodes[match[0] - 1].token if match else other_token(best[at],
-                                                                               {nodes[c - 1].token for c in kids})
-            nxt = [c for c in kids if nodes[c - 1].token == best[at]]
-            if not nxt:
-                return path
-            at = nxt[0]
-            path.append(at)
 
     def _record(self, run: _Run, decode: list[_Seq], chunks: list[tuple[_Seq, int]], prefill: Prefill,
                 drafted: _Round) -> StepRecord:
@@ -599,30 +540,3 @@ class LiveEngine:
                 break
         return AcceptanceTrace(request=s.request.id, output_index=first_index, context=context, ranks=tuple(ranks),
                                conf=tuple(confs))
-
-    @staticmethod
-    def _run_log(label: str, run: _Run, notes: tuple[str, ...]) -> RunLog:
-        requests, steps = run.requests, run.steps
-        records = tuple(
-            RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(run.admitted_s[i]),
-                          first_token_s=float(run.first_s[i]), finish_s=float(run.finish_s[i]),
-                          prompt_tokens=r.prompt_tokens, output_tokens=min(len(run.seqs[i].emitted), r.output_tokens),
-                          images=r.images, visual_tokens=r.visual_tokens)
-            for i, r in enumerate(requests))
-        ids = np.array([r.id for r in requests], dtype=np.int64)
-        idx = np.array([c[0] for c in run.chunks], dtype=np.int64)
-        times = np.array([c[1] for c in run.chunks])
-        tokens = np.array([c[2] for c in run.chunks], dtype=np.int64)
-        order = np.argsort(times, kind="stable")
-        rd = np.array(run.rounds, dtype=np.int64).reshape(-1, 3)
-        finish = run.finish_s
-        return RunLog(
-            policy=label, requests=records, chunk_request=ids[idx[order]] if len(idx) else idx,
-            chunk_time_s=times[order], chunk_tokens=tokens[order], round_accepted=rd[:, 0], round_depth=rd[:, 1],
-            round_drafted=rd[:, 2], step_start_s=np.array([s.start_s for s in steps]),
-            step_duration_s=np.array([s.duration_s for s in steps]),
-            step_plans=np.array([s.plans for s in steps], dtype=np.int64).reshape(-1, 3),
-            step_batch=np.array([s.batch for s in steps], dtype=np.int64),
-            start_s=float(min((r.arrival_s for r in requests), default=0.0)),
-            end_s=float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0,
-            rounds_total=int(sum(s.batch for s in steps)), complete=bool(np.isfinite(finish).all()), notes=notes)
