@@ -218,7 +218,7 @@ def test_chain_attention_with_no_chain_context_is_attention_over_the_cache():
 def test_quick_drafter_training_is_reproducible_and_loads(tmp_path):
     metas = [train_drafter(tmp_path / name, TARGET, quick=True, progress=False) for name in ("a", "b")]
     assert (tmp_path / "a" / "drafter.pt").read_bytes() == (tmp_path / "b" / "drafter.pt").read_bytes()
-    assert metas[0]["loss_last"] < metas[0]["loss_first"]
+    assert metas[0].loss_last < metas[0].loss_first
     model, _, _ = load_target(TARGET)
     load_drafter(tmp_path / "a", model, TARGET)
     (tmp_path / "a" / "drafter.pt").write_bytes(b"not a checkpoint")
@@ -229,9 +229,9 @@ def test_quick_drafter_training_is_reproducible_and_loads(tmp_path):
 def test_shipped_drafter_loads_and_beats_chance():
     model, _, _ = load_target(TARGET)
     drafter, meta = load_drafter("checkpoints/drafter", model, TARGET)
-    acc = meta["acceptance_teacher_forced"]
+    acc = meta.acceptance_teacher_forced
     assert acc["selected:8"]["acceptance_length_linear"]["4"] > 2.0
-    assert 0.5 < meta["selected8_share_of_full"] <= 1.2
+    assert 0.5 < meta.selected8_share_of_full <= 1.2
 
 
 # -- calibration --------------------------------------------------------------------

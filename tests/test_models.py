@@ -121,8 +121,8 @@ def test_quick_training_is_bit_reproducible_and_learns(tmp_path):
     first, second = (torch.load(tmp_path / name / "model.pt", weights_only=True) for name in ("a", "b"))
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
-    assert metas[0]["data_hash"] == metas[1]["data_hash"] == task.examples_hash(task.generate(5, 256))
-    assert metas[0]["loss_last"] < 0.7 * metas[0]["loss_first"]
+    assert metas[0].data_hash == metas[1].data_hash == task.examples_hash(task.generate(5, 256))
+    assert metas[0].loss_last < 0.7 * metas[0].loss_first
 
 
 # --- shipped checkpoint -----------------------------------------------------
@@ -136,16 +136,16 @@ def shipped():
 
 def test_shipped_checkpoint_meets_its_recorded_accuracy(shipped):
     model, vocab, meta = shipped
-    examples = eval_examples(meta["seed"], 100)
+    examples = eval_examples(meta.seed, 100)
     measured = accuracy(model, examples, vocab)["all"]
-    assert meta["heldout_accuracy"] > 0.8
+    assert meta.heldout_accuracy > 0.8
     assert measured > 0.8
-    assert abs(measured - meta["heldout_accuracy"]) <= 0.05
+    assert abs(measured - meta.heldout_accuracy) <= 0.05
 
 
 def test_shipped_checkpoint_cached_decoding_equals_uncached(shipped):
     model, vocab, meta = shipped
-    for example in eval_examples(meta["seed"], 3):
+    for example in eval_examples(meta.seed, 3):
         image = torch.from_numpy(example.image)
         cached = model.generate(image, example.prompt_ids, 6, eos_id=None)
         assert cached == _uncached_greedy(model, image, example.prompt_ids, 6)

@@ -23,15 +23,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.what in ("all", "target"):
         meta = train_target(Path(args.target), steps=args.steps, seed=args.seed, quick=args.quick)
-        print(f"target: held-out accuracy {meta['heldout_accuracy']:.3f} after {meta['steps']} steps "
-              f"({meta['train_wall_s']:.0f} s); wrote {args.target}/model.pt and meta.json")
+        print(f"target: held-out accuracy {meta.heldout_accuracy:.3f} after {meta.steps} steps "
+              f"({meta.train_wall_s:.0f} s); wrote {args.target}/model.pt and meta.json")
     if args.what in ("all", "drafter"):
         config = None if args.quick else DrafterTrainConfig(seed=args.seed)
         meta = train_drafter(Path(args.drafter), Path(args.target), config=config, quick=args.quick,
                              progress=not args.quiet)
-        acc = meta["acceptance_teacher_forced"]
-        depth = str(meta["train"]["depth"])
-        print(f"drafter: {meta['train']['steps']} steps ({meta['train_wall_s']:.0f} s); teacher-forced acceptance "
+        acc = meta.acceptance_teacher_forced
+        depth = str(meta.train["depth"])
+        print(f"drafter: {meta.train['steps']} steps ({meta.train_wall_s:.0f} s); teacher-forced acceptance "
               f"length of linear:k={depth}: " + ", ".join(
                   f"{v} {acc[v]['acceptance_length_linear'][depth]:.2f}" for v in acc)
               + f"; wrote {args.drafter}/drafter.pt and meta.json")

@@ -7,9 +7,7 @@ simspec.policies, simspec.workloads, simspec.types.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -19,6 +17,7 @@ from simspec import policies, workloads
 from simspec.costs import CostModel, affine
 from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
 from simspec.engine.timing import AcceptanceReplay
+from simspec.models.config import DrafterMeta
 from simspec.models.drafter_train import load_drafter
 from simspec.models.task import Example, generate
 from simspec.models.train import load_target
@@ -34,16 +33,17 @@ class Models:
     drafter: torch.nn.Module
     target_dir: str
     drafter_dir: str
+    drafter_meta: DrafterMeta | None = None  # how the drafter was trained (None: random weights)
 
 
 def load_models(target_dir: str = "checkpoints/target", drafter_dir: str = "checkpoints/drafter",
                 device: str = "cpu") -> Models:
     """The shipped checkpoints, on ``device`` ("cpu", "cuda", "cuda:1", ...)."""
     target, _, _ = load_target(target_dir)
-    drafter, _ = load_drafter(drafter_dir, target, target_dir)
+    drafter, meta = load_drafter(drafter_dir, target, target_dir)
     target.to(torch_device(device))
     drafter.to(torch_device(device))
-    return Models(target=target, drafter=drafter, target_dir=target_dir, drafter_dir=drafter_dir)
+    return Models(target=target, drafter=drafter, target_dir=target_dir, drafter_dir=drafter_dir, drafter_meta=meta)
 
 
 def torch_device(name: str) -> torch.device:
@@ -78,8 +78,8 @@ def live_workload(cfg: workloads.WorkloadConfig, seed: int, max_output_tokens: i
 
 def drafter_top1(models: Models, context: str) -> float:
     """The drafter's teacher-forced depth-1 top-1 rate for ``context`` (from its meta.json), as a prior."""
-    meta = json.loads((Path(models.drafter_dir) / "meta.json").read_text())
-    table = meta["acceptance_teacher_forced"]
+    require(models.drafter_meta is not None, "the drafter has no training record (meta.json) to take a prior from")
+    table = models.drafter_meta.acceptance_teacher_forced
     return float(np.clip(table.get(context, table["full"])["top1_by_depth"][0], 0.05, 0.95))
 
 

@@ -1,4 +1,5 @@
-"""Training defaults of the shipped checkpoints (target and drafter), held once.
+"""Training defaults of the shipped checkpoints (target and drafter), held
+once, and the records of how a checkpoint was made.
 
 Imports: the standard library only, so the CLI can read these defaults
 without importing torch.
@@ -6,9 +7,9 @@ without importing torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
-from simspec.types import require
+from simspec.types import InputError, require
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,3 +52,69 @@ class DrafterTrainConfig(TrainConfig):
 
 QUICK = TrainConfig(steps=25, batch=16, train_examples=256, eval_examples=20)
 """A seconds-long run for tests (``train_target(..., quick=True)``)."""
+
+
+class _Meta:
+    """A checkpoint's ``meta.json`` as a frozen record (fields in file order)."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, record: dict, where: str):
+        """The record of a parsed ``meta.json``; a missing, unknown or
+        mistyped field raises InputError naming ``where`` (the file)."""
+        names = {f.name for f in fields(cls)}
+        require(isinstance(record, dict) and names == set(record),
+                f"checkpoint file {where} is corrupt: expected the keys {sorted(names)}"
+                + (f" (missing {sorted(names - set(record))}, unknown {sorted(set(record) - names)})"
+                   if isinstance(record, dict) else ""))
+        try:
+            return cls(**record)
+        except (TypeError, ValueError) as error:
+            raise InputError(f"checkpoint file {where} is corrupt: {error}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TargetMeta(_Meta):
+    """How the target checkpoint was made (``checkpoints/target/meta.json``)."""
+
+    config: dict  # VLMConfig's fields
+    vocab: list  # the task's words, in id order
+    seed: int
+    train_examples: int
+    data_hash: str  # of the training examples
+    eval_seed: int
+    eval_examples: int
+    steps: int
+    batch: int
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    quick: bool
+    loss_first: float  # mean of the first steps' losses
+    loss_last: float  # ... and of the last
+    train_wall_s: float
+    wall_s: float
+    heldout_accuracy: float  # answer accuracy on the held-out examples
+    heldout_accuracy_by_kind: dict  # question kind -> accuracy
+    torch_version: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrafterMeta(_Meta):
+    """How the drafter checkpoint was made (``checkpoints/drafter/meta.json``)."""
+
+    config: dict  # DrafterConfig's fields
+    train: dict  # DrafterTrainConfig's fields
+    quick: bool
+    contexts: list  # visual contexts trained with, in turn
+    target_checkpoint_sha256: str  # of the target it was trained against
+    data_hash: str
+    rollout_hash: str
+    loss_first: float
+    loss_last: float
+    train_wall_s: float
+    acceptance_teacher_forced: dict  # visual context -> top-1 by depth, acceptance lengths of linear drafts
+    selected8_share_of_full: float  # linear acceptance length with 8 selected tokens over the full image's
+    torch_version: str

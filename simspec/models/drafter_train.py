@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from simspec.acceptance.context import DraftContext
 from simspec.files import write_atomic, write_text
-from simspec.models.config import DrafterTrainConfig
+from simspec.models.config import DrafterMeta, DrafterTrainConfig
 from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unrolled_losses
 from simspec.models.task import Example, Vocab, examples_hash, generate
 from simspec.models.train import deterministic, load_target, load_weights, read_checkpoint_meta
@@ -111,11 +111,11 @@ def evaluate(drafter: Drafter, target: TargetVLM, images, tokens, valid, depth: 
 
 
 def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/target", *,
-                  config: DrafterTrainConfig | None = None, quick: bool = False, progress: bool = True) -> dict:
+                  config: DrafterTrainConfig | None = None, quick: bool = False, progress: bool = True) -> DrafterMeta:
     """Train the drafter against the target in ``target_dir``; save
     ``drafter.pt`` and ``meta.json`` in ``out_dir``; return the meta record."""
     run = config or (QUICK if quick else DrafterTrainConfig())
-    target, vocab, target_meta = load_target(target_dir)
+    target, vocab, _ = load_target(target_dir)
     started = time.perf_counter()
     with deterministic():
         torch.manual_seed(run.seed)
@@ -160,7 +160,7 @@ def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/tar
         acceptance = evaluate(drafter, target, *eval_tensors, run.depth)
     window = max(1, min(20, run.steps // 4))
     full = acceptance["full"]["acceptance_length_linear"][str(run.depth)]
-    meta = {
+    meta = DrafterMeta(**{
         "config": asdict(DrafterConfig()),
         "train": asdict(run),
         "quick": quick,
@@ -174,24 +174,26 @@ def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/tar
         "acceptance_teacher_forced": acceptance,
         "selected8_share_of_full": round(acceptance["selected:8"]["acceptance_length_linear"][str(run.depth)] / full, 4),
         "torch_version": torch.__version__,
-    }
+    })
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().clone().contiguous() for k, v in drafter.state_dict().items()}
     write_atomic(out / "drafter.pt", lambda f: torch.save(state, f))
-    write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
+    write_text(out / "meta.json", json.dumps(meta.to_json(), indent=2) + "\n")
     return meta
 
 
-def load_drafter(directory: str | Path, target: TargetVLM, target_dir: str | Path | None = None) -> tuple[Drafter, dict]:
+def load_drafter(directory: str | Path, target: TargetVLM,
+                 target_dir: str | Path | None = None) -> tuple[Drafter, DrafterMeta]:
     """Load a drafter folder for ``target``; a missing or corrupt file, or
     weights that do not fit, raise :class:`InputError` naming the file."""
-    meta, meta_path, weights_path = read_checkpoint_meta(directory, "drafter.pt")
+    record, meta_path, weights_path = read_checkpoint_meta(directory, "drafter.pt")
+    meta = DrafterMeta.from_json(record, str(meta_path))
     try:
-        config = DrafterConfig(**meta["config"])
+        config = DrafterConfig(**meta.config)
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"checkpoint file {meta_path} is corrupt: {error}") from None
-    if target_dir is not None and meta.get("target_checkpoint_sha256") != _file_hash(Path(target_dir) / "model.pt"):
+    if target_dir is not None and meta.target_checkpoint_sha256 != _file_hash(Path(target_dir) / "model.pt"):
         raise InputError(f"checkpoint file {meta_path}: trained against a different target than {target_dir}")
     try:
         drafter = Drafter(config, target)

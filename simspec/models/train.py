@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from simspec.files import write_atomic, write_text
-from simspec.models.config import QUICK, TrainConfig
+from simspec.models.config import QUICK, TargetMeta, TrainConfig
 from simspec.models.task import KINDS, Example, Vocab, default_vocab, examples_hash, generate
 from simspec.models.vlm import TargetVLM, VLMConfig
 from simspec.types import InputError, require
@@ -92,7 +92,7 @@ def eval_examples(seed: int, n: int) -> list[Example]:
 
 
 def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed: int = TrainConfig().seed,
-                 quick: bool = False) -> dict:
+                 quick: bool = False) -> TargetMeta:
     """Train the target VLM and save ``model.pt`` + ``meta.json`` in ``out_dir``.
 
     The other hyperparameters come from :class:`TrainConfig` (``QUICK`` when
@@ -131,7 +131,7 @@ def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed:
         train_s = time.perf_counter() - started
         held_out = accuracy(model, eval_examples(seed, n_eval), vocab)
     window = max(1, min(20, steps // 4))
-    meta = {
+    meta = TargetMeta(**{
         "config": asdict(config),
         "vocab": list(vocab.words),
         "seed": seed,
@@ -152,12 +152,12 @@ def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed:
         "heldout_accuracy": held_out["all"],
         "heldout_accuracy_by_kind": {k: v for k, v in held_out.items() if k != "all"},
         "torch_version": torch.__version__,
-    }
+    })
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     write_atomic(out / "model.pt", lambda f: torch.save(state, f))
-    write_text(out / "meta.json", json.dumps(meta, indent=2) + "\n")
+    write_text(out / "meta.json", json.dumps(meta.to_json(), indent=2) + "\n")
     return meta
 
 
@@ -189,13 +189,14 @@ def load_weights(module: torch.nn.Module, weights_path: Path, meta_path: Path) -
     module.eval()
 
 
-def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, dict]:
+def load_target(directory: str | Path) -> tuple[TargetVLM, Vocab, TargetMeta]:
     """Load a checkpoint folder; a missing or corrupt file or a config that
     does not fit the weights raises :class:`InputError` naming the file."""
-    meta, meta_path, weights_path = read_checkpoint_meta(directory, "model.pt")
+    record, meta_path, weights_path = read_checkpoint_meta(directory, "model.pt")
+    meta = TargetMeta.from_json(record, str(meta_path))
     try:
-        config = VLMConfig(**meta["config"])
-        vocab = Vocab(words=tuple(meta["vocab"]))
+        config = VLMConfig(**meta.config)
+        vocab = Vocab(words=tuple(meta.vocab))
     except (ValueError, KeyError, TypeError) as error:
         raise InputError(f"checkpoint file {meta_path} is corrupt: {error}") from None
     require(vocab == default_vocab(), f"checkpoint file {meta_path}: its vocab differs from the task's")
