@@ -28,6 +28,7 @@ from tqdm import tqdm
 from simspec import metrics, policies, workloads
 from simspec.acceptance import fit as acceptance_fit
 from simspec.costs import steps as step_costs
+from simspec.costs.steps import StepCostFit
 from simspec.experiment import burst_rate
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
@@ -94,7 +95,7 @@ def validation_workload(v: ValidateConfig, rate: float = 1.0) -> workloads.Workl
 
 
 def calibrate(models: Models, v: ValidateConfig,
-              progress: bool = True) -> tuple[CostModel, AcceptanceModel, dict, pd.DataFrame]:
+              progress: bool = True) -> tuple[CostModel, AcceptanceModel, Calibration, pd.DataFrame]:
     """Serve the calibration workloads live with every policy; fit the step
     costs and the acceptance model. The seeds are the validation seed plus
     1000, 1001 and 2000: no request, image or arrival of validation. The
@@ -122,12 +123,12 @@ def calibrate(models: Models, v: ValidateConfig,
             ran += [spec] * len(result.steps)
     steps += burst.steps
     ran += ["ar (capacity burst)"] * len(burst.steps)
-    cost_model, cost_report = step_costs.fit_step_costs(
+    cost_model, fit = step_costs.fit_step_costs(
         steps, f"fitted to live engine steps ({next(models.target.parameters()).device.type})")
     acceptance = acceptance_fit.fit_acceptance(traces, name="calibrated:live")
     table = pd.DataFrame([asdict(s) for s in steps]).assign(policy=ran)
-    return cost_model, acceptance, {"cost_fit": cost_report, "traces": len(traces), "steps": len(steps),
-                                    "capacity_guess_req_s": capacity}, table
+    return cost_model, acceptance, Calibration(fit=fit, traces=len(traces), steps=len(steps),
+                                               capacity_guess_req_s=capacity), table
 
 
 def burst_workload(v: ValidateConfig) -> tuple[list[Request], list[Example]]:
@@ -145,15 +146,96 @@ def speed_probe(models: Models, v: ValidateConfig, burst: tuple[list[Request], l
     return serve_live(models, "ar", requests, examples, affine(1.0, 0.05), v.live).log.end_s
 
 
-def scaled(cost_fit: dict, factor: float) -> CostModel:
-    """The fitted step costs with every term (the wake cost too) times ``factor``."""
-    wake = cost_fit.get("wake", {})
-    return step_costs.cost_model_from({k: float(c) * factor for k, c in cost_fit["coefficients_s"].items()},
-                                       f"{cost_fit['label']} x{factor:.3f}",
-                                       {**wake, "wake_s": wake.get("wake_s", 0.0) * factor})
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Compared:
+    """One metric of one policy at one load: live (the mean of its runs) and simulated."""
+
+    live: float
+    sim: float
+    live_runs: tuple[float, ...] = ()  # each live run's value, when there were several
+
+    @property
+    def rel_error(self) -> float:
+        return self.sim / self.live - 1 if self.live else float("nan")
+
+    def to_json(self) -> dict:
+        return {"live": self.live, "sim": self.sim, "rel_error": self.rel_error,
+                **({"live_runs": list(self.live_runs)} if self.live_runs else {})}
 
 
-def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> dict:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One policy at one load: every compared metric."""
+
+    load: str  # "load=0.25"
+    policy: str
+    metrics: dict[str, Compared]  # COMPARED -> live vs simulated
+    speed_factor: float | None = None  # the machine's speed around the live runs / at calibration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoiseFloor:
+    """Two live runs of one policy on the same workload: how far they differ."""
+
+    policy: str
+    rel_diff: dict[str, float]  # COMPARED -> second / first - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    fit: StepCostFit  # the step costs fitted to the calibration runs
+    traces: int  # acceptance traces the acceptance model was fitted to
+    steps: int
+    capacity_guess_req_s: float  # the first AR burst's rate, which set the calibration loads
+
+    def to_json(self) -> dict:
+        return {"cost_fit": self.fit.to_json(), "traces": self.traces, "steps": self.steps,
+                "capacity_guess_req_s": self.capacity_guess_req_s}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Validation:
+    """What :func:`validate` measured (``report.json``: :meth:`to_json`)."""
+
+    rows: tuple[Row, ...]  # load by load, policies in the config's order
+    noise: dict[str, NoiseFloor]  # load -> the noise floor there
+    calibration: Calibration
+    acceptance: AcceptanceModel  # fitted to the calibration runs' traces
+    ar_saturation_req_s: float  # simulated, with the calibrated models
+    config: ValidateConfig
+    wall_s: float
+
+    @property
+    def loads(self) -> list[str]:
+        return list(dict.fromkeys(r.load for r in self.rows))
+
+    def at(self, load: str) -> list[Row]:
+        return [r for r in self.rows if r.load == load]
+
+    def ranking(self, load: str, side: str) -> list[str]:
+        """Policies by mean e2el, live or sim."""
+        rows = self.at(load)
+        return [r.policy for r in sorted(rows, key=lambda r: getattr(r.metrics["mean_e2el_ms"], side))]
+
+    def table_json(self) -> dict:
+        """``validation.json``: load -> policy -> metric -> live, sim, rel_error."""
+        return {load: {r.policy: {m: c.to_json() for m, c in r.metrics.items()} for r in self.at(load)}
+                for load in self.loads}
+
+    def to_json(self) -> dict:
+        speed = {load: {r.policy: r.speed_factor for r in self.at(load)} for load in self.loads
+                 if any(r.speed_factor is not None for r in self.at(load))}
+        return {"validation": self.table_json(),
+                "ranking_by_mean_e2el": {load: {"live": self.ranking(load, "live"), "sim": self.ranking(load, "sim")}
+                                         for load in self.loads},
+                "live_repeat_rel_diff": {load: {"policy": n.policy, **n.rel_diff} for load, n in self.noise.items()},
+                "calibration": self.calibration.to_json(),
+                "acceptance_model": {k: getattr(self.acceptance, k) for k in self.acceptance.__dataclass_fields__},
+                "ar_saturation_req_s": self.ar_saturation_req_s, "config": _jsonable(self.config),
+                "wall_s": self.wall_s, "speed_factor": speed, "bounds": BOUNDS}
+
+
+def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool = True) -> Validation:
     """Calibrate, then compare live and simulated serving (module docstring)."""
     started = time.perf_counter()
     warm_up(models, v.policies, v.live)
@@ -163,10 +245,9 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), v.seed + 3000)
     saturation = burst_rate(probe, policy="ar", costs=costs, acceptance=acceptance, engine=engine,
                             kv_budget_tokens=1 << 20, seed=0)
-    table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    rows: list[Row] = []
     cdf_logs: list[tuple[str, RunLog, RunLog]] = []
-    repeat: dict[str, dict] = {}
-    speed: dict[str, dict[str, float]] = {}  # per load and policy: the machine's speed then / at calibration
+    noise: dict[str, NoiseFloor] = {}
     if v.speed_probes:
         burst = burst_workload(v)
         reference = float(np.median([speed_probe(models, v, burst) for _ in range(3)]))
@@ -176,7 +257,6 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         rate = load * saturation
         name = f"load={load:g}"
         requests, examples = live_workload(validation_workload(v, rate), v.seed)
-        table[name] = {}
         runs: dict[str, list[LiveResult]] = {spec: [] for spec in v.policies}
         factors: dict[str, list[float]] = {spec: [] for spec in v.policies}  # machine speed around each run
         again = None
@@ -194,58 +274,48 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
                 bar.update(1)
         for spec in v.policies:
             summaries = [metrics.summarize(r.log) for r in runs[spec]]
-            live_metrics = {m: float(np.mean([s[m] for s in summaries])) for m in COMPARED}
-            run_costs = costs
-            if v.speed_probes:
-                speed.setdefault(name, {})[spec] = factor = float(np.mean(factors[spec]))
-                run_costs = scaled(cal["cost_fit"], factor)
+            factor = float(np.mean(factors[spec])) if v.speed_probes else None
+            run_costs = cal.fit.cost_model(factor) if factor is not None else costs
             sim_metrics, sim_log = simulate_mean(requests, spec, run_costs, acceptance, engine, v.sim_seeds)
-            table[name][spec] = {m: {"live": live_metrics[m], "sim": sim_metrics[m],
-                                     "rel_error": sim_metrics[m] / live_metrics[m] - 1 if live_metrics[m] else float("nan"),
-                                     **({"live_runs": [s[m] for s in summaries]} if v.repeats > 1 else {})}
-                                 for m in COMPARED}
+            rows.append(Row(load=name, policy=spec, speed_factor=factor, metrics={
+                m: Compared(live=float(np.mean([s[m] for s in summaries])), sim=sim_metrics[m],
+                            live_runs=tuple(s[m] for s in summaries) if v.repeats > 1 else ())
+                for m in COMPARED}))
             cdf_logs.append((f"{name} {spec}", runs[spec][0].log, sim_log))
             if spec == v.policies[0]:  # the noise floor: two live runs of the same workload
                 first, second = summaries[0], summaries[1] if v.repeats > 1 else again
-                repeat[name] = {"policy": spec, **{m: second[m] / first[m] - 1 if first[m] else float("nan")
-                                                   for m in COMPARED}}
+                noise[name] = NoiseFloor(policy=spec, rel_diff={
+                    m: second[m] / first[m] - 1 if first[m] else float("nan") for m in COMPARED})
     bar.close()
-    ranking = {name: {"live": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["live"]),
-                      "sim": sorted(rows, key=lambda p: rows[p]["mean_e2el_ms"]["sim"])}
-               for name, rows in table.items()}
-    report = {"validation": table, "ranking_by_mean_e2el": ranking, "live_repeat_rel_diff": repeat, "calibration": cal,
-              "acceptance_model": {k: getattr(acceptance, k) for k in acceptance.__dataclass_fields__},
-              "ar_saturation_req_s": saturation, "config": _jsonable(v), "wall_s": time.perf_counter() - started,
-              "speed_factor": speed,
-              "bounds": BOUNDS}
+    result = Validation(rows=tuple(rows), noise=noise, calibration=cal, acceptance=acceptance,
+                        ar_saturation_req_s=saturation, config=v, wall_s=time.perf_counter() - started)
     if out is not None:
-        _write(out, report, cdf_logs, costs, cal, acceptance, cal_steps)
-    return report
+        _write(out, result, cdf_logs, acceptance, cal_steps)
+    return result
 
 
-def format_report(report: dict) -> str:
+def format_report(result: Validation) -> str:
     lines = []
-    for load, rows in report["validation"].items():
+    for load in result.loads:
         lines.append(f"{load}  (live / sim / error)")
         header = f"  {'policy':34s}" + "".join(f"{m:>26s}" for m in BOUNDS) + f"{'acc. length':>22s}"
         lines.append(header)
-        for spec, cells in rows.items():
-            parts = [f"  {spec:34s}"]
+        for row in result.at(load):
+            parts = [f"  {row.policy:34s}"]
             for m in list(BOUNDS) + ["spec_decode_acceptance_length"]:
-                c = cells[m]
-                parts.append(f"{c['live']:>9.4g}/{c['sim']:<9.4g}{c['rel_error'] * 100:+6.1f}%")
+                c = row.metrics[m]
+                parts.append(f"{c.live:>9.4g}/{c.sim:<9.4g}{c.rel_error * 100:+6.1f}%")
             lines.append("".join(parts))
-        rank = report["ranking_by_mean_e2el"][load]
-        same = "same" if rank["live"] == rank["sim"] else "DIFFERENT"
-        lines.append(f"  ranking by mean e2el: live {rank['live']}  sim {rank['sim']}  ({same})")
-        factors = report.get("speed_factor", {}).get(load)
+        live, sim = result.ranking(load, "live"), result.ranking(load, "sim")
+        lines.append(f"  ranking by mean e2el: live {live}  sim {sim}  ({'same' if live == sim else 'DIFFERENT'})")
+        factors = [(r.policy, r.speed_factor) for r in result.at(load) if r.speed_factor is not None]
         if factors:
             lines.append("  machine speed around each live run vs calibration (step costs scaled by it): " + ", ".join(
-                f"{spec} x{f:.3f}" for spec, f in factors.items()))
-        again = report["live_repeat_rel_diff"].get(load)
+                f"{spec} x{f:.3f}" for spec, f in factors))
+        again = result.noise.get(load)
         if again:
-            lines.append(f"  noise floor, {again['policy']} served live twice: " + ", ".join(
-                f"{m} {again[m] * 100:+.1f}%" for m in BOUNDS))
+            lines.append(f"  noise floor, {again.policy} served live twice: " + ", ".join(
+                f"{m} {again.rel_diff[m] * 100:+.1f}%" for m in BOUNDS))
     return "\n".join(lines)
 
 
@@ -257,16 +327,15 @@ def _jsonable(x):
     return x
 
 
-def _write(out: Path, report: dict, cdf_logs, costs: CostModel, cal: dict, acceptance: AcceptanceModel,
-           cal_steps: pd.DataFrame) -> None:
+def _write(out: Path, result: Validation, cdf_logs, acceptance: AcceptanceModel, cal_steps: pd.DataFrame) -> None:
     from matplotlib.figure import Figure
 
     out.mkdir(parents=True, exist_ok=True)
     acceptance_fit.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
-    step_costs.save_step_costs(cal["cost_fit"], out / "step_costs.json")
+    step_costs.save_step_costs(result.calibration.fit, out / "step_costs.json")
     write_atomic(out / "calibration_steps.parquet", lambda f: cal_steps.to_parquet(f, index=False))
-    write_text(out / "validation.json", json.dumps(report["validation"], indent=2, sort_keys=True) + "\n")
-    write_text(out / "report.json", json.dumps(report, indent=2, sort_keys=True, default=float) + "\n")
+    write_text(out / "validation.json", json.dumps(result.table_json(), indent=2, sort_keys=True) + "\n")
+    write_text(out / "report.json", json.dumps(result.to_json(), indent=2, sort_keys=True, default=float) + "\n")
     cols = min(3, len(cdf_logs))
     rows = (len(cdf_logs) + cols - 1) // cols
     fig = Figure(figsize=(4.5 * cols, 3.2 * rows))

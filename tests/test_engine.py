@@ -296,7 +296,7 @@ def _steps(n: int, wake_s: float = 0.0, wake_tau_s: float = 1.0, seed: int = 0) 
 
 def test_step_cost_fit_recovers_coefficients(tmp_path):
     model, report = step_costs.fit_step_costs(_steps(200), "test")
-    assert report["median_abs_pct_error"] < 1.0
+    assert report.median_abs_pct_error < 1.0
     assert model.calibrated and model.wake_s == 0.0  # no idle spell, no wake cost
     step_costs.save_step_costs(report, tmp_path / "c.json")
     again = step_costs.load_step_costs(tmp_path / "c.json")
@@ -306,10 +306,10 @@ def test_step_cost_fit_recovers_coefficients(tmp_path):
 def test_step_cost_fit_takes_the_wake_cost_from_steps_after_idle_spells(tmp_path):
     steps = _steps(400, wake_s=0.08, wake_tau_s=0.5)
     model, report = step_costs.fit_step_costs(steps, "test")
-    assert report["wake"]["steps"] == 40
+    assert report.wake.steps == 40
     assert (model.wake_s, model.wake_tau_s, model.wake_next_share) == pytest.approx((0.08, 0.5, 0.2), rel=0.02)
     assert model.overhead_s == pytest.approx(0.002, rel=0.02)  # the spells did not leak into the per-step cost
-    assert report["median_abs_pct_error"] < 1.0 and abs(report["total_time_error_pct"]) < 1.0
+    assert report.median_abs_pct_error < 1.0 and abs(report.total_time_error_pct) < 1.0
     step_costs.save_step_costs(report, tmp_path / "c.json")
     again = step_costs.load_step_costs(tmp_path / "c.json")
     assert again.wake_cost_s(1.0) == pytest.approx(model.wake_cost_s(1.0)) and model.wake_cost_s(1.0) > 0.06

@@ -52,16 +52,15 @@ def test_quick_validation_writes_every_file(quick):
 
 
 def test_simulated_throughput_and_acceptance_track_live(quick):
-    report, _ = quick
+    result, _ = quick
     light = f"load={min(validation.QUICK.loads):g}"
-    for load, rows in report["validation"].items():
-        for policy, cells in rows.items():
-            if load == light:  # below saturation both serve what arrives; near it, latency error moves throughput
-                assert abs(cells["output_throughput"]["rel_error"]) <= 0.10, (load, policy)
-            # Fixed drafts: acceptance is the models'. Marginal's plans depend on
-            # timing, so live and simulated plans (and their acceptance) differ more.
-            bound = 0.20 if policy.startswith("marginal") else 0.10
-            assert abs(cells["spec_decode_acceptance_length"]["rel_error"]) <= bound, (load, policy)
+    for row in result.rows:
+        if row.load == light:  # below saturation both serve what arrives; near it, latency error moves throughput
+            assert abs(row.metrics["output_throughput"].rel_error) <= 0.10, (row.load, row.policy)
+        # Fixed drafts: acceptance is the models'. Marginal's plans depend on
+        # timing, so live and simulated plans (and their acceptance) differ more.
+        bound = 0.20 if row.policy.startswith("marginal") else 0.10
+        assert abs(row.metrics["spec_decode_acceptance_length"].rel_error) <= bound, (row.load, row.policy)
 
 
 def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
@@ -71,8 +70,8 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
     assert len(steps) == saved["steps"] and set(validation.QUICK.policies) <= set(steps["policy"])
     assert (steps["idle_s"] > 0).sum() == saved["wake"]["steps"]
     _, refit = step_costs.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
-    assert refit["coefficients_s"] == pytest.approx(saved["coefficients_s"], rel=1e-9)
-    assert refit["wake"] == pytest.approx(saved["wake"], rel=1e-9)
+    assert refit.coefficients_s == pytest.approx(saved["coefficients_s"], rel=1e-9)
+    assert refit.to_json()["wake"] == pytest.approx(saved["wake"], rel=1e-9)
 
 
 def test_calibration_and_validation_data_do_not_overlap():
@@ -102,11 +101,13 @@ def test_repeats_go_round_the_policies_and_average(monkeypatch):
         return serve_live(models, spec, *args, **kwargs)
 
     monkeypatch.setattr(validation, "serve_live", recording)
-    report = validation.validate(serve.load_models(), v, None, progress=False)
+    result = validation.validate(serve.load_models(), v, None, progress=False)
     assert order[-4:] == ["ar", "linear:k=2", "ar", "linear:k=2"]  # validation's live runs, after calibration's
-    rows = report["validation"]["load=0.3"]
-    for cells in rows.values():
-        for cell in cells.values():
-            assert len(cell["live_runs"]) == 2 and cell["live"] == pytest.approx(sum(cell["live_runs"]) / 2)
-    ar = rows["ar"]["mean_e2el_ms"]["live_runs"]
-    assert report["live_repeat_rel_diff"]["load=0.3"]["mean_e2el_ms"] == pytest.approx(ar[1] / ar[0] - 1)
+    rows = result.at("load=0.3")
+    for row in rows:
+        for cell in row.metrics.values():
+            assert len(cell.live_runs) == 2 and cell.live == pytest.approx(sum(cell.live_runs) / 2)
+    ar = rows[0].metrics["mean_e2el_ms"].live_runs
+    assert rows[0].policy == "ar"
+    assert result.noise["load=0.3"].rel_diff["mean_e2el_ms"] == pytest.approx(ar[1] / ar[0] - 1)
+    assert result.to_json()["live_repeat_rel_diff"]["load=0.3"]["mean_e2el_ms"] == pytest.approx(ar[1] / ar[0] - 1)

@@ -147,13 +147,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise InputError(f"--repeats must be in [1, 10] (got {args.repeats})")
         v = replace(v, repeats=args.repeats)
     models = serve.load_models(args.target, args.drafter, args.device)
-    report = validation.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
-    print(validation.format_report(report))
-    fit = report["calibration"]["cost_fit"]
-    wake = fit["wake"]
-    print(f"cost fit on the calibration steps: median {fit['median_abs_pct_error']:.1f}% per step; waking from idle"
-          f" {wake['wake_s'] * 1e3:.1f} ms x (1 - exp(-idle / {wake['wake_tau_s']:.2f} s)), from {wake['steps']} steps;"
-          f" live AR saturation {report['ar_saturation_req_s']:.1f} req/s; {report['wall_s']:.0f} s")
+    result = validation.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
+    print(validation.format_report(result))
+    fit = result.calibration.fit
+    print(f"cost fit on the calibration steps: median {fit.median_abs_pct_error:.1f}% per step; waking from idle"
+          f" {fit.wake.wake_s * 1e3:.1f} ms x (1 - exp(-idle / {fit.wake.wake_tau_s:.2f} s)), from {fit.wake.steps}"
+          f" steps; the live engine's AR saturation (simulated) {result.ar_saturation_req_s:.1f} req/s;"
+          f" {result.wall_s:.0f} s")
     if args.out:
         print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json,"
               " calibration_steps.parquet")

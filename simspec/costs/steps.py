@@ -18,6 +18,7 @@ to what they and the step after each cost beyond the fit
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -85,7 +86,58 @@ def fit_wake(idle_s: np.ndarray, extra_s: np.ndarray) -> tuple[float, float]:
     return float(fit.x[0]), float(fit.x[1] * scale)
 
 
-def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeFit:
+    """The wake cost fitted to the steps after idle spells (CostModel.wake_*)."""
+
+    wake_s: float = 0.0
+    wake_tau_s: float = 1.0
+    wake_next_share: float = 0.0
+    steps: int = 0  # steps after an idle spell it was fitted to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCostFit:
+    """A step-cost fit: its coefficients and how well it prices the steps
+    (``step_costs.json``: :meth:`to_json`)."""
+
+    label: str
+    coefficients_s: dict[str, float]  # FEATURES -> seconds
+    wake: WakeFit
+    steps: int  # step records fitted
+    median_abs_pct_error: float  # per step, %
+    p95_abs_pct_error: float
+    total_time_error_pct: float  # predicted / measured total time - 1, %
+
+    def cost_model(self, scale: float | None = None) -> CostModel:
+        """The simulator's cost model of the fit; with ``scale``, every term
+        (the wake cost too) times it, and the label says so."""
+        label = self.label if scale is None else f"{self.label} x{scale:.3f}"
+        scale = 1.0 if scale is None else scale
+        return cost_model_from({k: float(c) * scale for k, c in self.coefficients_s.items()}, label,
+                               WakeFit(wake_s=self.wake.wake_s * scale, wake_tau_s=self.wake.wake_tau_s,
+                                       wake_next_share=self.wake.wake_next_share, steps=self.wake.steps))
+
+    def to_json(self) -> dict:
+        return {"format": COST_FORMAT, "label": self.label, "coefficients_s": dict(self.coefficients_s),
+                "wake": asdict(self.wake), "steps": self.steps, "median_abs_pct_error": self.median_abs_pct_error,
+                "p95_abs_pct_error": self.p95_abs_pct_error, "total_time_error_pct": self.total_time_error_pct}
+
+    @classmethod
+    def from_json(cls, record: dict) -> "StepCostFit":
+        wake = record.get("wake", {})
+        return cls(label=str(record["label"]),
+                   coefficients_s={k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES},
+                   wake=WakeFit(wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
+                                wake_next_share=float(wake.get("wake_next_share", 0.0)),
+                                steps=int(wake.get("steps", 0))),
+                   steps=int(record.get("steps", 0)),
+                   median_abs_pct_error=float(record.get("median_abs_pct_error", float("nan"))),
+                   p95_abs_pct_error=float(record.get("p95_abs_pct_error", float("nan"))),
+                   total_time_error_pct=float(record.get("total_time_error_pct", float("nan"))))
+
+
+def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, StepCostFit]:
     """Fit the cost model's terms to live step records. Where steps also
     record how long drafting (``draft_s``) and the target's part
     (``target_s``) took, each part is fitted on its own terms and the rest
@@ -93,7 +145,7 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
     requests: more target tokens *and* more drafter rows) apart. Otherwise
     the whole step is fitted at once. Steps after an idle spell (and the
     one after each) are fitted apart, as the wake cost (module docstring).
-    Returns the model and a report."""
+    Returns the model and the fit."""
     require(len(steps) >= 30, f"step records must hold >= 30 steps to fit (got {len(steps)})")
     idle_s, idle, following = _after_idle(steps)
     warm = ~idle & ~following
@@ -118,32 +170,29 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, dict]:
     extra = durations - predicted  # what each step cost beyond the fit
     has_after = np.roll(following, -1)[idle]  # of the spells: those with a step after in the same run
     first, after = extra[idle], np.roll(extra * following, -1)[idle]  # what each spell's two steps cost beyond
-    wake = dict(zip(("wake_s", "wake_tau_s"), fit_wake(idle_s[idle], first + after)))
+    wake_s, wake_tau_s = fit_wake(idle_s[idle], first + after)
     total = first.sum() + after.sum()
-    wake["wake_next_share"] = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake["wake_s"] > 0 and total > 0 else 0.0
+    share = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake_s > 0 and total > 0 else 0.0
+    wake = WakeFit(wake_s=wake_s, wake_tau_s=wake_tau_s, wake_next_share=share, steps=int(idle.sum()))
     c = dict(zip(FEATURES, coef.tolist()))
     model = cost_model_from(c, label, wake)
     woke_first, woke_after = model.wake_split_s(idle_s[idle])
     predicted[idle] += woke_first
     predicted[following] += woke_after[has_after]
     error = np.abs(predicted - durations) / durations
-    report = {"format": COST_FORMAT, "label": label, "coefficients_s": c, "wake": {**wake, "steps": int(idle.sum())},
-              "steps": len(steps), "median_abs_pct_error": float(np.median(error) * 100),
-              "p95_abs_pct_error": float(np.percentile(error, 95) * 100),
-              "total_time_error_pct": float((predicted.sum() / durations.sum() - 1) * 100)}
-    return model, report
+    return model, StepCostFit(label=label, coefficients_s=c, wake=wake, steps=len(steps),
+                              median_abs_pct_error=float(np.median(error) * 100),
+                              p95_abs_pct_error=float(np.percentile(error, 95) * 100),
+                              total_time_error_pct=float((predicted.sum() / durations.sum() - 1) * 100))
 
 
-def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
+def cost_model_from(c: dict, label: str, wake: WakeFit = WakeFit()) -> CostModel:
     """The simulator's cost model of fitted coefficients ``c`` (FEATURES,
-    seconds) and wake cost ``{"wake_s", "wake_tau_s", "wake_next_share"}``
-    (none if omitted)."""
+    seconds) and wake cost."""
     tokens = np.arange(TABLE_TOKENS, dtype=float)
-    wake = wake or {}
     return CostModel(
-        label=label, calibrated=True, overhead_s=c["overhead"],
-        wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
-        wake_next_share=float(wake.get("wake_next_share", 0.0)),
+        label=label, calibrated=True, overhead_s=c["overhead"], wake_s=float(wake.wake_s),
+        wake_tau_s=float(wake.wake_tau_s), wake_next_share=float(wake.wake_next_share),
         layers_s=frozen_table(c["target_token"] * tokens), head_s=frozen_table(c["logit_row"] * tokens),
         attention=uniform_attention(pair_s=c["attn_pair"], request_s=c["attn_request"]),
         kv_s_per_padded_token=c.get("attn_padded_kv", 0.0),
@@ -152,12 +201,10 @@ def cost_model_from(c: dict, label: str, wake: dict | None = None) -> CostModel:
         draft_s_per_kept=c["draft_kept"], select_launch_s=c["select_call"], select_s_per_key=c["select_key"])
 
 
-def save_step_costs(report: dict, path: str | Path) -> None:
-    save_record(report, path)
+def save_step_costs(fit: StepCostFit, path: str | Path) -> None:
+    save_record(fit.to_json(), path)
 
 
 def load_step_costs(path: str | Path) -> CostModel:
     """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
-    return load_record(path, "step-cost", COST_FORMAT, lambda record: cost_model_from(
-        {k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES}, record["label"],
-        record.get("wake")))
+    return load_record(path, "step-cost", COST_FORMAT, lambda record: StepCostFit.from_json(record).cost_model())
