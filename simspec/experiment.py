@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from simspec import acceptance, costs, metrics, policies, workloads
 from simspec.config import SimConfig
+from simspec.runfolder import RunMeta
 from simspec.sim import simulate
 from simspec.types import Request, RunLog
 
@@ -44,6 +45,15 @@ class Results:
     scenario: Scenario
     logs: tuple[RunLog, ...]
     metrics: dict[str, dict[str, float]]  # {policy: {metric: value}}, metric names as vLLM's
+
+    @property
+    def meta(self) -> RunMeta:
+        """What the run folder's marker says of this run."""
+        s = self.scenario
+        return RunMeta(kind="simulate", seed=s.config.seed, policies=tuple(s.config.policies),
+                       cost_model=s.costs.label, calibrated=s.costs.calibrated, calibration=s.costs.calibration,
+                       acceptance=s.acceptance.name, model=s.model.name, device=s.gpu.slug,
+                       kv_budget_tokens=s.kv_budget_tokens)
 
 
 def resolve(config: SimConfig) -> Scenario:

@@ -19,13 +19,18 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
+from simspec import __version__
 from simspec.files import dump_json, write_png, write_text
 from simspec.types import PLAN_KINDS, RunLog, require
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MARKER = "simspec-run.json"
 """A file that marks a folder as a simspec run folder; holds the run's meta."""
@@ -36,6 +41,37 @@ CSV_COLUMNS = (
 )  # fmt: skip
 TIME_BINS = 60
 """Time bins of the plan-mix and throughput plots."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMeta:
+    """What ``MARKER`` says of a run, derived from its results
+    (``experiment.Results.meta``, :meth:`of_live`); fields a kind of run
+    has no value for are left out of the file."""
+
+    kind: str  # "simulate" or "live"
+    seed: int
+    policies: tuple[str, ...]
+    simspec_version: str = __version__
+    model: str | None = None  # simulate: the scenario's
+    device: str | None = None
+    cost_model: str | None = None  # its label
+    calibrated: bool | None = None
+    calibration: str | None = None  # calibrated, partly calibrated or uncalibrated
+    acceptance: str | None = None
+    kv_budget_tokens: int | None = None
+    drafter_context: str | None = None  # live
+    complete: bool | None = None  # live: every policy served every request
+    notes: tuple[str, ...] | None = None  # live: what each policy's log noted
+
+    @classmethod
+    def of_live(cls, logs: list[RunLog], *, seed: int, policies: list[str], drafter_context: str) -> "RunMeta":
+        return cls(kind="live", seed=seed, policies=tuple(policies), drafter_context=drafter_context,
+                   complete=len(logs) == len(policies) and all(log.complete for log in logs),
+                   notes=tuple(f"{log.policy}: {note}" for log in logs for note in log.notes))
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 def check_target(path) -> Path:
@@ -68,7 +104,7 @@ def write_run(
     logs: list[RunLog],
     metrics: dict[str, dict[str, float]],
     config_toml: str,
-    meta: dict,
+    meta: RunMeta,
 ) -> None:
     """Write every file of a run folder (see the module docstring).
 
@@ -81,7 +117,7 @@ def write_run(
     folder = prepare(path)
     # The marker goes first: a run interrupted half-way still leaves a folder
     # that prepare() accepts, so rerunning with the same --out works.
-    write_text(folder / MARKER, dump_json(meta))
+    write_text(folder / MARKER, dump_json(meta.to_json()))
     write_text(folder / "config.toml", config_toml)
     write_text(folder / "metrics.json", dump_json(metrics))
     write_requests_csv(logs, folder / "requests.csv")
@@ -178,7 +214,9 @@ def _latencies_ms(log: RunLog) -> dict[str, np.ndarray]:
     }
 
 
-def _plot_latency_cdf(logs: list[RunLog]) -> Figure:
+def _plot_latency_cdf(logs: list[RunLog]) -> "Figure":
+    from matplotlib.figure import Figure  # only when a run folder is drawn
+
     fig = Figure(figsize=(10, 4), layout="constrained")
     panels = fig.subplots(1, 2, squeeze=False)[0]
     latencies = [_latencies_ms(log) for log in logs]
@@ -207,7 +245,9 @@ def _time_edges(logs: list[RunLog]) -> np.ndarray:
     return np.linspace(start_s, end_s, TIME_BINS + 1)
 
 
-def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> Figure:
+def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> "Figure":
+    from matplotlib.figure import Figure  # only when a run folder is drawn
+
     fig = Figure(figsize=(8, 0.6 + 1.6 * len(logs)), layout="constrained")
     axes = fig.subplots(len(logs), 1, sharex=True, squeeze=False)[:, 0]
     centers = (edges[:-1] + edges[1:]) / 2
@@ -228,7 +268,9 @@ def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> Figure:
     return fig
 
 
-def _plot_throughput(logs: list[RunLog], edges: np.ndarray) -> Figure:
+def _plot_throughput(logs: list[RunLog], edges: np.ndarray) -> "Figure":
+    from matplotlib.figure import Figure  # only when a run folder is drawn
+
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     centers = (edges[:-1] + edges[1:]) / 2

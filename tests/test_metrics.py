@@ -20,7 +20,8 @@ from simspec.metrics import (
     summarize,
     summarize_full,
 )
-from simspec.runfolder import MARKER, format_table, prepare, write_run
+from simspec import __version__
+from simspec.runfolder import MARKER, RunMeta, format_table, prepare, write_run
 from simspec.types import InputError, RequestRecord, RunLog
 
 REL = 1e-12
@@ -282,9 +283,11 @@ def test_prepare_refuses_foreign_path(tmp_path, kind):
 def write_example(folder):
     logs = [make_log(), make_log(policy="ar")]
     metrics = {log.policy: summarize(log) for log in logs}
-    meta = {"seed": 7, "cost_model": "roofline prior", "calibrated": False, "version": "0.1.0"}
+    meta = RunMeta(kind="simulate", seed=7, policies=("linear-3", "ar"), cost_model="roofline prior",
+                   calibrated=False)
     write_run(folder, logs=logs, metrics=metrics, config_toml="seed = 7\n", meta=meta)
-    return metrics, meta
+    return metrics, {"kind": "simulate", "seed": 7, "policies": ["linear-3", "ar"], "simspec_version": __version__,
+                     "cost_model": "roofline prior", "calibrated": False}
 
 
 def test_write_run_writes_every_file(tmp_path):
@@ -325,7 +328,7 @@ def test_requests_csv_is_byte_identical_and_has_a_row_per_request(tmp_path):
 def test_write_run_overwrites_its_own_folder(tmp_path):
     write_example(tmp_path)
     write_run(tmp_path, logs=[make_log()], metrics={"x": {"completed": 1}},
-              config_toml="", meta={"seed": 8})  # fmt: skip
+              config_toml="", meta=RunMeta(kind="simulate", seed=8, policies=("x",)))  # fmt: skip
     assert json.loads((tmp_path / "metrics.json").read_text()) == {"x": {"completed": 1}}
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

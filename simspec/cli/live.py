@@ -75,10 +75,8 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.out:
         import json
 
-        runfolder.write_run(args.out, logs=logs, metrics=table, config_toml="", meta={
-            "kind": "live", "seed": args.seed, "policies": specs, "drafter_context": args.drafter_context,
-            "complete": not interrupted and all(log.complete for log in logs),
-            "notes": [f"{log.policy}: {note}" for log in logs for note in log.notes]})
+        runfolder.write_run(args.out, logs=logs, metrics=table, config_toml="", meta=runfolder.RunMeta.of_live(
+            logs, seed=args.seed, policies=specs, drafter_context=args.drafter_context))
         write_text(Path(args.out) / "acceptance_traces.jsonl", "".join(json.dumps(t.to_json()) + "\n" for t in traces))
         print(f"wrote {args.out}" + (" (incomplete: interrupted)" if interrupted else ""))
     return 130 if interrupted else 0

@@ -28,13 +28,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
     print(f"\nlatencies in ms; throughputs per second; simulated in {wall_s:.1f} s")
     if args.out:
-        meta = {"simspec_version": __version__, "seed": cfg.seed, "cost_model": scenario.costs.label,
-                "calibrated": scenario.costs.calibrated,
-                "calibration": scenario.costs.calibration, "acceptance": scenario.acceptance.name,
-                "model": scenario.model.name, "device": scenario.gpu.slug, "policies": list(cfg.policies),
-                "kind": "simulate", "kv_budget_tokens": scenario.kv_budget_tokens}
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
-                            config_toml=configuration.to_toml(cfg), meta=meta)
+                            config_toml=configuration.to_toml(cfg), meta=results.meta)
         print(f"run folder: {args.out}")
     return 0
 
