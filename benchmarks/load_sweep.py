@@ -35,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     base = configuration.build(flag_values={"seed": args.seed, "cost_model": args.cost_model})
     saturation = experiment.saturation_rate(base)
-    print(f"AR saturation rate: {saturation:.2f} req/s ({experiment.cost_model_line(experiment.resolve(base))})")
+    print(f"AR saturation rate: {saturation:.2f} req/s ({experiment.cost_model_line(experiment.resolve(base), width=None)})")
     policies = base.policies
     print(f"{'load':>5s} {'req/s':>6s}  " + "  ".join(f"{p:>22s}" for p in policies) + "  marginal/ar")
     print(f"{'':>13s}" + "  ".join(f"{'mean / p95 ms (AL)':>22s}" for _ in policies))

@@ -214,7 +214,7 @@ def what_if(config: SimConfig, dash: DashboardConfig = DashboardConfig()) -> Wha
     jobs += [(level_config(config, load * saturation, native), load, dash.time_bins) for load in sorted(dash.loads)]
     points = _map(jobs, dash.workers)
     return WhatIf(config=config, saturation_req_s=saturation, at_rate=points[0], levels=tuple(points[1:]),
-                  cost_model=experiment.cost_model_line(scenario), calibration=scenario.costs.calibration,
+                  cost_model=experiment.cost_model_line(scenario, width=None), calibration=scenario.costs.calibration,
                   acceptance=scenario.acceptance.name, requests=len(scenario.requests),
                   baseline_added=baseline_added, wall_s=time.perf_counter() - started)
 

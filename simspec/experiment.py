@@ -89,12 +89,20 @@ def run(config: SimConfig, *, progress: bool = False) -> Results:
     return Results(scenario=scenario, logs=tuple(logs), metrics=table)
 
 
-def cost_model_line(scenario: Scenario) -> str:
+def cost_model_line(scenario: Scenario, width: int | None = 120) -> str:
+    """The cost model as every result shows it: its status word first, then
+    its label and what to do about it, wrapped at ``width`` columns (None:
+    one line)."""
+    import textwrap
+
     c = scenario.costs
-    status = {"calibrated": "calibrated",
-              "partly calibrated": "PARTLY CALIBRATED: profile the rest with `simspec profile-gpu`",
-              "uncalibrated": "UNCALIBRATED: no profile of this device; run `simspec profile-gpu`"}[c.calibration]
-    return f"cost model: {c.label} [{status}]"
+    status, advice = {"calibrated": ("CALIBRATED", ""),
+                      "partly calibrated": ("PARTLY CALIBRATED", "; profile the rest with `simspec profile-gpu`"),
+                      "uncalibrated": ("UNCALIBRATED", "; no profile of this device: run `simspec profile-gpu`"),
+                      }[c.calibration]
+    line = f"{status} cost model: {c.label}{advice}"
+    return line if width is None else "\n".join(textwrap.wrap(line, width, subsequent_indent="  ",
+                                                              break_on_hyphens=False))
 
 
 def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 800) -> float:

@@ -135,8 +135,10 @@ def write_requests_csv(log: RunLog | list[RunLog], path) -> None:
     write_text(Path(path), _requests_csv(logs))
 
 
-def format_table(metrics: dict[str, dict[str, float]], columns: list[str]) -> str:
-    """A fixed-width text table: a header, a rule, then one row per policy.
+def format_table(metrics: dict[str, dict[str, float]], columns: list[str],
+                 headers: dict[str, str] | None = None) -> str:
+    """A fixed-width text table: a header, a rule, then one row per policy
+    (``headers`` renames columns; a metric's name by default).
 
     A metric missing for one policy shows as ``-``; a column no policy has
     raises :class:`simspec.types.InputError` (it is usually a typo).
@@ -147,7 +149,7 @@ def format_table(metrics: dict[str, dict[str, float]], columns: list[str]) -> st
         not metrics or not unknown,
         f"unknown metric column(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}",
     )
-    header = ["policy", *columns]
+    header = ["policy", *((headers or {}).get(c, c) for c in columns)]
     rows = [[policy, *(_cell(m.get(c)) for c in columns)] for policy, m in metrics.items()]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
 
@@ -160,9 +162,60 @@ def format_table(metrics: dict[str, dict[str, float]], columns: list[str]) -> st
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
+COMPACT_COLUMNS = {  # metric -> its header in the main job's table
+    "mean_ttft_ms": "mean TTFT", "p99_ttft_ms": "p99 TTFT", "mean_tpot_ms": "mean TPOT",
+    "mean_e2el_ms": "mean E2EL", "p95_e2el_ms": "p95 E2EL", "p99_e2el_ms": "p99 E2EL",
+    "output_throughput": "out tok/s", "spec_decode_acceptance_length": "accept len",
+}
+VS = "e2el_vs_baseline"  # the compact table's last column: mean E2EL over the baseline's
+
+
+def best_policy(metrics: dict[str, dict[str, float]]) -> str | None:
+    """The policy of lowest mean E2EL (None if none has one)."""
+    finite = {p: m["mean_e2el_ms"] for p, m in metrics.items() if math.isfinite(m.get("mean_e2el_ms", math.nan))}
+    return min(finite, key=finite.get) if finite else None
+
+
+def compact_table(metrics: dict[str, dict[str, float]], baseline: str = "ar") -> str:
+    """The main job's table: the columns a serving engineer reads first
+    (COMPACT_COLUMNS, latencies in ms), mean E2EL relative to ``baseline``,
+    and the best policy marked ``*``."""
+    best = best_policy(metrics)
+    base = metrics.get(baseline, {}).get("mean_e2el_ms", math.nan)
+    rows = {}
+    for policy, m in metrics.items():
+        row = {c: m.get(c) for c in COMPACT_COLUMNS}
+        if math.isfinite(base) and base > 0:
+            row[VS] = f"{m.get('mean_e2el_ms', math.nan) / base:.2f}x"
+        rows[f"{policy} *" if policy == best else policy] = row
+    columns = [*COMPACT_COLUMNS, *([VS] if math.isfinite(base) and base > 0 else [])]
+    return format_table(rows, columns, {**COMPACT_COLUMNS, VS: f"E2EL vs {baseline}"})
+
+
+def verdict(metrics: dict[str, dict[str, float]], baseline: str = "ar") -> str:
+    """One line: the best policy at this load and how it compares with ``baseline``."""
+    best = best_policy(metrics)
+    if best is None:
+        return "no policy completed a request"
+    mine = metrics[best]["mean_e2el_ms"]
+    base = metrics.get(baseline, {}).get("mean_e2el_ms", math.nan)
+    if best == baseline:
+        others = {p: m["mean_e2el_ms"] for p, m in metrics.items() if p != best and math.isfinite(m["mean_e2el_ms"])}
+        if not others:
+            return f"at this load the best policy is {best} (mean E2EL {mine:.1f} ms)"
+        runner = min(others, key=others.get)
+        return (f"at this load the best policy is {best}: speculation does not pay (the next best, {runner}, "
+                f"has {others[runner] / mine:.2f}x its mean E2EL)")
+    if not (math.isfinite(base) and mine > 0):
+        return f"at this load the best policy is {best} (mean E2EL {mine:.1f} ms)"
+    return f"at this load the best policy is {best}: {base / mine:.2f}x lower mean E2EL than {baseline}"
+
+
 def _cell(value) -> str:
     if value is None:
         return "-"
+    if isinstance(value, str):
+        return value
     if isinstance(value, (list, tuple)):
         return "/".join(_cell(v) for v in value)
     if isinstance(value, (bool, np.bool_)):

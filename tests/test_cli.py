@@ -110,17 +110,34 @@ def test_marker_has_seed_and_calibration(two_policy_run):
     assert meta["seed"] == 0
     assert isinstance(meta["calibrated"], bool)
     assert meta["policies"] == list(TWO_POLICIES)
-    # The marker and the printed cost-model line agree.
-    cost_line = next(line for line in out.splitlines() if line.startswith("cost model:"))
-    marker = {"calibrated": "[calibrated]", "partly calibrated": "[PARTLY CALIBRATED",
-              "uncalibrated": "[UNCALIBRATED"}[meta["calibration"]]
-    assert marker in cost_line
+    # The marker and the printed cost-model line agree: the line starts with its status word.
+    assert cost_line(out).startswith(f"{meta['calibration'].upper()} cost model: ")
     assert meta["calibrated"] == (meta["calibration"] == "calibrated")
 
 
-def test_table_header_and_rows(two_policy_run):
-    header, policies = table(two_policy_run[2])
-    assert header[0] == "policy"
+def cost_line(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if " cost model: " in line)
+
+
+def test_the_main_table_is_compact_and_fits_120_columns(two_policy_run):
+    _, _, out, _ = two_policy_run
+    header, policies = table(out)
+    assert " ".join(header) == ("policy mean TTFT p99 TTFT mean TPOT mean E2EL p95 E2EL p99 E2EL out tok/s accept len "
+                                "E2EL vs ar")
+    assert policies == list(TWO_POLICIES)
+    assert max(len(line) for line in out.splitlines()) <= 120
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split() and line.split()[0] in TWO_POLICIES}
+    assert rows["ar"].endswith("1.00x")
+    best = next(p for p, line in rows.items() if line.split()[1] == "*")
+    ratio = next(line for line in out.splitlines() if line.startswith("at this load the best policy is"))
+    assert ratio.startswith(f"at this load the best policy is {best}")
+
+
+def test_all_columns_prints_every_statistic(tmp_path):
+    code, out, err = invoke(["simulate", "--num-requests", 30, "--all-columns", "--quiet",
+                             *(a for p in TWO_POLICIES for a in ("--policy", p))])
+    assert code == 0, err
+    header, policies = table(out)
     missing = [m for m in HEADER if m not in header]
     assert not missing, f"header lacks {missing}"
     assert policies == list(TWO_POLICIES)
@@ -151,11 +168,11 @@ def test_module_entry_point_defaults():
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
-    cost_line = next(line for line in done.stdout.splitlines() if line.startswith("cost model:"))
     # The default H100 model: its linear layers are measured (the imported
     # Vidur profile) when profiles/h100-sxm exists, the rest a roofline prior.
     expected = "PARTLY CALIBRATED" if (REPO / "profiles" / "h100-sxm").is_dir() else "UNCALIBRATED"
-    assert "roofline" in cost_line and expected in cost_line
+    assert cost_line(done.stdout).startswith(f"{expected} cost model: ")
+    assert "roofline" in done.stdout.split("acceptance:")[0]
     assert table(done.stdout)[1] == list(DEFAULT_POLICIES)
 
 

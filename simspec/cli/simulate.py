@@ -25,8 +25,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
     print()
-    print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
-    print(f"\nlatencies in ms; throughputs per second; simulated in {wall_s:.1f} s")
+    if args.all_columns:
+        print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
+    else:
+        print(runfolder.compact_table(results.metrics))
+    print(f"\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
+    print(runfolder.verdict(results.metrics))
+    print(f"simulated in {wall_s:.1f} s")
     if args.out:
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
                             config_toml=configuration.to_toml(cfg), meta=results.meta)
@@ -55,6 +60,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_scenario_flags(sim)
     sim.add_argument("--out", metavar="DIR", help="write a run folder (metrics.json, requests.csv, plots)")
     sim.add_argument("--quiet", action="store_true", help="no progress bars")
+    sim.add_argument("--all-columns", action="store_true",
+                     help="print every latency statistic (mean, median, p95, p99 of ttft, tpot, itl, e2el) and the "
+                          "request rate; metrics.json always holds every metric")
     sim.set_defaults(handler=cmd_simulate)
     presets = sub.add_parser("presets", help="list the published acceptance presets")
     presets.set_defaults(handler=cmd_presets)
