@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 
 from simspec import config as configuration
-from simspec.dashboard import app_path
+from simspec.cli.dashboard import app_path
 from simspec_dashboard import whatif
 from simspec_dashboard.whatif import DashboardConfig
 

@@ -4,7 +4,8 @@ Replays the whole Azure LLM 2023 conversation trace (19,366 requests, one
 hour; shared/data/traces) on the default scenario (LLaVA-1.5-7B, H100
 roofline prior, half the requests with one image) with each policy, on one
 core, and prints simulated seconds per wall second and simulated requests
-per wall second. Target (issue 2): >= 200x real time with ``marginal``.
+per wall second. Targets (issue 21): >= 1,000x real time for marginal, tree
+and truncate, >= 3,000x for ar and linear.
 
     python benchmarks/sim_speed.py [--trace PATH] [--policy NAME ...]
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # one core, as the target says
 
@@ -22,15 +22,18 @@ from simspec import config as configuration, policies  # noqa: E402
 from simspec.experiment import resolve  # noqa: E402
 from simspec.sim import simulate  # noqa: E402
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure_llm_2023_conv.csv"
+from _shared import shared_file  # noqa: E402
+
+TRACE = ("traces", "azure_llm_2023_conv.csv")  # in the shared data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--trace", help="the trace to replay (default: the shared data's Azure conversation trace)")
     parser.add_argument("--policy", action="append")
     args = parser.parse_args()
-    cfg = configuration.build(flag_values={"workload": {"arrival": "trace", "trace_path": args.trace}})
+    args.trace = args.trace or str(shared_file(*TRACE))
+    cfg = configuration.from_flags({"trace": args.trace})
     scenario = resolve(cfg)
     requests = scenario.requests
     span_s = requests[-1].arrival_s - requests[0].arrival_s

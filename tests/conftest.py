@@ -14,6 +14,15 @@ from simspec.sim import EngineConfig, simulate
 from simspec.types import Request
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+"""Real data nobody here wrote (traces, external profiles, published figures), beside the repository."""
+
+
+def shared(*parts: str) -> Path:
+    """A file of the shared data; the test is skipped, naming the file, where it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path}: the shared data beside the repository (../shared/data) is absent")
+    return path
 H100 = costs.gpu_spec("h100-sxm")
 LLAVA = costs.model_spec("LLaVA-1.5-7B")
 

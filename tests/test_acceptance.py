@@ -7,7 +7,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, requests_at, run
+from conftest import requests_at, run, shared
 from simspec import acceptance, policies, trees
 from simspec.acceptance import PRESETS, AcceptanceModel, DraftContext, RandomBlocks
 from simspec.sim import EngineConfig
@@ -79,9 +79,7 @@ def test_shipped_fit_is_reproducible(name):
 
 
 def test_presets_match_the_published_table():
-    path = SHARED_DATA / "published_acceptance.csv"
-    if not path.exists():
-        pytest.skip("shared/data not laid out beside the repo")
+    path = shared("published_acceptance.csv")
     rows = [r for r in csv.DictReader(path.open()) if r["accept_length"]]
     assert len(rows) == len(PRESETS)
     for row in rows:

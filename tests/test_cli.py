@@ -17,14 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import invoke
+from conftest import invoke, shared
 from simspec import config
 from simspec.acceptance import PRESETS
 from simspec.config import DEFAULT_POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-CONV = DATA / "traces" / "azure_llm_2023_conv.csv"
 
 FAST = ["--cost-model", "constant:5", "--quiet"]
 METRICS = ("mean_ttft_ms", "p99_e2el_ms", "request_throughput", "output_throughput",
@@ -177,16 +175,15 @@ def test_module_entry_point_defaults():
 
 
 def test_trace_replay(tmp_path):
-    if not CONV.is_file():
-        pytest.skip(f"no trace at {CONV}")
+    conv = shared("traces", "azure_llm_2023_conv.csv")
     folder = tmp_path / "trace"
-    code, out, err = invoke(["simulate", "--trace", CONV, "--trace-speedup", 50, "--num-requests", 40,
+    code, out, err = invoke(["simulate", "--trace", conv, "--trace-speedup", 50, "--num-requests", 40,
                              "--policy", "ar", "--out", folder, "--quiet"])
     assert code == 0, err
     assert "40 requests" in out
     assert table(out)[1] == ["ar"]
     # Arrivals are the trace's first 40 (in time order), 50 times faster.
-    stamps = pd.to_datetime(pd.read_csv(CONV, usecols=["TIMESTAMP"])["TIMESTAMP"], format="ISO8601")
+    stamps = pd.to_datetime(pd.read_csv(conv, usecols=["TIMESTAMP"])["TIMESTAMP"], format="ISO8601")
     seconds = np.sort(((stamps - stamps.min()) / pd.Timedelta(seconds=1)).to_numpy())[:40]
     rows = requests_rows(folder)
     assert len(rows) == 40

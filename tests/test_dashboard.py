@@ -88,6 +88,7 @@ def test_what_if_serves_each_load_as_a_multiple_of_saturation():
     assert result.levels[1].metrics["ar"]["mean_e2el_ms"] > result.levels[0].metrics["ar"]["mean_e2el_ms"]
 
 
+@pytest.mark.slow
 def test_what_if_is_deterministic_and_the_process_pool_changes_nothing():
     dash = DashboardConfig(loads=(0.5, 1.5), workers=0, saturation_requests=100)
     here = whatif.what_if(small_config(), dash)
@@ -114,6 +115,7 @@ def test_a_device_without_datasheet_or_profile_is_refused_by_name():
     assert whatif.profile_status("cpu-intel-xeon-processor", "Qwen2-VL-7B").calibration == "unavailable"
 
 
+@pytest.mark.slow
 def test_validation_headline(tmp_path, monkeypatch):
     folder = tmp_path / "cpu"
     folder.mkdir()
@@ -159,6 +161,7 @@ def metric(at, label: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label))
 
 
+@pytest.mark.slow
 def test_what_if_page_shows_every_output(app):
     ok(app)
     assert app.title[0].value == "simspec what-if"
@@ -176,6 +179,7 @@ def test_what_if_page_shows_every_output(app):
     assert any("40 requests per run, 3 runs x 4 policies" in c.value for c in app.caption)
 
 
+@pytest.mark.slow
 def test_widgets_update_the_outputs(app):
     saturation = metric(app, "AR saturation")
     app.number_input(key="rate").set_value(12.0).run()
@@ -359,6 +363,7 @@ def render(url: str, folder: Path, expect: list[str], timeout_s: float) -> tuple
         browser.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian: apt-get install chromium)")
 def test_end_to_end_in_headless_chromium(tmp_path):
     port = _free_port()
@@ -389,7 +394,7 @@ def test_end_to_end_in_headless_chromium(tmp_path):
     assert "Cost model: partly calibrated" in text and "marginal" in text
     assert png.startswith(b"\x89PNG") and len(png) > 50_000
     (tmp_path / "dashboard.png").write_bytes(png)
-    if os.environ.get("SIMSPEC_DASHBOARD_SCREENSHOT"):  # refresh the README's copy: dashboard/screenshot.png
+    if os.environ.get("SIMSPEC_DASHBOARD_SCREENSHOT"):  # refresh docs/dashboard.md's copy: dashboard/screenshot.png
         Path(os.environ["SIMSPEC_DASHBOARD_SCREENSHOT"]).write_bytes(png)
 
 

@@ -215,6 +215,7 @@ def test_chain_attention_with_no_chain_context_is_attention_over_the_cache():
     torch.testing.assert_close(got, want.transpose(1, 2), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_quick_drafter_training_is_reproducible_and_loads(tmp_path):
     metas = [train_drafter(tmp_path / name, TARGET, quick=True, progress=False) for name in ("a", "b")]
     assert (tmp_path / "a" / "drafter.pt").read_bytes() == (tmp_path / "b" / "drafter.pt").read_bytes()
@@ -236,6 +237,7 @@ def test_shipped_drafter_loads_and_beats_chance():
 
 # -- calibration --------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_acceptance_fit_recovers_a_known_model(tmp_path):
     truth = AcceptanceModel(name="truth", top1_logit=1.2, depth_decay_logit=0.2, request_sigma=0.6, token_sigma=1.0,
                             confidence_sigma=0.4, tail_mass=0.5, tail_decay=0.4, visual_share=0.0)
@@ -254,6 +256,7 @@ def test_acceptance_fit_recovers_a_known_model(tmp_path):
         acceptance_fit.load_acceptance(path)
 
 
+@pytest.mark.slow
 def test_confidence_shape_is_fitted_apart_from_the_rank_tail():
     """A drafter whose second candidate gets 36% of the leftover confidence
     while the target's token is rank 2 in 72% of misses: the fitted model's

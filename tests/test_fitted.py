@@ -74,6 +74,7 @@ def test_fitted_curves_are_monotone_in_tokens(tmp_path):
     assert np.all(np.diff(model.layers_s) >= 0)
 
 
+@pytest.mark.slow
 def test_full_profile_is_calibrated_and_prices_like_its_measurements(tmp_path):
     ops = {**layer_ops(), **attention_ops(),
            "lm_head": pd.DataFrame({"tokens": TOKENS, "median_ms": knee(LLAVA.lm_head_params, TOKENS)}),
@@ -95,6 +96,7 @@ def test_full_profile_is_calibrated_and_prices_like_its_measurements(tmp_path):
     assert 0 < step < 0.05
 
 
+@pytest.mark.slow
 def test_drafter_and_selection_forms_recover_cross_attention_and_squared_keys(tmp_path):
     # A drafter step: 0.3 ms + 0.001 ms a row, and once it cross-attends a
     # 0.25 ms call, 0.002 ms a row and 1e-4 ms a kept token read; selection
@@ -158,6 +160,7 @@ def test_profiled_device_without_datasheet_needs_every_piece(tmp_path):
         costs.build("auto", LLAVA, cpu, profiles_root=tmp_path)
 
 
+@pytest.mark.slow
 def test_costs_report_command(tmp_path, capsys):
     from simspec.cli import main
 
@@ -211,6 +214,7 @@ def attention_tables(truth: dict[int, attention.AttentionFit]) -> dict[str, pd.D
     return tables
 
 
+@pytest.mark.slow
 def test_attention_fit_recovers_each_kinds_coefficients_and_cache_knee(tmp_path):
     write_profile(tmp_path / "test-gpu" / "Llama-2-7B", attention_tables(TRUE_ATTENTION))
     found, fits = attention.fit_attention(attention.attention_terms(profiles.load(tmp_path / "test-gpu" / "Llama-2-7B")))
@@ -222,6 +226,7 @@ def test_attention_fit_recovers_each_kinds_coefficients_and_cache_knee(tmp_path)
     assert [fit.kind for fit in fits] == ["attention", "attention + cache knee", "attention"]
 
 
+@pytest.mark.slow
 def test_fitted_attention_terms_reach_the_simulators_forward(tmp_path):
     write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(), **attention_tables(TRUE_ATTENTION)})
     model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
@@ -245,6 +250,7 @@ def test_fitted_attention_terms_reach_the_simulators_forward(tmp_path):
     assert mixed != pytest.approx(as_decode, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_an_attention_kind_the_profile_lacks_is_priced_as_a_measured_one_and_said(tmp_path):
     tables = attention_tables(TRUE_ATTENTION)
     del tables["attn_tree_verify"]
@@ -295,6 +301,7 @@ def test_repeat_difference_of_the_composed_layer_weighs_each_piece_by_its_time(t
     np.testing.assert_allclose(diff[fitted.COMPOSED_LAYER], 0.5 * 2 * first["add"].median_ms.to_numpy() / layer)
 
 
+@pytest.mark.slow
 def test_costs_report_prints_the_repeat_difference(tmp_path, capsys):
     from simspec.cli import main
 

@@ -116,6 +116,7 @@ def test_cached_generation_equals_uncached_greedy(random_model, seed):
 
 # --- training ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_quick_training_is_bit_reproducible_and_learns(tmp_path):
     metas = [train_target(tmp_path / name, steps=QUICK.steps, seed=5, quick=True) for name in ("a", "b")]
     first, second = (torch.load(tmp_path / name / "model.pt", weights_only=True) for name in ("a", "b"))

@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import SHARED_DATA  # noqa: E402
 from simspec.costs import GPUS, ModelSpec, model_spec  # noqa: E402
 from simspec.cli.profile import add as add_cli  # noqa: E402
 from simspec.profiling import grid, import_vidur, ops, runner, store  # noqa: E402
@@ -26,7 +27,7 @@ from simspec.types import InputError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "profiles" / "README.md"
-VIDUR = Path(__file__).resolve().parents[2] / "shared" / "data" / "external_profiles"
+VIDUR = SHARED_DATA / "external_profiles"
 VIDUR_FILES = ("vidur_h100_llama2_7b_mlp.csv", "vidur_a100_llama2_7b_mlp.csv")
 
 TINY = ModelSpec(name="Tiny-VLM", layers=2, hidden=64, heads=4, kv_heads=2, mlp_hidden=96, vocab=128,
@@ -69,6 +70,7 @@ def test_readme_documents_every_operator_and_its_shape_columns():
     assert {name: tuple(columns.split(",")) for name, columns in rows} == {op.name: op.columns for op in OPS.values()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("thp", [None, "1"], ids=["thp-unset", "thp-1"])
 def test_tiny_profile_writes_every_table_and_meta(tmp_path, monkeypatch, thp):
     if thp is None:  # recorded as found, set or not
@@ -122,6 +124,7 @@ def counting_measure(monkeypatch) -> list:
     return timed
 
 
+@pytest.mark.slow
 def test_a_rerun_measures_only_the_points_its_csvs_lack(tmp_path, monkeypatch):
     folder = profile(tmp_path).folder
     decode, head, act = (folder / f"{name}.csv" for name in ("attn_decode", "lm_head", "mlp_act"))
@@ -153,6 +156,7 @@ def test_a_point_over_the_size_guard_is_skipped_with_its_reason(tmp_path, monkey
     assert profile(tmp_path, max_bytes=limit).measured_points == 0 and not timed  # skipped rows count as done
 
 
+@pytest.mark.slow
 def test_out_of_memory_skips_the_point_and_the_run_goes_on(tmp_path, monkeypatch):
     real = ops.CASES["mlp_act"]
 
@@ -179,6 +183,7 @@ def test_an_error_that_is_not_out_of_memory_is_raised(tmp_path, monkeypatch):
         profile(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_csv_with_other_columns_is_refused(tmp_path):
     folder = profile(tmp_path).folder
     (folder / "add.csv").write_text("tokens,time_ms\n1,0.5\n")
@@ -203,6 +208,7 @@ def test_cpu_timing_goes_round_the_copies_a_call_per_sample():
     assert ran == [k % 3 for k in range(len(ran))]  # then strictly in turn: no copy twice in a row
 
 
+@pytest.mark.slow
 def test_per_layer_operators_are_timed_on_a_copy_of_their_tensors_per_layer(tmp_path, monkeypatch):
     timed = counting_measure(monkeypatch)
     profile(tmp_path)
@@ -277,7 +283,9 @@ def test_vision_encoder_sequences_follow_the_model(model, layout):
 
 # --- Vidur import ------------------------------------------------------------------------------------
 
-needs_vidur = pytest.mark.skipif(not all((VIDUR / f).exists() for f in VIDUR_FILES), reason="shared/data missing")
+needs_vidur = pytest.mark.skipif(not all((VIDUR / f).exists() for f in VIDUR_FILES),
+                                 reason=f"needs {VIDUR}/{{{','.join(VIDUR_FILES)}}}: the shared data beside the "
+                                        "repository (../shared/data) is absent")
 
 
 def vidur_linear_layers(tmp_path: Path) -> Path:

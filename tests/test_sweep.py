@@ -140,6 +140,7 @@ def test_pool_gives_the_serial_bytes(reference, tmp_path):
     assert sweep.same_rows(pooled, path)
 
 
+@pytest.mark.slow
 def test_ray_local_gives_the_serial_rows(reference, tmp_path):
     ray = pytest.importorskip("ray")
     path, _ = reference

@@ -10,7 +10,7 @@ machine, AR came within twice the bounds in four runs (mean e2el -6.1% at
 worst), but inside the full test suite its light-load mean e2el came out
 -11.6% and -13.2% (the live runs share a process with 700 other tests);
 drafting policies reached +10.5% (linear:k=3) and -15% (marginal). The
-README's validation section has the figures.
+docs/validation.md and validation/cpu/REPORT-2026-11-30.md have the figures.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # live runs on this machine: minutes
 
 from simspec.costs import steps as step_costs  # noqa: E402
 from simspec import validation  # noqa: E402

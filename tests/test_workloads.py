@@ -7,11 +7,11 @@ context clipping."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import shared
 from simspec.types import InputError
 from simspec.workloads import (
     WorkloadConfig,
@@ -22,8 +22,7 @@ from simspec.workloads import (
     read_trace,
 )
 
-TRACES = Path("/work/shared/data/traces")
-CONV = TRACES / "azure_llm_2023_conv.csv"
+CONV = ("traces", "azure_llm_2023_conv.csv")  # in the shared data (conftest.shared)
 SIGMAS = 4.0
 
 
@@ -151,7 +150,7 @@ def test_prompt_lengths_lognormal(mean, cv):
 
 
 def test_read_azure_conv_trace():
-    trace = read_trace(CONV)
+    trace = read_trace(shared(*CONV))
     assert trace.source == "azure-llm-2023" and trace.images is None
     assert trace.arrival_s.size == trace.prompt_tokens.size == trace.output_tokens.size == 19_366
     assert trace.arrival_s[0] == 0.0 and np.all(np.diff(trace.arrival_s) >= 0)
@@ -161,7 +160,7 @@ def test_read_azure_conv_trace():
 
 
 def test_trace_replay_speedup_and_limits():
-    base = dict(arrival="trace", trace_path=str(CONV), multimodal_share=0.0)
+    base = dict(arrival="trace", trace_path=str(shared(*CONV)), multimodal_share=0.0)
     whole = build(WorkloadConfig(**base, num_requests=None))
     fast = build(WorkloadConfig(**base, num_requests=None, trace_speedup=2.0))
     assert len(whole) == len(fast) == 19_366
@@ -341,14 +340,13 @@ def test_context_clipping_golden(max_context, prompt, output):
     assert {(r.prompt_tokens, r.visual_tokens, r.output_tokens) for r in reqs} == {(prompt, 1152, output)}
 
 
-@pytest.mark.parametrize(
-    "cfg",
-    [WorkloadConfig(num_requests=5_000, images_max=3, prompt_mean_tokens=2_000, prompt_cv=1.5,
-                    output_mean_tokens=800, output_cv=1.5),
-     WorkloadConfig(arrival="trace", trace_path=str(CONV), num_requests=None, images_max=2)],
-    ids=["synthetic", "azure-conv"],
-)
-def test_no_request_exceeds_context(cfg):
+@pytest.mark.parametrize("source", ["synthetic", "azure-conv"])
+def test_no_request_exceeds_context(source):
+    if source == "synthetic":
+        cfg = WorkloadConfig(num_requests=5_000, images_max=3, prompt_mean_tokens=2_000, prompt_cv=1.5,
+                             output_mean_tokens=800, output_cv=1.5)
+    else:
+        cfg = WorkloadConfig(arrival="trace", trace_path=str(shared(*CONV)), num_requests=None, images_max=2)
     reqs = build(cfg, max_context=2048)
     assert max(r.context_tokens + r.output_tokens for r in reqs) <= 2048
     assert min(min(r.prompt_tokens, r.output_tokens) for r in reqs) >= 1
