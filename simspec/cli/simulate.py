@@ -29,7 +29,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))
     else:
         print(runfolder.compact_table(results.metrics))
-    print(f"\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
+    print("\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
     print(runfolder.verdict(results.metrics))
     print(f"simulated in {wall_s:.1f} s")
     if args.out:
