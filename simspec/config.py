@@ -25,7 +25,7 @@ from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.files import read_toml
 from simspec.scheduling import EngineConfig
-from simspec.types import InputError, require
+from simspec.types import InputError, check_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
 
 DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
@@ -49,6 +49,9 @@ class SimConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):
+        check_types(self)
+        require(all(isinstance(p, str) for p in self.policies),
+                f"policies must be strings like 'linear:k=5' (got {list(self.policies)})")
         require(len(self.policies) >= 1, "policies must name at least one policy (got none)")
         require(len(set(self.policies)) == len(self.policies), f"policies must be distinct (got {list(self.policies)})")
         for spec in self.policies:
@@ -200,6 +203,8 @@ FLAGS = (
     Flag("--trace-speedup", ("workload", "trace_speedup"), float, "divide trace arrival times by this"),
     Flag("--on-s", ("workload", "on_s"), float, "onoff: mean burst length, s"),
     Flag("--off-s", ("workload", "off_s"), float, "onoff: mean gap between bursts, s"),
+    Flag("--over-context", ("workload", "over_context"), str,
+         "a request longer than the model's context: clip (cut to fit, counted) or error"),
     Flag("--max-num-seqs", ("engine", "max_num_seqs"), int, "requests in the running batch"),
     Flag("--max-num-batched-tokens", ("engine", "max_num_batched_tokens"), int, "token budget per step"),
     Flag("--gpu-memory-utilization", ("engine", "gpu_memory_utilization"), float, "share of GPU memory used"),
@@ -224,6 +229,8 @@ def flag_overrides(values: dict) -> dict:
         else:
             out.setdefault(flag.path[0], {})[flag.path[1]] = value
     workload = out.setdefault("workload", {})
+    require(values.get("cv") is None or values.get("burstiness") is None,
+            "--cv and --burstiness both set the arrivals' burstiness (CV = 1/sqrt(burstiness)): give one")
     if values.get("cv") is not None:
         workload["burstiness"] = cv_to_burstiness(values["cv"])
     if values.get("trace") is not None and "arrival" not in workload:

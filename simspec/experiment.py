@@ -38,6 +38,7 @@ class Scenario:
     acceptance: acceptance.AcceptanceModel
     requests: tuple[Request, ...]
     kv_budget_tokens: int
+    clipped_requests: int = 0  # requests cut to the model's context (workload.over_context = "clip")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,19 +54,19 @@ class Results:
         return RunMeta(kind="simulate", seed=s.config.seed, policies=tuple(s.config.policies),
                        cost_model=s.costs.label, calibrated=s.costs.calibrated, calibration=s.costs.calibration,
                        acceptance=s.acceptance.name, model=s.model.name, device=s.gpu.slug,
-                       kv_budget_tokens=s.kv_budget_tokens)
+                       kv_budget_tokens=s.kv_budget_tokens, clipped_requests=s.clipped_requests)
 
 
 def resolve(config: SimConfig) -> Scenario:
     model = costs.model_spec(config.model)
     gpu = costs.gpu_spec(config.device)
     ss = np.random.SeedSequence(config.seed, spawn_key=(0,))
-    requests = workloads.make_requests(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
+    workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
                                        visual_tokens_per_image=model.visual_tokens_per_image,
                                        max_context_tokens=model.max_context_tokens)
     return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu),
-                    acceptance=acceptance.build(config.acceptance), requests=tuple(requests),
-                    kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
+                    acceptance=acceptance.build(config.acceptance), requests=workload.requests,
+                    clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
 
 
 def run(config: SimConfig, *, progress: bool = False) -> Results:

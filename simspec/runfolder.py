@@ -60,6 +60,7 @@ class RunMeta:
     calibration: str | None = None  # calibrated, partly calibrated or uncalibrated
     acceptance: str | None = None
     kv_budget_tokens: int | None = None
+    clipped_requests: int | None = None  # requests cut to the model's context
     drafter_context: str | None = None  # live
     complete: bool | None = None  # live: every policy served every request
     notes: tuple[str, ...] | None = None  # live: what each policy's log noted

@@ -40,7 +40,7 @@ import numpy as np
 
 from simspec.acceptance.context import DraftContext
 from simspec.compiled import jit
-from simspec.types import require
+from simspec.types import check_types, require
 
 if TYPE_CHECKING:
     from simspec.costs.specs import GpuSpec, ModelSpec
@@ -65,6 +65,7 @@ class EngineConfig:
     drafting: str = "level"
 
     def __post_init__(self):
+        check_types(self)
         require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
         require(self.max_num_batched_tokens >= 16,
                 f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")

@@ -36,6 +36,11 @@ Shape letters: B batch, D draft depth, R candidate ranks, M plan nodes.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,6 +55,9 @@ MAX_DEPTH = 15
 """Deepest draft node a plan can name (15 x 4 bits fit an int64)."""
 
 
+INT64_MAX = (1 << 63) - 1
+
+
 class InputError(ValueError):
     """Bad user input. The message is one line that names the field and the
     allowed range; the CLI prints it and exits non-zero."""
@@ -59,6 +67,70 @@ def require(ok: bool, message: str) -> None:
     """Raise :class:`InputError` with ``message`` unless ``ok``."""
     if not ok:
         raise InputError(message)
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _allowed(kind) -> tuple:
+    """The plain types an annotation allows: ``int | None`` -> (int, NoneType)."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        return tuple(t for part in typing.get_args(kind) for t in _allowed(part))
+    return (typing.get_origin(kind) or kind,)
+
+
+_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", tuple: "a list",
+          type(None): "unset"}
+
+
+def checked(name: str, value, annotation):
+    """``value`` if it has the ``annotation``'s type (int, float, str, bool,
+    a tuple, or None where allowed; ints become floats where a float is
+    wanted), else an InputError naming ``name``. An int is never a bool; a
+    float is a finite number; an int fits int64."""
+    kinds = _allowed(annotation)
+    if any(k not in _NAMES for k in kinds):
+        return value  # a record or another type: its own check
+    for kind in kinds:
+        if kind is type(None):
+            ok = value is None
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            if ok and not -INT64_MAX <= value <= INT64_MAX:
+                raise InputError(f"{name} must be an integer below 2^63 (got {value})")
+        elif kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if ok and not math.isfinite(value):
+                raise InputError(f"{name} must be a finite number (got {value})")
+            if ok:
+                return float(value)  # 6 and 6.0 are one setting, with one TOML
+        elif kind is tuple:
+            ok = isinstance(value, tuple)
+        else:
+            ok = isinstance(value, kind)
+        if ok:
+            return value
+    raise InputError(f"{name} must be {' or '.join(_NAMES[k] for k in kinds)} (got {value!r})")
+
+
+def field_types(cls) -> dict:
+    """A dataclass's field annotations, resolved (cached)."""
+    return _hints(cls)
+
+
+def check_types(record) -> None:
+    """Refuse a dataclass record whose fields do not have their annotated
+    types (:func:`checked`): one InputError naming the field. Records call
+    it first in ``__post_init__``, so a TOML ``seed = 1.5`` or ``model =
+    ["a"]`` is refused before any range check."""
+    hints = _hints(type(record))
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        ok = checked(f.name, value, hints[f.name])
+        if ok is not value:
+            object.__setattr__(record, f.name, ok)
 
 
 PLAN_AR, PLAN_LINEAR, PLAN_TREE = 0, 1, 2

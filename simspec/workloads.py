@@ -21,18 +21,18 @@ same seed share arrival times and lengths and differ only in what changed
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-from simspec.types import InputError, Request, require
+from simspec.traces import Trace, read_trace  # noqa: F401 - workloads.read_trace, as before
+from simspec.types import InputError, Request, check_types, require
 
 ARRIVALS = ("poisson", "gamma", "onoff", "trace")
+OVER_CONTEXT = ("clip", "error")
+MAX_REQUESTS = 10_000_000
+"""Requests one run may serve at most (a run of 10 million takes hours; the memory stays bounded)."""
 
 
 def cv_to_burstiness(cv: float) -> float:
@@ -68,10 +68,15 @@ class WorkloadConfig:
     output_cv: float = 0.8
     trace_path: str | None = None
     trace_speedup: float = 1.0  # trace arrival times are divided by this
+    # A request longer than the model's context: "clip" cuts its prompt
+    # (down to 1 token), then its output, to fit, and the run reports how
+    # many it cut; "error" refuses the workload, naming the request.
+    over_context: str = "clip"
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
     def __post_init__(self) -> None:
+        check_types(self)
         allowed = ", ".join(ARRIVALS)
         require(self.arrival in ARRIVALS, f"arrival must be one of {allowed} (got {self.arrival!r})")
         for name in ("rate_per_s", "burstiness", "on_s", "off_s", "prompt_mean_tokens", "trace_speedup"):
@@ -97,8 +102,11 @@ class WorkloadConfig:
             self.images_max >= self.images_min,
             f"images_max must be >= images_min = {self.images_min} (got {self.images_max})",
         )
+        require(self.over_context in OVER_CONTEXT,
+                f"over_context must be one of {', '.join(OVER_CONTEXT)} (got {self.over_context!r})")
         if self.num_requests is not None:
-            require(self.num_requests >= 1, f"num_requests must be >= 1 (got {self.num_requests})")
+            require(1 <= self.num_requests <= MAX_REQUESTS,
+                    f"num_requests must be in 1..{MAX_REQUESTS:,} (got {self.num_requests:,})")
         if self.duration_s is not None:
             require(
                 self.duration_s > 0 and math.isfinite(self.duration_s),
@@ -118,6 +126,11 @@ class WorkloadConfig:
                 f"num_requests and duration_s: set exactly one "
                 f"(got {self.num_requests} and {self.duration_s})",
             )
+            if self.duration_s is not None:
+                expected = self.rate_per_s * self.duration_s
+                require(expected <= MAX_REQUESTS, f"duration_s x rate_per_s must bring at most {MAX_REQUESTS:,} "
+                                                  f"requests (got {self.duration_s:g} s x {self.rate_per_s:g}/s = "
+                                                  f"{expected:,.0f})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,183 +233,48 @@ def _onoff_times(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
 # Traces
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Trace:
-    """A request trace as read from disk, sorted by arrival."""
-
-    arrival_s: np.ndarray  # [N] float, starts at 0, sorted
-    prompt_tokens: np.ndarray  # [N] int >= 1
-    output_tokens: np.ndarray  # [N] int >= 1
-    images: np.ndarray | None  # [N] int >= 0, None when the schema has no image column
-    source: str  # schema name: "azure-llm-2023", "azure-lmm-2025", "mooncake-jsonl"
-
-
-_CSV_SCHEMAS = {
-    # Checked in order: the LMM schema is a superset of the LLM one.
-    "azure-lmm-2025": ("TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens"),
-    "azure-llm-2023": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-}
-_JSONL_IMAGE_KEYS = ("num_images", "images")
-
-
-def read_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace, detecting its schema: JSONL when the name ends in
-    ``.jsonl``/``.json`` or the first line is a JSON object, CSV otherwise.
-
-    Rows are numbered from 1 after a CSV header; JSONL errors give the line.
-    Unsorted times are sorted (stable), so equal times keep file order.
-    """
-    path = Path(path)
-    require(path.is_file(), f"trace {path}: no such file")
-    with path.open("r", encoding="utf-8") as f:
-        first = next((line.strip() for line in f if line.strip()), "")
-    require(first != "", f"trace {path}: the file is empty (no rows)")
-    if path.suffix.lower() in (".jsonl", ".json") or first.startswith("{"):
-        return _read_jsonl(path)
-    return _read_csv(path)
-
-
-def _read_csv(path: Path) -> Trace:
-    table = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    columns = set(table.columns)
-    source = next((name for name, cols in _CSV_SCHEMAS.items() if columns.issuperset(cols)), None)
-    expected = " or ".join(",".join(cols) for cols in reversed(_CSV_SCHEMAS.values()))
-    require(
-        source is not None,
-        f"trace {path}: columns {','.join(table.columns)} match no known schema (expected {expected})",
-    )
-    require(len(table) > 0, f"trace {path}: no rows after the header")
-
-    raw_time = table["TIMESTAMP"]
-    # ISO8601 covers both "2023-11-16 18:15:46.6805900" and "2024-10-15T12:00:05.819Z";
-    # utc=True puts naive and Z-suffixed stamps on one clock.
-    stamp = pd.to_datetime(raw_time, format="ISO8601", errors="coerce", utc=True)
-    bad = stamp.isna().to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InputError(f"trace {path}: TIMESTAMP is not a date-time (row {i + 1} has {raw_time.iloc[i]!r})")
-    seconds = ((stamp - stamp.min()) / pd.Timedelta(seconds=1)).to_numpy(np.float64)
-
-    def counts(column: str, minimum: int) -> np.ndarray:
-        return _counts(path, column, table[column].to_numpy(dtype=object), minimum, "row")
-
-    images = counts("NumImages", 0) if "NumImages" in _CSV_SCHEMAS[source] else None
-    return _sorted_trace(
-        seconds,
-        prompt=counts("ContextTokens", 1),
-        output=counts("GeneratedTokens", 1),
-        images=images,
-        source=source,
-    )
-
-
-def _read_jsonl(path: Path) -> Trace:
-    timestamp_ms, prompt, output, images, lines = [], [], [], [], []
-    has_images = False
-    with path.open("r", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f"trace {path}: line {number} is not valid JSON ({err.msg})") from None
-            require(isinstance(row, dict), f"trace {path}: line {number} is not a JSON object")
-            missing = [k for k in ("timestamp", "input_length", "output_length") if k not in row]
-            require(
-                not missing,
-                f"trace {path}: line {number} lacks {', '.join(missing)} "
-                f"(expected timestamp, input_length, output_length, optional num_images)",
-            )
-            count = next((row[k] for k in _JSONL_IMAGE_KEYS if k in row), 0)
-            has_images |= any(k in row for k in _JSONL_IMAGE_KEYS)
-            # Some writers list the images themselves rather than counting them.
-            images.append(len(count) if isinstance(count, list) else count)
-            timestamp_ms.append(row["timestamp"])
-            prompt.append(row["input_length"])
-            output.append(row["output_length"])
-            lines.append(number)
-    lines = np.asarray(lines)
-    stamp_ms = _numbers(path, "timestamp", np.asarray(timestamp_ms, dtype=object), lines, "line")
-    seconds = (stamp_ms - stamp_ms.min()) / 1000.0
-    return _sorted_trace(
-        seconds,
-        prompt=_counts(path, "input_length", np.asarray(prompt, dtype=object), 1, "line", lines),
-        output=_counts(path, "output_length", np.asarray(output, dtype=object), 1, "line", lines),
-        images=(
-            _counts(path, "num_images", np.asarray(images, dtype=object), 0, "line", lines)
-            if has_images
-            else None
-        ),
-        source="mooncake-jsonl",
-    )
-
-
-def _numbers(path: Path, name: str, raw: np.ndarray, rows: np.ndarray, unit: str) -> np.ndarray:
-    """Parse ``raw`` [N] (strings or JSON values) as finite floats or raise
-    naming the first bad one. ``rows`` [N] numbers the entries for messages."""
-    values = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(np.float64)
-    # JSON booleans would parse as 0/1; they are never a count or a time.
-    bad = ~np.isfinite(values) | np.array([isinstance(v, bool) for v in raw], dtype=bool)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InputError(f"trace {path}: {name} must be a number ({unit} {rows[i]} has {raw[i]!r})")
-    return values
-
-
-def _counts(
-    path: Path, name: str, raw: np.ndarray, minimum: int, unit: str, rows: np.ndarray | None = None
-) -> np.ndarray:
-    """Parse a token or image count column: integers >= ``minimum``."""
-    rows = np.arange(1, raw.size + 1) if rows is None else rows
-    values = _numbers(path, name, raw, rows, unit)
-    fractional = values != np.round(values)
-    if fractional.any():
-        i = int(np.argmax(fractional))
-        raise InputError(f"trace {path}: {name} must be an integer ({unit} {rows[i]} has {raw[i]!r})")
-    low = values < minimum
-    if low.any():
-        i = int(np.argmax(low))
-        raise InputError(f"trace {path}: {name} must be >= {minimum} ({unit} {rows[i]} has {int(values[i])})")
-    return values.astype(np.int64)
-
-
-def _sorted_trace(
-    seconds: np.ndarray, *, prompt: np.ndarray, output: np.ndarray, images: np.ndarray | None, source: str
-) -> Trace:
-    order = np.argsort(seconds, kind="stable")
-    return Trace(
-        arrival_s=seconds[order],
-        prompt_tokens=prompt[order],
-        output_tokens=output[order],
-        images=None if images is None else images[order],
-        source=source,
-    )
-
-
 # --------------------------------------------------------------------------
 # Requests
 
 
-def make_requests(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A run's requests, and how many were cut to fit the context."""
+
+    requests: tuple[Request, ...]
+    clipped: int  # requests whose prompt or output was cut (over_context = "clip")
+
+
+def make_requests(cfg: WorkloadConfig, streams: WorkloadStreams, *, visual_tokens_per_image: int,
+                  max_context_tokens: int) -> list[Request]:
+    """:func:`make_workload`'s requests, as a list."""
+    return list(make_workload(cfg, streams, visual_tokens_per_image=visual_tokens_per_image,
+                              max_context_tokens=max_context_tokens).requests)
+
+
+def make_workload(
     cfg: WorkloadConfig,
     streams: WorkloadStreams,
     *,
     visual_tokens_per_image: int,
     max_context_tokens: int,
-) -> list[Request]:
+) -> Workload:
     """The requests of one run, ids 0..n-1 in arrival order.
 
     ``visual_tokens_per_image`` 0 means a text-only model, which rejects any
     workload that would carry images. Every request fits the context window:
-    prompt + visual + output tokens <= ``max_context_tokens``.
+    prompt + visual + output tokens <= ``max_context_tokens``; one longer is
+    cut to fit and counted, or refused (``cfg.over_context``).
     """
     require(
         visual_tokens_per_image >= 0, f"visual_tokens_per_image must be >= 0 (got {visual_tokens_per_image})"
     )
     require(max_context_tokens >= 2, f"max_context_tokens must be >= 2 (got {max_context_tokens})")
 
-    trace = read_trace(cfg.trace_path) if cfg.arrival == "trace" else None
+    trace = None
+    if cfg.arrival == "trace":  # only the rows the run replays are kept (the cut below is exact)
+        within_s = cfg.duration_s * cfg.trace_speedup * (1 + 1e-9) + 1e-6 if cfg.duration_s is not None else None
+        trace = read_trace(cfg.trace_path, limit=cfg.num_requests, within_s=within_s)
     if trace is None:
         arrival_s = arrival_times(cfg, streams.arrivals)
     else:
@@ -445,18 +323,23 @@ def make_requests(
         count = cfg.images_min + np.minimum((u[:, 1] * span).astype(np.int64), span - 1)
         images = np.where(u[:, 0] < cfg.multimodal_share, count, 0)
 
-    prompt, output = _fit_context(
-        np.asarray(prompt, np.int64), np.asarray(output, np.int64), images,
-        visual_tokens_per_image, max_context_tokens,
-    )
+    prompt, output = np.asarray(prompt, np.int64), np.asarray(output, np.int64)
+    over = prompt + output + images * visual_tokens_per_image > max_context_tokens
+    if over.any() and cfg.over_context == "error":
+        i = int(np.argmax(over))
+        raise InputError(f"request {i} needs {int(prompt[i] + output[i] + images[i] * visual_tokens_per_image):,} "
+                         f"tokens ({prompt[i]} prompt, {output[i]} output, {images[i]} images), more than the "
+                         f"model's context of {max_context_tokens:,} ({int(over.sum())} requests do; over_context = "
+                         f"'clip' cuts them to fit)")
+    prompt, output = _fit_context(prompt, output, images, visual_tokens_per_image, max_context_tokens)
     # Small tuples are shared between requests with the same image count.
     image_tokens = {k: (visual_tokens_per_image,) * k for k in np.unique(images).tolist()}
-    return [
+    return Workload(clipped=int(over.sum()), requests=tuple(
         Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=image_tokens[k], output_tokens=o)
         for i, (t, p, k, o) in enumerate(
             zip(arrival_s.tolist(), prompt.tolist(), images.tolist(), output.tolist())
         )
-    ]
+    ))
 
 
 def _lognormal(z: np.ndarray, mean: float, cv: float) -> np.ndarray:

@@ -169,7 +169,7 @@ def test_parse_and_label(spec, label):
 
 
 @pytest.mark.parametrize("spec,needle", [("nope", "policy must be one of"), ("linear:q=1", "unknown parameter"),
-                                         ("linear:k=x", "k must be a int"), ("tree:topk=16", "topk"),
+                                         ("linear:k=x", "k must be an integer"), ("tree:topk=16", "topk"),
                                          ("truncate:threshold=1.5", "threshold"), ("batch_table:table=2:3", "start"),
                                          ("linear:k", "key=value")])
 def test_bad_policies_name_the_problem(spec, needle):

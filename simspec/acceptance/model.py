@@ -42,7 +42,7 @@ import numpy as np
 
 from simspec.acceptance.context import SELECTION_SCALES, DraftContext
 from simspec.compiled import jit
-from simspec.types import MAX_RANK, require
+from simspec.types import MAX_RANK, check_types, require
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Round:
@@ -186,6 +186,7 @@ class AcceptanceModel:
     conf_tail_decay: float | None = None
 
     def __post_init__(self):
+        check_types(self)
         require(0.0 <= self.tail_mass <= 1.0, f"tail_mass must be in [0, 1] (got {self.tail_mass})")
         require(0.0 < self.tail_decay < 1.0, f"tail_decay must be in (0, 1) (got {self.tail_decay})")
         for field in ("request_sigma", "token_sigma", "confidence_sigma", "depth_decay_logit"):

@@ -24,6 +24,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
+    if scenario.clipped_requests:
+        print(f"workload: {scenario.clipped_requests} of {len(scenario.requests)} requests cut to the model's "
+              f"{scenario.model.max_context_tokens:,}-token context (--over-context error refuses them)")
     print()
     if args.all_columns:
         print(runfolder.format_table(results.metrics, experiment.TABLE_COLUMNS))

@@ -29,7 +29,12 @@ import numpy as np
 
 from simspec.policies import rules
 from simspec.policies.base import Policy, ReplicaView, StepPlan, parse_table
-from simspec.types import MAX_DEPTH, MAX_RANK, InputError
+from simspec.types import MAX_DEPTH, MAX_RANK, InputError, checked, field_types
+
+
+MAX_NODES = 4096
+"""Draft tokens a round may verify at most (a tree's budget, marginal's
+max_nodes): far beyond any engine's, and a bound on each step's buffers."""
 
 
 def _check(ok: bool, policy: str, message: str) -> None:
@@ -99,7 +104,7 @@ class Tree(_Branching):
 
     def __post_init__(self):
         super(Tree, self).__post_init__()
-        _check(self.budget >= 1, self.name, f"budget must be >= 1 (got {self.budget})")
+        _check(1 <= self.budget <= MAX_NODES, self.name, f"budget must be in 1..{MAX_NODES} (got {self.budget})")
 
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.budget], dtype=float)
@@ -172,7 +177,7 @@ class Marginal(_Branching):
 
     def __post_init__(self):
         super(Marginal, self).__post_init__()
-        _check(self.max_nodes >= 1, self.name, f"max_nodes must be >= 1 (got {self.max_nodes})")
+        _check(1 <= self.max_nodes <= MAX_NODES, self.name, f"max_nodes must be in 1..{MAX_NODES} (got {self.max_nodes})")
 
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.max_nodes], dtype=float)
@@ -257,7 +262,9 @@ def _convert(policy: str, field, text: str):
     try:
         return kind(text)
     except ValueError:
-        raise InputError(f"policy {policy}: {field.name} must be a {kind.__name__} (got {text!r})") from None
+        raise InputError(f"policy {policy}: {field.name} must be a{'n' if kind is int else ''} "
+                         f"{ {'int': 'integer', 'float': 'number', 'str': 'string'}[kind.__name__]} "
+                         f"(got {text!r})") from None
 
 
 def make(name: str, params: dict[str, object] | None = None) -> Policy:
@@ -271,7 +278,11 @@ def make(name: str, params: dict[str, object] | None = None) -> Policy:
         if key not in known:
             allowed = ", ".join(known) or "none"
             raise InputError(f"policy {name}: unknown parameter {key!r} (allowed: {allowed})")
-        kwargs[key] = _convert(name, known[key], value) if isinstance(value, str) else value
+        value = _convert(name, known[key], value) if isinstance(value, str) else value
+        try:
+            kwargs[key] = checked(key, value, field_types(cls)[key])
+        except InputError as err:
+            raise InputError(f"policy {name}: {err}") from None
     return cls(**kwargs)
 
 
@@ -279,6 +290,8 @@ def parse(spec: str) -> Policy:
     """``"linear:k=5"`` or ``"tree:depth=6,topk=10"`` -> a policy. A
     ``batch_table`` table or ``staged`` schedule is the rest of the spec:
     ``batch_table:table=1:5,8:3``, ``staged:stages=1:tree:depth=5;16:linear:k=2``."""
+    if not isinstance(spec, str):
+        raise InputError(f"policy must be a string like 'linear:k=5' (got {spec!r})")
     name, _, rest = spec.strip().partition(":")
     params: dict[str, object] = {}
     if name in ("batch_table", "staged") and rest:
@@ -292,6 +305,8 @@ def parse(spec: str) -> Policy:
             key, sep, value = part.partition("=")
             if not sep or not key.strip():
                 raise InputError(f"policy {name}: parameters look like key=value (got {part!r})")
+            if key.strip() in params:
+                raise InputError(f"policy {name}: parameter {key.strip()!r} is given twice (in {spec.strip()!r})")
             params[key.strip()] = value.strip()
     return make(name, params)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simspec.config import SimConfig
-from simspec.types import require
+from simspec.types import check_types, require
 
 
 FORMAT = "simspec-tuned/1"
@@ -53,6 +53,7 @@ class TuneConfig:
     jobs: int = 1  # cells tuned in parallel (processes)
 
     def __post_init__(self):
+        check_types(self)
         require(self.objective in OBJECTIVES,
                 f"objective must be one of {', '.join(OBJECTIVES)} (got {self.objective!r})")
         require(len(self.families) >= 1 and all(f in FAMILIES for f in self.families),

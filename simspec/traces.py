@@ -1,0 +1,235 @@
+"""Request traces from disk: Azure LLM 2023 and LMM 2025 CSV, vLLM/AIPerf
+Mooncake-style JSONL.
+
+Imports: the standard library, numpy, pandas and simspec.types.
+
+A trace is read in blocks of rows, so memory stays bounded whatever the
+file's size: every row is checked (its number of fields, a date-time or a
+number where one belongs, integer counts within their range), and only the
+rows a run replays are kept (``limit``: the earliest ``limit`` arrivals;
+``within_s``: those within that many seconds of the first). Errors name the
+file and the row (CSV, counted from 1 after the header) or line (JSONL).
+Equal times keep file order.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from simspec.types import InputError, require
+
+BLOCK_ROWS = 1 << 16  # rows parsed at a time
+MAX_COUNT = 1 << 31  # tokens or images of one request at most: far beyond any context
+NS = 1_000_000_000
+
+CSV_SCHEMAS = {
+    # Checked in order: the LMM schema is a superset of the LLM one.
+    "azure-lmm-2025": ("TIMESTAMP", "NumImages", "ContextTokens", "GeneratedTokens"),
+    "azure-llm-2023": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+}
+JSONL_KEYS = ("timestamp", "input_length", "output_length")
+JSONL_IMAGE_KEYS = ("num_images", "images")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Trace:
+    """A request trace as read from disk, sorted by arrival."""
+
+    arrival_s: np.ndarray  # [N] float, starts at 0, sorted
+    prompt_tokens: np.ndarray  # [N] int >= 1
+    output_tokens: np.ndarray  # [N] int >= 1
+    images: np.ndarray | None  # [N] int >= 0, None when the schema has no image column
+    source: str  # schema name: "azure-llm-2023", "azure-lmm-2025", "mooncake-jsonl"
+
+
+@dataclass(slots=True)
+class _Block:
+    """Rows parsed so far: times as integers (ns for CSV, ms for JSONL) or
+    floats, their file order, counts."""
+
+    time: np.ndarray
+    order: np.ndarray  # [n] int the rows' place in the file
+    prompt: np.ndarray
+    output: np.ndarray
+    images: np.ndarray  # 0 where a row gives none
+
+
+def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: float | None = None) -> Trace:
+    """Read a trace, detecting its schema: JSONL when the name ends in
+    ``.jsonl``/``.json`` or the first line is a JSON object, CSV otherwise.
+    With ``limit``, only the earliest ``limit`` arrivals are kept; with
+    ``within_s``, only those within that many seconds of the first."""
+    path = Path(path)
+    require(path.is_file(), f"trace {path}: no such file")
+    try:
+        with path.open("r", encoding="utf-8") as f:
+            first = next((line.strip() for line in f if line.strip()), "")
+        require(first != "", f"trace {path}: the file is empty (no rows)")
+        seen = {"images": False}  # does any row give an image count?
+        if path.suffix.lower() in (".jsonl", ".json") or first.startswith("{"):
+            blocks, scale, source = _jsonl_blocks(path, seen), 1000.0, "mooncake-jsonl"
+        else:
+            source = _csv_schema(path)
+            seen["images"] = "NumImages" in CSV_SCHEMAS[source]
+            blocks, scale = _csv_blocks(path, source), float(NS)
+        kept = _select(blocks, limit, within_s, scale)
+    except UnicodeDecodeError as err:
+        raise InputError(f"trace {path}: not UTF-8 text (byte {err.start} of a block is {err.object[err.start]:#04x})")
+    require(kept is not None and len(kept.order), f"trace {path}: no rows after the header")
+    order = np.lexsort((kept.order, kept.time))  # by time, equal times in file order
+    time = kept.time[order]
+    seconds = (time - time[0]).astype(np.float64) / scale
+    return Trace(arrival_s=seconds, prompt_tokens=kept.prompt[order], output_tokens=kept.output[order],
+                 images=kept.images[order] if seen["images"] else None, source=source)
+
+
+def _select(blocks: Iterator[_Block], limit: int | None, within_s: float | None, scale: float) -> _Block | None:
+    """The rows of every block that a run keeps (module docstring)."""
+    kept = None
+    for block in blocks:
+        kept = block if kept is None else _Block(
+            np.concatenate([kept.time, block.time]), np.concatenate([kept.order, block.order]),
+            np.concatenate([kept.prompt, block.prompt]), np.concatenate([kept.output, block.output]),
+            np.concatenate([kept.images, block.images]))
+        keep = None
+        if limit is not None and len(kept.order) > limit:
+            keep = np.lexsort((kept.order, kept.time))[:limit]
+        elif within_s is not None:
+            keep = np.flatnonzero(kept.time - kept.time.min() < within_s * scale)
+        if keep is not None:
+            keep = np.sort(keep)
+            kept = _Block(kept.time[keep], kept.order[keep], kept.prompt[keep], kept.output[keep], kept.images[keep])
+    return kept
+
+
+# -- CSV -------------------------------------------------------------------------------
+
+def _csv_schema(path: Path) -> str:
+    with path.open("r", encoding="utf-8", newline="") as f:
+        header = [c.strip() for c in next(csv.reader(f), [])]
+    source = next((name for name, cols in CSV_SCHEMAS.items() if set(header).issuperset(cols)), None)
+    expected = " or ".join(",".join(cols) for cols in reversed(CSV_SCHEMAS.values()))
+    require(source is not None, f"trace {path}: columns {','.join(header)} match no known schema (expected {expected})")
+    return source
+
+
+def _csv_blocks(path: Path, source: str) -> Iterator[_Block]:
+    with path.open("r", encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, skipinitialspace=True)
+        header = [c.strip() for c in next(reader)]
+        width = len(header)
+        where = {name: header.index(name) for name in CSV_SCHEMAS[source]}
+        rows: list[list[str]] = []
+        first = 1
+        for number, row in enumerate(reader, start=1):
+            if not row:
+                continue
+            require(len(row) == width, f"trace {path}: row {number} has {len(row)} fields, the header {width} "
+                                       f"({','.join(header)})")
+            rows.append(row)
+            if len(rows) == BLOCK_ROWS:
+                yield _csv_block(path, rows, first, where)
+                first, rows = number + 1, []
+        if rows:
+            yield _csv_block(path, rows, first, where)
+
+
+def _csv_block(path: Path, rows: list[list[str]], first: int, where: dict[str, int]) -> _Block:
+    numbers = np.arange(first, first + len(rows))
+    column = {name: np.array([r[i] for r in rows], dtype=object) for name, i in where.items()}
+    raw_time = column["TIMESTAMP"]
+    # ISO8601 covers both "2023-11-16 18:15:46.6805900" and "2024-10-15T12:00:05.819Z";
+    # utc=True puts naive and Z-suffixed stamps on one clock.
+    stamp = pd.to_datetime(pd.Series(raw_time), format="ISO8601", errors="coerce", utc=True)
+    bad = stamp.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(f"trace {path}: TIMESTAMP is not a date-time (row {numbers[i]} has {raw_time[i]!r})")
+    images = (_counts(path, "NumImages", column["NumImages"], 0, "row", numbers) if "NumImages" in column
+              else np.zeros(len(rows), np.int64))
+    return _Block(time=stamp.dt.tz_localize(None).to_numpy("datetime64[ns]").astype(np.int64), order=numbers,
+                  prompt=_counts(path, "ContextTokens", column["ContextTokens"], 1, "row", numbers),
+                  output=_counts(path, "GeneratedTokens", column["GeneratedTokens"], 1, "row", numbers),
+                  images=images)
+
+
+# -- JSONL -----------------------------------------------------------------------------
+
+def _jsonl_blocks(path: Path, seen: dict) -> Iterator[_Block]:
+    rows: list[tuple[int, dict]] = []
+    with path.open("r", encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f"trace {path}: line {number} is not valid JSON ({err.msg})") from None
+            except RecursionError:
+                raise InputError(f"trace {path}: line {number} is not valid JSON (nested too deeply)") from None
+            require(isinstance(row, dict), f"trace {path}: line {number} is not a JSON object")
+            missing = [k for k in JSONL_KEYS if k not in row]
+            require(not missing, f"trace {path}: line {number} lacks {', '.join(missing)} "
+                                 f"(expected timestamp, input_length, output_length, optional num_images)")
+            seen["images"] |= any(k in row for k in JSONL_IMAGE_KEYS)
+            rows.append((number, row))
+            if len(rows) == BLOCK_ROWS:
+                yield _jsonl_block(path, rows)
+                rows = []
+    if rows:
+        yield _jsonl_block(path, rows)
+
+
+def _jsonl_block(path: Path, rows: list[tuple[int, dict]]) -> _Block:
+    numbers = np.array([n for n, _ in rows])
+
+    def values(key: str) -> np.ndarray:
+        return np.array([r[key] for _, r in rows], dtype=object)
+
+    # A row without an image count has none; some writers list the images themselves.
+    raw = [next((r[k] for k in JSONL_IMAGE_KEYS if k in r), 0) for _, r in rows]
+    images = _counts(path, "num_images", np.array([len(v) if isinstance(v, list) else v for v in raw], dtype=object),
+                     0, "line", numbers)
+    return _Block(time=_numbers(path, "timestamp", values("timestamp"), numbers, "line"), order=numbers,
+                  prompt=_counts(path, "input_length", values("input_length"), 1, "line", numbers),
+                  output=_counts(path, "output_length", values("output_length"), 1, "line", numbers),
+                  images=images)
+
+
+# -- values ----------------------------------------------------------------------------
+
+def _numbers(path: Path, name: str, raw: np.ndarray, rows: np.ndarray, unit: str) -> np.ndarray:
+    """Parse ``raw`` [N] (strings or JSON values) as finite floats or raise
+    naming the first bad one. ``rows`` [N] numbers the entries for messages."""
+    values = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(np.float64)
+    # JSON booleans would parse as 0/1; they are never a count or a time.
+    bad = ~np.isfinite(values) | np.array([isinstance(v, bool) for v in raw], dtype=bool)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(f"trace {path}: {name} must be a finite number ({unit} {rows[i]} has {raw[i]!r})")
+    return values
+
+
+def _counts(path: Path, name: str, raw: np.ndarray, minimum: int, unit: str, rows: np.ndarray) -> np.ndarray:
+    """Parse a token or image count column: integers in [minimum, MAX_COUNT]."""
+    values = _numbers(path, name, raw, rows, unit)
+    fractional = values != np.round(values)
+    if fractional.any():
+        i = int(np.argmax(fractional))
+        raise InputError(f"trace {path}: {name} must be an integer ({unit} {rows[i]} has {raw[i]!r})")
+    out = (values < minimum) | (values > MAX_COUNT)
+    if out.any():
+        i = int(np.argmax(out))
+        raise InputError(f"trace {path}: {name} must be in {minimum}..{MAX_COUNT:,} ({unit} {rows[i]} has {values[i]:.0f})")
+    return values.astype(np.int64)
+
+
+__all__ = ["Trace", "read_trace", "CSV_SCHEMAS", "MAX_COUNT"]
