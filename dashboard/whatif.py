@@ -31,6 +31,7 @@ import simspec
 from simspec import costs, experiment, policies, pool
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
+from simspec.models.config import LIVE_MODEL
 from simspec.types import PLAN_KINDS, InputError, RunLog, require
 from simspec.workloads import read_trace
 
@@ -38,7 +39,6 @@ MAX_LOAD = 4.0  # load levels above 4x saturation only measure how fast a queue 
 MAX_LEVELS = 12
 MAX_REQUESTS = 20_000  # per run; beyond this the dashboard stops being interactive
 MAX_WORKERS = 16
-LIVE_MODEL = "simspec-tiny-vlm"  # the live engine's target: the model every `simspec validate` run serves
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

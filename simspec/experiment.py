@@ -65,7 +65,7 @@ def resolve(config: SimConfig) -> Scenario:
                                        visual_tokens_per_image=model.visual_tokens_per_image,
                                        max_context_tokens=model.max_context_tokens)
     return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu),
-                    acceptance=acceptance.build(config.acceptance), requests=workload.requests,
+                    acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
 
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -35,6 +37,49 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+STAGING = ".staging-"  # a folder being built: ``.NAME.staging-XXXXXX`` beside NAME
+
+
+def check_writable(folder: str | os.PathLike, what: str) -> None:
+    """Refuse a folder files cannot be made in (created if missing), before
+    any work: an InputError naming ``what`` and why."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as err:
+        raise InputError(f"{what}: cannot write in {folder} ({err.strerror or err})") from None
+
+
+@contextmanager
+def staged_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a folder in a fresh sibling (``.NAME.staging-XXXXXX``), then
+    put it in place of ``path`` (replacing a folder there). An error or
+    Ctrl-C inside removes the sibling and leaves ``path`` as it was; a
+    sibling left by a killed process is removed by the next build."""
+    path = Path(path)
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f".{path.name}{STAGING}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{path.name}{STAGING}"))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is for the build, not the result
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{path.name}.replaced-"))
+            os.replace(path, old / "old")
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -139,5 +184,5 @@ def load_record(path: str | os.PathLike, what: str, expected: str, build: Callab
         raise InputError(f"{what} file {path} is corrupt: {error}") from None
 
 
-__all__ = ["save_record", "load_record", "write_atomic", "write_bytes", "write_text", "write_png", "write_json", "dump_json", "jsonable", "read_text",
+__all__ = ["save_record", "load_record", "check_writable", "staged_folder", "write_atomic", "write_bytes", "write_text", "write_png", "write_json", "dump_json", "jsonable", "read_text",
            "read_toml", "read_json"]

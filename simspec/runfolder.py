@@ -4,12 +4,13 @@ results, and the text table the CLI prints.
 Imports: the standard library, numpy, matplotlib (Agg canvas, never pyplot),
 simspec.types and simspec.metrics.
 
-A run folder holds ``MARKER`` (the run's meta as JSON), ``config.toml`` (the
-resolved config), ``metrics.json`` ({policy: {metric: value}}, NaN as null),
-``requests.csv`` (one row per request per policy) and three plots:
-``latency_cdf.png``, ``plan_mix.png`` and ``throughput.png``. Every file is
-written to a temporary file in the folder and renamed over its name, so a
-crash never leaves a half-written file. Plots are drawn on
+A run folder holds ``config.toml`` (the resolved config), ``metrics.json``
+({policy: {metric: value}}, NaN as null), ``requests.csv`` (one row per
+request per policy), three plots (``latency_cdf.png``, ``plan_mix.png``,
+``throughput.png``) and, written last, ``MARKER``: the run's meta, with
+``"complete": true`` and the list of its files. The folder is built beside
+its name and moved into place whole, so an interrupted or failed run leaves
+the old folder or none, never a folder that looks finished. Plots are drawn on
 ``matplotlib.figure.Figure`` with the Agg canvas rather than through pyplot,
 so writing a run is headless and leaves the caller's pyplot backend alone.
 """
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simspec import __version__
-from simspec.files import dump_json, write_png, write_text
+from simspec.files import check_writable, dump_json, staged_folder, write_png, write_text
 from simspec.types import PLAN_KINDS, RunLog, require
 
 if TYPE_CHECKING:
@@ -62,41 +65,59 @@ class RunMeta:
     kv_budget_tokens: int | None = None
     clipped_requests: int | None = None  # requests cut to the model's context
     drafter_context: str | None = None  # live
-    complete: bool | None = None  # live: every policy served every request
+    all_served: bool | None = None  # live: every policy served every request (not interrupted)
     notes: tuple[str, ...] | None = None  # live: what each policy's log noted
 
     @classmethod
     def of_live(cls, logs: list[RunLog], *, seed: int, policies: list[str], drafter_context: str) -> "RunMeta":
         return cls(kind="live", seed=seed, policies=tuple(policies), drafter_context=drafter_context,
-                   complete=len(logs) == len(policies) and all(log.complete for log in logs),
+                   all_served=len(logs) == len(policies) and all(log.complete for log in logs),
                    notes=tuple(f"{log.policy}: {note}" for log in logs for note in log.notes))
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
-def check_target(path) -> Path:
+def check_target(path) -> str | None:
     """Refuse ``path`` as a run folder unless it is new, empty, or a run
-    folder (has ``MARKER``), whose files are then overwritten; creates
-    nothing, so a run that fails later leaves no trace. Raises
-    :class:`simspec.types.InputError`, so ``--out`` never clobbers a folder
-    the user keeps other things in."""
+    folder (has ``MARKER``), and unless files can be made beside it; creates
+    nothing there, so a run that fails later leaves no trace. Returns the
+    line to print when an existing run folder will be replaced (None when
+    not). Raises :class:`simspec.types.InputError`, so ``--out`` never
+    clobbers a folder the user keeps other things in."""
     folder = Path(path)
-    if folder.exists():
+    if folder.exists() or folder.is_symlink():
         require(
-            folder.is_dir() and ((folder / MARKER).is_file() or not any(folder.iterdir())),
-            f"--out {path} exists and is not a simspec run folder (no {MARKER}); "
-            "choose a new folder",
+            folder.is_dir() and not folder.is_symlink() and ((folder / MARKER).is_file() or not any(folder.iterdir())),
+            f"--out {path} exists and is not a simspec run folder (no {MARKER}); choose a new folder",
         )
-    return folder
+    parent = folder.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    require(parent.is_dir(), f"--out {path}: {parent} is a file, not a folder")
+    check_writable(parent, f"--out {path}")
+    if not (folder / MARKER).is_file():
+        return None
+    state = "complete" if _marker(folder).get("complete") is True else "incomplete: it lacks some files"
+    return f"replacing the run folder {path} ({state})"
 
 
-def prepare(path) -> Path:
-    """Create the run folder ``path`` (and its parents) after
-    :func:`check_target` and return it."""
-    folder = check_target(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+def _marker(folder: Path) -> dict:
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return marker if isinstance(marker, dict) else {}
+
+
+def is_complete(path) -> bool:
+    """Whether ``path`` is a finished run folder: its marker says so and
+    every file it lists is there."""
+    folder = Path(path)
+    marker = _marker(folder)
+    files = marker.get("files")
+    return (marker.get("complete") is True and isinstance(files, list)
+            and all(isinstance(f, str) and (folder / f).is_file() for f in files))
 
 
 def write_run(
@@ -106,26 +127,32 @@ def write_run(
     metrics: dict[str, dict[str, float]],
     config_toml: str,
     meta: RunMeta,
+    extra: dict[str, Callable[[Path], None]] | None = None,
 ) -> None:
-    """Write every file of a run folder (see the module docstring).
+    """Write every file of a run folder (see the module docstring), and
+    ``extra``'s (name -> a function writing that file's path).
 
-    ``metrics`` is {policy: summarize(log)}; ``meta`` (seed, cost-model label,
-    calibrated or not, simspec version, ...) is dumped to ``MARKER`` with
-    sorted keys. Identical inputs give byte-identical JSON, CSV and TOML.
+    The folder is built beside ``path`` and moved into place whole, the
+    marker (``meta`` with ``"complete": true`` and the list of files)
+    written last, so ``path`` ends up the old folder, none, or the complete
+    new one. ``metrics`` is {policy: summarize(log)}. Identical inputs give
+    byte-identical JSON, CSV and TOML.
     """
     if not logs:
         raise ValueError("write_run needs at least one RunLog")
-    folder = prepare(path)
-    # The marker goes first: a run interrupted half-way still leaves a folder
-    # that prepare() accepts, so rerunning with the same --out works.
-    write_text(folder / MARKER, dump_json(meta.to_json()))
-    write_text(folder / "config.toml", config_toml)
-    write_text(folder / "metrics.json", dump_json(metrics))
-    write_requests_csv(logs, folder / "requests.csv")
-    edges = _time_edges(logs)
-    write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))
-    write_png(folder / "plan_mix.png", _plot_plan_mix(logs, edges))
-    write_png(folder / "throughput.png", _plot_throughput(logs, edges))
+    check_target(path)
+    with staged_folder(path) as folder:
+        write_text(folder / "config.toml", config_toml)
+        write_text(folder / "metrics.json", dump_json(metrics))
+        write_requests_csv(logs, folder / "requests.csv")
+        edges = _time_edges(logs)
+        write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))
+        write_png(folder / "plan_mix.png", _plot_plan_mix(logs, edges))
+        write_png(folder / "throughput.png", _plot_throughput(logs, edges))
+        for name, write in (extra or {}).items():
+            write(folder / name)
+        files = sorted(p.name for p in folder.iterdir())
+        write_text(folder / MARKER, dump_json({**meta.to_json(), "complete": True, "files": files}))
 
 
 def write_requests_csv(log: RunLog | list[RunLog], path) -> None:

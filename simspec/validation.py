@@ -29,6 +29,8 @@ from simspec import metrics, policies, workloads
 from simspec.acceptance import fit as acceptance_fit
 from simspec.costs import steps as step_costs
 from simspec.costs.steps import StepCostFit
+from simspec.models.config import LIVE_MODEL
+from simspec.profiling.runner import describe_device
 from simspec.experiment import burst_rate
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
@@ -123,8 +125,9 @@ def calibrate(models: Models, v: ValidateConfig,
             ran += [spec] * len(result.steps)
     steps += burst.steps
     ran += ["ar (capacity burst)"] * len(burst.steps)
-    cost_model, fit = step_costs.fit_step_costs(
-        steps, f"fitted to live engine steps ({next(models.target.parameters()).device.type})")
+    kind = next(models.target.parameters()).device.type
+    cost_model, fit = step_costs.fit_step_costs(steps, f"fitted to live engine steps ({kind})", model=LIVE_MODEL,
+                                                device=describe_device(kind)[1])
     acceptance = acceptance_fit.fit_acceptance(traces, name="calibrated:live")
     table = pd.DataFrame([asdict(s) for s in steps]).assign(policy=ran)
     return cost_model, acceptance, Calibration(fit=fit, traces=len(traces), steps=len(steps),
@@ -331,7 +334,8 @@ def _write(out: Path, result: Validation, cdf_logs, acceptance: AcceptanceModel,
     from matplotlib.figure import Figure
 
     out.mkdir(parents=True, exist_ok=True)
-    acceptance_fit.save_acceptance(acceptance, out / "acceptance.json", {"from": "simspec validate calibration run"})
+    acceptance_fit.save_acceptance(acceptance, out / "acceptance.json", fitted_to=LIVE_MODEL,
+                                   source={"from": "simspec validate calibration run"})
     step_costs.save_step_costs(result.calibration.fit, out / "step_costs.json")
     write_atomic(out / "calibration_steps.parquet", lambda f: cal_steps.to_parquet(f, index=False))
     write_text(out / "validation.json", json.dumps(result.table_json(), indent=2, sort_keys=True) + "\n")

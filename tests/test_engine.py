@@ -249,8 +249,10 @@ def test_acceptance_fit_recovers_a_known_model(tmp_path):
                                    np.array([0, 0.5, 1.01]))["rate"]
     assert np.max(np.abs(live - sim)) < 0.04
     path = tmp_path / "acc.json"
-    acceptance_fit.save_acceptance(fitted, path)
-    assert acceptance_fit.load_acceptance(path) == fitted
+    acceptance_fit.save_acceptance(fitted, path, fitted_to="simspec-tiny-vlm")
+    assert acceptance_fit.load_acceptance(path) == fitted == acceptance_fit.load_acceptance(path, "simspec-tiny-vlm")
+    with pytest.raises(InputError, match="fitted to simspec-tiny-vlm's drafter; the run is of LLaVA-1.5-7B"):
+        acceptance_fit.load_acceptance(path, "LLaVA-1.5-7B")
     path.write_text(json.dumps({"format": "other"}))
     with pytest.raises(InputError, match="format"):
         acceptance_fit.load_acceptance(path)
@@ -298,7 +300,7 @@ def _steps(n: int, wake_s: float = 0.0, wake_tau_s: float = 1.0, seed: int = 0) 
 
 
 def test_step_cost_fit_recovers_coefficients(tmp_path):
-    model, report = step_costs.fit_step_costs(_steps(200), "test")
+    model, report = step_costs.fit_step_costs(_steps(200), "test", model="simspec-tiny-vlm", device="cpu-test")
     assert report.median_abs_pct_error < 1.0
     assert model.calibrated and model.wake_s == 0.0  # no idle spell, no wake cost
     step_costs.save_step_costs(report, tmp_path / "c.json")
@@ -308,7 +310,7 @@ def test_step_cost_fit_recovers_coefficients(tmp_path):
 
 def test_step_cost_fit_takes_the_wake_cost_from_steps_after_idle_spells(tmp_path):
     steps = _steps(400, wake_s=0.08, wake_tau_s=0.5)
-    model, report = step_costs.fit_step_costs(steps, "test")
+    model, report = step_costs.fit_step_costs(steps, "test", model="simspec-tiny-vlm", device="cpu-test")
     assert report.wake.steps == 40
     assert (model.wake_s, model.wake_tau_s, model.wake_next_share) == pytest.approx((0.08, 0.5, 0.2), rel=0.02)
     assert model.overhead_s == pytest.approx(0.002, rel=0.02)  # the spells did not leak into the per-step cost

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from simspec.metrics import (
     summarize_full,
 )
 from simspec import __version__
-from simspec.runfolder import MARKER, RunMeta, format_table, prepare, write_run
+from simspec.runfolder import MARKER, RunMeta, check_target, format_table, is_complete, write_run
 from simspec.types import InputError, RequestRecord, RunLog
 
 REL = 1e-12
@@ -254,30 +255,91 @@ def test_rounds_total_must_cover_drafted_rounds():
 # --- run folders --------------------------------------------------------------
 
 
-def test_prepare_creates_missing_folder(tmp_path):
-    out = prepare(tmp_path / "a" / "run")
-    assert out.is_dir() and out == tmp_path / "a" / "run"
+def test_a_missing_folder_is_checked_writable_and_not_created(tmp_path):
+    assert check_target(tmp_path / "a" / "run") is None
+    assert not (tmp_path / "a").exists()
 
 
 @pytest.mark.parametrize("contents", [{}, {MARKER: "{}", "metrics.json": "{}"}],
                          ids=["empty", "run-folder"])  # fmt: skip
-def test_prepare_accepts_empty_or_run_folder(tmp_path, contents):
+def test_an_empty_or_run_folder_is_accepted(tmp_path, contents):
     for name, text in contents.items():
         (tmp_path / name).write_text(text)
-    assert prepare(tmp_path) == tmp_path
+    note = check_target(tmp_path)
+    assert note == (f"replacing the run folder {tmp_path} (incomplete: it lacks some files)" if contents else None)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(contents)  # nothing removed
 
 
-@pytest.mark.parametrize("kind", ["folder", "file"])
-def test_prepare_refuses_foreign_path(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["folder", "file", "under-a-file"])
+def test_a_foreign_path_is_refused(tmp_path, kind):
     target = tmp_path / "out"
     if kind == "folder":
         target.mkdir()
         (target / "thesis.tex").write_text("keep me")
+        match = f"is not a simspec run folder \\(no {MARKER}\\)"
+    elif kind == "file":
+        target.write_text("keep me")
+        match = f"is not a simspec run folder \\(no {MARKER}\\)"
     else:
         target.write_text("keep me")
-    with pytest.raises(InputError, match=f"is not a simspec run folder \\(no {MARKER}\\)"):
-        prepare(target)
+        target = target / "run"
+        match = "is a file, not a folder"
+    with pytest.raises(InputError, match=match):
+        check_target(target)
+
+
+def test_a_read_only_parent_is_refused_before_any_work(tmp_path):
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        if os.access(parent, os.W_OK):
+            pytest.skip("running as a user whom permissions do not stop (root)")
+        with pytest.raises(InputError, match="cannot write in"):
+            check_target(parent / "run")
+    finally:
+        parent.chmod(0o700)
+
+
+def test_the_marker_is_written_last_and_lists_every_file(tmp_path):
+    write_example(tmp_path / "run")
+    marker = json.loads((tmp_path / "run" / MARKER).read_text())
+    assert marker["complete"] is True and is_complete(tmp_path / "run")
+    assert set(marker["files"]) == {p.name for p in (tmp_path / "run").iterdir()} - {MARKER}
+    (tmp_path / "run" / "plan_mix.png").unlink()
+    assert not is_complete(tmp_path / "run")
+
+
+@pytest.mark.parametrize("when", ["config.toml", "requests.csv", "plan_mix.png"])
+def test_an_interrupted_write_leaves_the_old_folder_whole(tmp_path, monkeypatch, when):
+    from simspec import runfolder
+
+    out = tmp_path / "run"
+    write_example(out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if when == "config.toml":
+        monkeypatch.setattr(runfolder, "write_text", interrupt)
+    elif when == "requests.csv":
+        monkeypatch.setattr(runfolder, "write_requests_csv", interrupt)
+    else:
+        calls = []
+
+        def second_png(path, figure, dpi=100):
+            calls.append(path)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return original_png(path, figure, dpi)
+
+        original_png = runfolder.write_png
+        monkeypatch.setattr(runfolder, "write_png", second_png)
+    with pytest.raises(KeyboardInterrupt):
+        write_example(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "a staging folder was left behind"
 
 
 def write_example(folder):
@@ -295,7 +357,8 @@ def test_write_run_writes_every_file(tmp_path):
     names = {p.name for p in tmp_path.iterdir()}
     assert names == {MARKER, "config.toml", "metrics.json", "requests.csv",
                      "latency_cdf.png", "plan_mix.png", "throughput.png"}  # fmt: skip
-    assert json.loads((tmp_path / MARKER).read_text()) == meta
+    files = sorted(names - {MARKER})
+    assert json.loads((tmp_path / MARKER).read_text()) == {**meta, "complete": True, "files": files}
     assert (tmp_path / "config.toml").read_text() == "seed = 7\n"
     for png in ("latency_cdf.png", "plan_mix.png", "throughput.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

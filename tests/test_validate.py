@@ -70,7 +70,8 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
     saved = json.loads((out / "step_costs.json").read_text())
     assert len(steps) == saved["steps"] and set(validation.QUICK.policies) <= set(steps["policy"])
     assert (steps["idle_s"] > 0).sum() == saved["wake"]["steps"]
-    _, refit = step_costs.fit_step_costs(list(steps.itertuples(index=False)), saved["label"])
+    _, refit = step_costs.fit_step_costs(list(steps.itertuples(index=False)), saved["label"], model=saved["model"],
+                                         device=saved["device"])
     assert refit.coefficients_s == pytest.approx(saved["coefficients_s"], rel=1e-9)
     assert refit.to_json()["wake"] == pytest.approx(saved["wake"], rel=1e-9)
 

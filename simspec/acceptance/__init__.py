@@ -22,11 +22,12 @@ from simspec.acceptance.presets import (DEFAULT_PRESET, FITTED_TOP1_LOGIT, PRESE
 from simspec.types import InputError
 
 
-def build(spec: str) -> AcceptanceModel:
+def build(spec: str, model: str | None = None) -> AcceptanceModel:
     """``--acceptance``: a preset name, ``iid:P`` for i.i.d. acceptance, or
-    the path of a calibrated model file (``simspec validate`` writes one)."""
+    the path of a calibrated model file (``simspec validate`` writes one),
+    which must be of ``model`` where one is given."""
     if spec.lower().endswith(".json"):
-        return load_acceptance(spec)
+        return load_acceptance(spec, model)
     if spec.lower().startswith("iid:"):
         try:
             p = float(spec[4:])

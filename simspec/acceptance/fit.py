@@ -133,10 +133,20 @@ def fit_acceptance(traces: Sequence[AcceptanceTrace], name: str = "calibrated", 
     return model_of(best.x)
 
 
-def save_acceptance(model: AcceptanceModel, path: str | Path, source: dict | None = None) -> None:
-    save_record({"format": ACCEPTANCE_FORMAT, "model": asdict(model), "source": source or {}}, path)
+def save_acceptance(model: AcceptanceModel, path: str | Path, *, fitted_to: str, source: dict | None = None) -> None:
+    """Write ``model``, fitted to traces of the model spec ``fitted_to``'s drafter."""
+    save_record({"format": ACCEPTANCE_FORMAT, "model": asdict(model),
+                 "source": {**(source or {}), "model": fitted_to}}, path)
 
 
-def load_acceptance(path: str | Path) -> AcceptanceModel:
-    """An acceptance model file written by :func:`save_acceptance` (``--acceptance PATH``)."""
-    return load_record(path, "acceptance", ACCEPTANCE_FORMAT, lambda record: AcceptanceModel(**record["model"]))
+def load_acceptance(path: str | Path, model: str | None = None) -> AcceptanceModel:
+    """An acceptance model file written by :func:`save_acceptance` (``--acceptance
+    PATH``), refused for another ``model`` than its traces came from."""
+    record = load_record(path, "acceptance", ACCEPTANCE_FORMAT, lambda r: r)
+    source = record.get("source")
+    fitted_to = source.get("model") if isinstance(source, dict) else None
+    require(isinstance(fitted_to, str), f"acceptance file {path} does not say which model its traces came from "
+                                        f"(source.model; written by an older simspec: refit it with `simspec validate`)")
+    require(model is None or model == fitted_to, f"acceptance file {path} was fitted to {fitted_to}'s drafter; the "
+                                                 f"run is of {model} (choose --model {fitted_to} or a preset)")
+    return load_record(path, "acceptance", ACCEPTANCE_FORMAT, lambda r: AcceptanceModel(**r["model"]))

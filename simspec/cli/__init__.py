@@ -10,6 +10,7 @@ command family, each registering its subcommands with ``add(subparsers)``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from simspec import __version__
@@ -39,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except InputError as err:
         print(f"simspec: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # the reader went away (`simspec ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as err:  # a file that cannot be read or written: a full or read-only disk, a path under a file
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"simspec: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("simspec: interrupted", file=sys.stderr)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from simspec import experiment, runfolder, tune
 from simspec.cli.scenario import number
-from simspec.files import write_text
-from simspec.models.config import TrainConfig
+from simspec.files import check_writable, write_text
+from simspec.models.config import LIVE_MODEL, TrainConfig
 from simspec.types import AcceptanceTrace, InputError
 from simspec.workloads import WorkloadConfig, arrival_cv
 
@@ -48,6 +48,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     workload = WorkloadConfig(arrival=args.arrival, rate_per_s=args.rate, burstiness=args.burstiness,
                               num_requests=args.num_requests, output_mean_tokens=args.output_mean)
     specs = _live_policies(args, ("ar", "linear:k=3", "marginal"), workload)
+    replacing = runfolder.check_target(args.out) if args.out else None  # a bad --out fails before any work
     config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                         drafter_context=args.drafter_context)
     device = live.torch_device(args.device)
@@ -55,7 +56,8 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.timing_only:
         models, requests, examples, cost_model, replay = _timing_setup(args, workload, config, device)
     else:
-        cost_model = step_costs.load_step_costs(args.step_costs) if args.step_costs else affine(1.0, 0.05)
+        cost_model = (step_costs.load_step_costs(args.step_costs, model=LIVE_MODEL) if args.step_costs
+                      else affine(1.0, 0.05))
         requests, examples = live.live_workload(workload, args.seed)
         models = live.load_models(args.target, args.drafter, args.device)
         live.warm_up(models, specs, config)
@@ -75,10 +77,14 @@ def cmd_live(args: argparse.Namespace) -> int:
     if args.out:
         import json
 
+        def write_traces(path: Path) -> None:
+            write_text(path, "".join(json.dumps(t.to_json()) + "\n" for t in traces))
+
         runfolder.write_run(args.out, logs=logs, metrics=table, config_toml="", meta=runfolder.RunMeta.of_live(
-            logs, seed=args.seed, policies=specs, drafter_context=args.drafter_context))
-        write_text(Path(args.out) / "acceptance_traces.jsonl", "".join(json.dumps(t.to_json()) + "\n" for t in traces))
-        print(f"wrote {args.out}" + (" (incomplete: interrupted)" if interrupted else ""))
+            logs, seed=args.seed, policies=specs, drafter_context=args.drafter_context),
+            extra={"acceptance_traces.jsonl": write_traces})
+        print(f"wrote {args.out}" + (" (not every request served: interrupted)" if interrupted else "")
+              + (f" ({replacing})" if replacing else ""))
     return 130 if interrupted else 0
 
 
@@ -144,6 +150,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if not 1 <= args.repeats <= 10:
             raise InputError(f"--repeats must be in [1, 10] (got {args.repeats})")
         v = replace(v, repeats=args.repeats)
+    if args.out:
+        check_writable(args.out, f"--out {args.out}")  # before minutes of live runs
     models = serve.load_models(args.target, args.drafter, args.device)
     result = validation.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(validation.format_report(result))

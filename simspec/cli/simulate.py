@@ -13,8 +13,7 @@ from simspec.workloads import WorkloadConfig
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = scenario_config(args)
-    if args.out:
-        runfolder.check_target(args.out)  # refuse a bad --out before spending time
+    replacing = runfolder.check_target(args.out) if args.out else None  # a bad --out fails before any work
     started = time.perf_counter()
     results = experiment.run(cfg, progress=not args.quiet)
     wall_s = time.perf_counter() - started
@@ -38,7 +37,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out:
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
                             config_toml=configuration.to_toml(cfg), meta=results.meta)
-        print(f"run folder: {args.out}")
+        print(f"run folder: {args.out}" + (f" ({replacing})" if replacing else ""))
     return 0
 
 

@@ -93,9 +93,11 @@ def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None
         found = profiles.find(gpu.slug, model, profiles_root)
         return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu, profiles_root)
     if kind == "profile" and args:
-        return fitted.fit_profiles([profiles.load(args)], model, gpu).cost_model
+        profile = profiles.load(args)
+        profiles.check_fits(profile, model, gpu)
+        return fitted.fit_profiles([profile], model, gpu).cost_model
     if kind == "steps" and args:
-        return steps.load_step_costs(args)
+        return steps.load_step_costs(args, model=model.name, device=gpu.slug)
     if kind == "roofline" and not args:
         return _roofline(model, gpu, profiles_root)
     if kind == "constant":

@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from simspec.costs.specs import GPUS, GpuSpec, ModelSpec
-from simspec.types import InputError
+from simspec.types import InputError, require
 
 TIMING = ("median_ms", "p10_ms", "p90_ms", "samples", "skipped")
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
@@ -71,10 +72,15 @@ def _read_table(path: Path, op: str) -> pd.DataFrame:
     if "skipped" in table.columns:
         table = table[table["skipped"].isna() | (table["skipped"].astype(str).str.strip() == "")]
     numbers = table[[*SHAPES[op], "median_ms"]].apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().any(axis=1) | (numbers < 0).any(axis=1)
+    bad = numbers.isna().any(axis=1) | (numbers < 0).any(axis=1) | ~np.isfinite(numbers.to_numpy(float)).all(axis=1)
     if bad.any():
         row = int(bad.to_numpy().nonzero()[0][0]) + 2  # header is line 1
-        raise InputError(f"profile {path}: line {row} has a missing, non-numeric or negative value")
+        raise InputError(f"profile {path}: line {row} has a missing, non-numeric, infinite or negative value")
+    zero = (numbers["median_ms"] <= 0).to_numpy()
+    if zero.any():
+        row = int(zero.nonzero()[0][0]) + 2
+        raise InputError(f"profile {path}: line {row} has median_ms {numbers['median_ms'].iloc[row - 2]:g}: "
+                         "a measured time must be > 0 ms")
     return numbers.reset_index(drop=True)
 
 
@@ -102,6 +108,41 @@ def load(folder: str | Path) -> Profile:
     if not tables:
         raise InputError(f"profile {folder}: no operator CSVs with measured points")
     return Profile(folder=folder, meta=meta, tables=tables)
+
+
+VISION_OPS = ("vision_encoder", "int8_quantize", "select", "drafter_step")
+
+
+def check_fits(profile: Profile, model: ModelSpec, gpu: GpuSpec) -> None:
+    """Refuse a profile (``--cost-model profile:DIR``) of another device, or
+    of a model whose decoder layers (or, where it times them, vision encoder
+    and visual tokens) differ from ``model``'s, saying which."""
+    from simspec.costs.specs import MODELS
+
+    where = f"profile {profile.folder}"
+    require(profile.device_slug == gpu.slug,
+            f"{where} was measured on {profile.device_slug}; the run is on {gpu.slug} (choose --device "
+            f"{profile.device_slug}, or profile {gpu.slug})")
+    spec = MODELS.get(profile.model)
+    require(spec is not None, f"{where} is of model {profile.model!r}, which has no spec here "
+                              f"(known: {', '.join(MODELS)}): its shapes cannot be checked against {model.name}")
+    if spec.name == model.name:
+        return
+    require(same_layers(spec, model),
+            f"{where} is of {spec.name}, whose decoder layers differ from {model.name}'s (hidden, heads, kv heads, "
+            f"MLP, vocabulary: {_layer_shape(spec)} vs {_layer_shape(model)})")
+    vision = sorted(op for op in VISION_OPS if op in profile.tables)
+    require(not vision or _vision_shape(spec) == _vision_shape(model),
+            f"{where} times {', '.join(vision)} of {spec.name}, whose vision encoder differs from {model.name}'s "
+            f"(width, layers, visual tokens per image: {_vision_shape(spec)} vs {_vision_shape(model)})")
+
+
+def _layer_shape(m: ModelSpec) -> tuple:
+    return m.hidden, m.heads, m.kv_heads, m.mlp_hidden, m.vocab
+
+
+def _vision_shape(m: ModelSpec) -> tuple:
+    return m.vision_hidden, m.vision_layers, m.visual_tokens_per_image
 
 
 def same_layers(a: ModelSpec, b: ModelSpec) -> bool:

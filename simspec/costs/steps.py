@@ -102,6 +102,8 @@ class StepCostFit:
     (``step_costs.json``: :meth:`to_json`)."""
 
     label: str
+    model: str  # the model spec name the live engine served
+    device: str  # the device slug it ran on (as profiles/ names it)
     coefficients_s: dict[str, float]  # FEATURES -> seconds
     wake: WakeFit
     steps: int  # step records fitted
@@ -119,14 +121,15 @@ class StepCostFit:
                                        wake_next_share=self.wake.wake_next_share, steps=self.wake.steps))
 
     def to_json(self) -> dict:
-        return {"format": COST_FORMAT, "label": self.label, "coefficients_s": dict(self.coefficients_s),
+        return {"format": COST_FORMAT, "label": self.label, "model": self.model, "device": self.device,
+                "coefficients_s": dict(self.coefficients_s),
                 "wake": asdict(self.wake), "steps": self.steps, "median_abs_pct_error": self.median_abs_pct_error,
                 "p95_abs_pct_error": self.p95_abs_pct_error, "total_time_error_pct": self.total_time_error_pct}
 
     @classmethod
     def from_json(cls, record: dict) -> "StepCostFit":
         wake = record.get("wake", {})
-        return cls(label=str(record["label"]),
+        return cls(label=str(record["label"]), model=record["model"], device=record["device"],
                    coefficients_s={k: float(c) for k, c in record["coefficients_s"].items() if k in FEATURES},
                    wake=WakeFit(wake_s=float(wake.get("wake_s", 0.0)), wake_tau_s=float(wake.get("wake_tau_s", 1.0)),
                                 wake_next_share=float(wake.get("wake_next_share", 0.0)),
@@ -137,7 +140,7 @@ class StepCostFit:
                    total_time_error_pct=float(record.get("total_time_error_pct", float("nan"))))
 
 
-def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, StepCostFit]:
+def fit_step_costs(steps: Sequence, label: str, *, model: str, device: str) -> tuple[CostModel, StepCostFit]:
     """Fit the cost model's terms to live step records. Where steps also
     record how long drafting (``draft_s``) and the target's part
     (``target_s``) took, each part is fitted on its own terms and the rest
@@ -175,12 +178,12 @@ def fit_step_costs(steps: Sequence, label: str) -> tuple[CostModel, StepCostFit]
     share = float(np.clip(after.sum() / total, 0.0, 1.0)) if wake_s > 0 and total > 0 else 0.0
     wake = WakeFit(wake_s=wake_s, wake_tau_s=wake_tau_s, wake_next_share=share, steps=int(idle.sum()))
     c = dict(zip(FEATURES, coef.tolist()))
-    model = cost_model_from(c, label, wake)
-    woke_first, woke_after = model.wake_split_s(idle_s[idle])
+    cost = cost_model_from(c, label, wake)
+    woke_first, woke_after = cost.wake_split_s(idle_s[idle])
     predicted[idle] += woke_first
     predicted[following] += woke_after[has_after]
     error = np.abs(predicted - durations) / durations
-    return model, StepCostFit(label=label, coefficients_s=c, wake=wake, steps=len(steps),
+    return cost, StepCostFit(label=label, model=model, device=device, coefficients_s=c, wake=wake, steps=len(steps),
                               median_abs_pct_error=float(np.median(error) * 100),
                               p95_abs_pct_error=float(np.percentile(error, 95) * 100),
                               total_time_error_pct=float((predicted.sum() / durations.sum() - 1) * 100))
@@ -205,6 +208,15 @@ def save_step_costs(fit: StepCostFit, path: str | Path) -> None:
     save_record(fit.to_json(), path)
 
 
-def load_step_costs(path: str | Path) -> CostModel:
-    """A cost model file written by :func:`save_step_costs` (``--cost-model steps:PATH``)."""
-    return load_record(path, "step-cost", COST_FORMAT, lambda record: StepCostFit.from_json(record).cost_model())
+def load_step_costs(path: str | Path, *, model: str | None = None, device: str | None = None) -> CostModel:
+    """A cost model file written by :func:`save_step_costs` (``--cost-model
+    steps:PATH``), refused for another ``model`` or ``device`` than it was fitted on."""
+    record = load_record(path, "step-cost", COST_FORMAT, lambda r: r)
+    for key in ("model", "device"):
+        require(isinstance(record.get(key), str), f"step-cost file {path} does not say which {key} it was fitted "
+                                                  f"on (written by an older simspec: refit it with `simspec validate`)")
+    fit = load_record(path, "step-cost", COST_FORMAT, StepCostFit.from_json)
+    for what, want, have in (("model", model, fit.model), ("device", device, fit.device)):
+        require(want is None or want == have, f"step-cost file {path} was fitted to {have} ({what}); the run "
+                                              f"asks for {want} (choose --{what} {have})")
+    return fit.cost_model()

@@ -12,6 +12,10 @@ from dataclasses import asdict, dataclass, fields
 from simspec.types import InputError, require
 
 
+LIVE_MODEL = "simspec-tiny-vlm"
+"""The model spec (simspec.costs.specs) of the shipped checkpoints: what the live engine serves."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrainConfig:
     steps: int = 2200

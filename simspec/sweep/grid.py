@@ -30,7 +30,7 @@ def calibration(sweep: SweepConfig) -> dict[tuple[str, str, str], str]:
         try:
             model, gpu = costs.model_spec(config.model), costs.gpu_spec(config.device)
             built = costs.build(config.cost_model, model, gpu)
-            acceptance.build(config.acceptance)
+            acceptance.build(config.acceptance, model.name)
             config.engine.kv_budget_tokens(model, gpu)
         except InputError as err:
             raise InputError(f"sweep: {err}") from None
