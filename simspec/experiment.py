@@ -123,6 +123,6 @@ def burst_rate(requests, *, policy: str, costs, acceptance, engine, kv_budget_to
     queue = [replace(r, arrival_s=0.0) for r in requests]
     log = simulate(queue, policy=policies.parse(policy), costs=costs, acceptance=acceptance, engine=engine,
                    kv_budget_tokens=kv_budget_tokens, seed=seed)
-    finish = np.sort([r.finish_s for r in log.requests])
+    finish = np.sort(log.table.finish_s)
     k = int(0.9 * len(finish))
     return k / finish[k - 1]

@@ -17,7 +17,7 @@ default linear percentiles). An empty population gives NaN, never an error.
 Only completed requests count: those with a finite ``first_token_s`` and
 ``finish_s`` (an interrupted run may log requests that never finished).
 
-Speculative decoding, from the per-round arrays of the log:
+Speculative decoding, from the log's round counts (``RunLog.rounds``):
 
 - ``spec_decode_acceptance_length`` = 1 + accepted / rounds_total: tokens
   emitted per verification round, AR rounds included (1.0 with no drafts).
@@ -27,6 +27,9 @@ Speculative decoding, from the per-round arrays of the log:
 - ``spec_decode_per_position_acceptance_rates`` (only in
   :func:`summarize_full`): at depth j, drafted rounds that accepted at least j
   tokens over drafted rounds that planned depth >= j.
+
+ITL comes from the log's gaps (``RunLog.gaps``): exact while a run keeps
+every gap, from fine bins beyond (simspec.logs).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import math
 
 import numpy as np
 
-from simspec.types import PLAN_KINDS, RunLog, require
+from simspec.logs import bin_value_s
+from simspec.types import MAX_DEPTH, PLAN_KINDS, Gaps, RunLog, require
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -69,7 +73,6 @@ def summarize(
     multi = output_tokens > 1
     tpot_s = np.zeros(ttft_s.size)  # 0 for single-token requests, as vLLM's goodput
     tpot_s[multi] = (e2el_s[multi] - ttft_s[multi]) / (output_tokens[multi] - 1)
-    done_ids = req["id"][done] if not done.all() else None
 
     out: dict[str, float] = {
         "completed": int(done.sum()),
@@ -88,14 +91,9 @@ def summarize(
         output_tokens.sum() + req["prompt_tokens"][done].sum(), duration_s
     )
 
-    populations_s = {
-        "ttft": ttft_s,
-        "tpot": tpot_s[multi],
-        "itl": _itl_s(log, done_ids),
-        "e2el": e2el_s,
-    }
+    populations_s = {"ttft": ttft_s, "tpot": tpot_s[multi], "e2el": e2el_s}
     for name in LATENCIES:
-        out.update(_stats_ms(name, populations_s[name]))
+        out.update(_itl_ms(log.gaps, done) if name == "itl" else _stats_ms(name, populations_s[name]))
 
     out.update(_acceptance(log))
     queue_s = req["admitted_s"] - req["arrival_s"]
@@ -128,61 +126,48 @@ def per_position_acceptance(log: RunLog, max_depth: int | None = None) -> list[f
     Rate j = drafted rounds with accepted >= j / drafted rounds with planned
     depth >= j; NaN where no round planned that deep.
     """
-    accepted = np.asarray(log.round_accepted, dtype=np.int64)  # [Rd]
-    depth = np.asarray(log.round_depth, dtype=np.int64)  # [Rd]
+    reached = np.asarray(log.rounds.accepted_at_least or [0] * MAX_DEPTH, dtype=float)  # [MAX_DEPTH]
+    planned = np.asarray(log.rounds.depth_at_least or [0] * MAX_DEPTH, dtype=float)
     if max_depth is None:
-        max_depth = int(depth.max()) if depth.size else 0
+        max_depth = int(np.flatnonzero(planned > 0).max() + 1) if (planned > 0).any() else 0
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
-    reached = _at_least(accepted, max_depth)  # [max_depth]
-    planned = _at_least(depth, max_depth)  # [max_depth]
     rates = np.full(max_depth, np.nan)
-    np.divide(reached, planned, out=rates, where=planned > 0)
+    np.divide(reached[:max_depth], planned[:max_depth], out=rates[:min(max_depth, MAX_DEPTH)],
+              where=planned[:max_depth] > 0)
     return [float(r) for r in rates]
 
 
-def _at_least(values: np.ndarray, max_depth: int) -> np.ndarray:
-    """[max_depth] count of values >= j for j = 1..max_depth."""
-    counts = np.bincount(np.clip(values, 0, max_depth), minlength=max_depth + 1)
-    return np.cumsum(counts[::-1])[::-1][1:]
-
-
 def _acceptance(log: RunLog) -> dict[str, float]:
-    accepted = np.asarray(log.round_accepted, dtype=np.int64)  # [Rd]
-    drafted = np.asarray(log.round_drafted, dtype=np.int64)  # [Rd]
-    if accepted.size and log.rounds_total < accepted.size:
+    r = log.rounds
+    if r.rounds and log.rounds_total < r.rounds:
         raise ValueError(
             f"RunLog.rounds_total ({log.rounds_total}) must count every round, "
-            f"including the {accepted.size} drafted ones"
+            f"including the {r.rounds} drafted ones"
         )
-    total_accepted = int(accepted.sum())
-    total_drafted = int(drafted.sum())
-    length = 1.0 + total_accepted / log.rounds_total if accepted.size else 1.0
     return {
-        "spec_decode_acceptance_length": length,
-        "spec_decode_draft_acceptance_rate": (
-            total_accepted / total_drafted if total_drafted else _NAN
-        ),
+        "spec_decode_acceptance_length": 1.0 + r.accepted / log.rounds_total if r.rounds else 1.0,
+        "spec_decode_draft_acceptance_rate": r.accepted / r.drafted if r.drafted else _NAN,
     }
 
 
-def _itl_s(log: RunLog, keep_ids: np.ndarray | None) -> np.ndarray:
-    """[C - requests] pooled gaps between consecutive chunks of a request."""
-    request = np.asarray(log.chunk_request)  # [C]
-    time_s = np.asarray(log.chunk_time_s, dtype=float)  # [C]
-    if keep_ids is not None:
-        keep = np.isin(request, keep_ids)
-        request, time_s = request[keep], time_s[keep]
-    # A stable sort keeps each request's chunks in log order, which is
-    # emission order; only a log recorded out of order pays for the lexsort.
-    order = np.argsort(request, kind="stable")
-    request, time_s = request[order], time_s[order]
-    same = request[1:] == request[:-1]  # [C - 1]
-    gaps = np.diff(time_s)[same]
-    if np.any(gaps < 0):
-        order = np.lexsort((time_s, request))
-        gaps = np.diff(time_s[order])[same]  # request[order] == request: same mask
-    return gaps
+def _itl_ms(gaps: Gaps, done: np.ndarray) -> dict[str, float]:
+    """ITL statistics from a run's gaps: exact while every gap is kept (the
+    completed requests' only), else from their bins (percentiles within
+    half a bin's width, simspec.logs)."""
+    if gaps.exact_s is not None:
+        values = gaps.exact_s if done.all() else gaps.exact_s[done[gaps.exact_request]]
+        return _stats_ms("itl", values)
+    counts = gaps.bins
+    n = int(counts.sum())
+    if not n:
+        return {f"{stat}_itl_ms": _NAN for stat in STATS}
+    cumulative = np.cumsum(counts)
+    values = {"mean": gaps.mean_s, "std": math.sqrt(gaps.m2_s2 / gaps.count)}
+    for stat, q in (("median", 50), ("p90", 90), ("p95", 95), ("p99", 99)):
+        rank = q / 100 * (n - 1)
+        values[stat] = float(bin_value_s(int(np.searchsorted(cumulative, rank, side="right"))))
+    return {f"{stat}_itl_ms": float(values[stat] * 1e3) for stat in STATS}
 
 
 def _stats_ms(name: str, values_s: np.ndarray) -> dict[str, float]:
@@ -201,18 +186,9 @@ def _per_s(amount, duration_s: float) -> float:
 
 
 def _request_columns(log: RunLog) -> dict[str, np.ndarray]:
-    records = log.requests
-    n = len(records)
+    t = log.table
     floats = ("arrival_s", "admitted_s", "first_token_s", "finish_s")
     ints = ("id", "prompt_tokens", "output_tokens", "preemptions")
-    cols = {
-        name: np.fromiter((getattr(r, name) for r in records), dtype=float, count=n)
-        for name in floats
-    }
-    cols.update(
-        {
-            name: np.fromiter((getattr(r, name) for r in records), dtype=np.int64, count=n)
-            for name in ints
-        }
-    )
+    cols = {name: np.asarray(getattr(t, name), dtype=float) for name in floats}
+    cols.update({name: np.asarray(getattr(t, name), dtype=np.int64) for name in ints})
     return cols

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simspec import __version__
-from simspec.files import check_writable, dump_json, staged_folder, write_png, write_text
+from simspec.files import check_writable, dump_json, staged_folder, write_atomic, write_png, write_text
 from simspec.types import PLAN_KINDS, RunLog, require
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ CSV_COLUMNS = (
     "id", "policy", "arrival_s", "admitted_s", "first_token_s", "finish_s",
     "prompt_tokens", "output_tokens", "images", "visual_tokens", "preemptions",
 )  # fmt: skip
+CSV_FIELDS = tuple(c for c in CSV_COLUMNS if c != "policy")  # RequestTable's columns, in the CSV's order
 TIME_BINS = 60
 """Time bins of the plan-mix and throughput plots."""
 
@@ -160,7 +161,7 @@ def write_requests_csv(log: RunLog | list[RunLog], path) -> None:
     (atomically): one row per request per policy, sorted by id within a
     policy, floats as ``%.9f`` so identical logs give identical bytes."""
     logs = [log] if isinstance(log, RunLog) else list(log)
-    write_text(Path(path), _requests_csv(logs))
+    write_atomic(Path(path), lambda f: _requests_csv(logs, f))
 
 
 def format_table(metrics: dict[str, dict[str, float]], columns: list[str],
@@ -259,22 +260,24 @@ def _cell(value) -> str:
 # --- files ------------------------------------------------------------------
 
 
-def _requests_csv(logs: list[RunLog]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+CSV_BLOCK = 1 << 16  # rows formatted at a time: the file is streamed, never built whole
+
+
+def _requests_csv(logs: list[RunLog], f) -> None:
+    text = io.TextIOWrapper(f, encoding="utf-8", newline="")
+    writer = csv.writer(text, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for log in logs:
-        for r in sorted(log.requests, key=lambda r: r.id):
-            writer.writerow(
-                (
-                    r.id, log.policy,
-                    f"{r.arrival_s:.9f}", f"{r.admitted_s:.9f}",
-                    f"{r.first_token_s:.9f}", f"{r.finish_s:.9f}",
-                    r.prompt_tokens, r.output_tokens, r.images, r.visual_tokens,
-                    r.preemptions,
-                )
-            )  # fmt: skip
-    return buf.getvalue()
+        t = log.table
+        order = np.argsort(t.id, kind="stable")
+        for start in range(0, len(order), CSV_BLOCK):
+            rows = order[start:start + CSV_BLOCK]
+            columns = [getattr(t, name)[rows].tolist() for name in CSV_FIELDS]
+            writer.writerows(
+                (i, log.policy, f"{a:.9f}", f"{q:.9f}", f"{ft:.9f}", f"{fin:.9f}", p, o, im, v, pre)
+                for i, a, q, ft, fin, p, o, im, v, pre in zip(*columns))
+    text.flush()
+    text.detach()
 
 
 # --- plots ------------------------------------------------------------------
@@ -282,11 +285,8 @@ def _requests_csv(logs: list[RunLog]) -> str:
 
 def _latencies_ms(log: RunLog) -> dict[str, np.ndarray]:
     """Per completed request: ttft and e2el in ms (definitions in metrics)."""
-    n = len(log.requests)
-    times = {
-        name: np.fromiter((getattr(r, name) for r in log.requests), dtype=float, count=n)
-        for name in ("arrival_s", "first_token_s", "finish_s")
-    }
+    times = {name: np.asarray(getattr(log.table, name), dtype=float)
+             for name in ("arrival_s", "first_token_s", "finish_s")}
     done = np.isfinite(times["first_token_s"]) & np.isfinite(times["finish_s"])
     arrival_s = times["arrival_s"][done]
     return {
@@ -357,11 +357,8 @@ def _plot_throughput(logs: list[RunLog], edges: np.ndarray) -> "Figure":
     centers = (edges[:-1] + edges[1:]) / 2
     width_s = np.diff(edges)
     for log in logs:
-        tokens, _ = np.histogram(
-            np.asarray(log.chunk_time_s, dtype=float),
-            edges,
-            weights=np.asarray(log.chunk_tokens, dtype=float),
-        )
+        end_s = np.asarray(log.step_start_s, dtype=float) + np.asarray(log.step_duration_s, dtype=float)
+        tokens, _ = np.histogram(end_s, edges, weights=np.asarray(log.step_tokens, dtype=float))
         ax.plot(centers, tokens / width_s, label=log.policy)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("output tokens/s")

@@ -236,28 +236,97 @@ class AcceptanceTrace:
             raise InputError(f"acceptance trace {str(row)[:80]}: {err}") from None
 
 
+class RequestTable(typing.NamedTuple):
+    """How every request of a run went, as columns: what ``requests.csv``,
+    the metrics and the plots read (a RequestRecord per row, :meth:`records`).
+    Times are seconds; NaN where a request never got that far."""
+
+    id: np.ndarray  # [N] int
+    arrival_s: np.ndarray  # [N] float
+    admitted_s: np.ndarray  # [N] float, first scheduled (queueing delay = admitted - arrival)
+    first_token_s: np.ndarray  # [N] float
+    finish_s: np.ndarray  # [N] float
+    prompt_tokens: np.ndarray  # [N] int
+    output_tokens: np.ndarray  # [N] int
+    images: np.ndarray  # [N] int
+    visual_tokens: np.ndarray  # [N] int
+    preemptions: np.ndarray  # [N] int
+
+    @classmethod
+    def of(cls, records) -> "RequestTable":
+        """The table of RequestRecords (numpy's arrays, imported here only when called)."""
+        import numpy
+
+        kinds = {"arrival_s": float, "admitted_s": float, "first_token_s": float, "finish_s": float}
+        return cls(**{name: numpy.array([getattr(r, name) for r in records], dtype=kinds.get(name, numpy.int64))
+                      for name in cls._fields})
+
+    def records(self) -> tuple[RequestRecord, ...]:
+        columns = [c.tolist() for c in self]
+        return tuple(RequestRecord(**dict(zip(self._fields, row))) for row in zip(*columns))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundStats:
+    """The drafted rounds of a run, counted: what the acceptance metrics need."""
+
+    rounds: int = 0  # drafted rounds
+    accepted: int = 0  # accepted draft tokens, all rounds
+    drafted: int = 0  # draft tokens, all rounds
+    accepted_at_least: tuple[int, ...] = ()  # [j-1] rounds that accepted >= j tokens, j = 1..MAX_DEPTH
+    depth_at_least: tuple[int, ...] = ()  # [j-1] rounds that planned depth >= j
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gaps:
+    """The gaps between consecutive chunks of each request (ITL), pooled:
+    every gap, in request order and then time order, while there are at
+    most ``simspec.logs.EXACT_GAPS``; beyond, their count in fine log-spaced
+    bins (``simspec.logs.GAP_BINS``), their mean and spread."""
+
+    count: int = 0
+    exact_s: np.ndarray | None = None  # [G] float every gap, or None when binned
+    exact_request: np.ndarray | None = None  # [G] int the row of ``RunLog.table`` each gap is of
+    bins: np.ndarray | None = None  # [GAP_BINS] int counts, when binned
+    mean_s: float = 0.0
+    m2_s2: float = 0.0  # sum of squared deviations from the mean
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunLog:
     """Everything a run measured: the input of metrics, plots and CSVs.
 
     Token emissions are chunks: one per request per round, all tokens of a
     chunk sharing the step's end time (as a streaming server sends them).
+    Memory stays bounded however long the run: per request a row of
+    ``table``, per step a few numbers, rounds and chunk gaps as counts
+    (``rounds``, ``gaps``). The per-chunk and per-round arrays are kept
+    only while a run has at most ``simspec.logs.DETAIL_EVENTS`` of them
+    (None beyond): golden timelines and tests read them.
     """
 
     policy: str
-    requests: tuple[RequestRecord, ...]
-    chunk_request: np.ndarray  # [C] int request id of each emitted chunk
-    chunk_time_s: np.ndarray  # [C] float emission time
-    chunk_tokens: np.ndarray  # [C] int tokens in the chunk
-    round_accepted: np.ndarray  # [Rd] int accepted draft tokens of each drafted round
-    round_depth: np.ndarray  # [Rd] int planned depth of each drafted round
-    round_drafted: np.ndarray  # [Rd] int draft tokens of each drafted round
+    table: RequestTable
+    rounds: RoundStats
+    gaps: Gaps
     step_start_s: np.ndarray  # [S] float
     step_duration_s: np.ndarray  # [S] float
     step_plans: np.ndarray  # [S, 3] int rounds planned as AR / linear / tree
     step_batch: np.ndarray  # [S] int decode batch size
+    step_tokens: np.ndarray  # [S] int tokens emitted at the step's end
     start_s: float  # first arrival
     end_s: float  # last finish
     rounds_total: int = 0  # verification rounds, drafted or not
     complete: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    chunk_request: np.ndarray | None = None  # [C] int request id of each emitted chunk
+    chunk_time_s: np.ndarray | None = None  # [C] float emission time
+    chunk_tokens: np.ndarray | None = None  # [C] int tokens in the chunk
+    round_accepted: np.ndarray | None = None  # [Rd] int accepted draft tokens of each drafted round
+    round_depth: np.ndarray | None = None  # [Rd] int planned depth of each drafted round
+    round_drafted: np.ndarray | None = None  # [Rd] int draft tokens of each drafted round
+
+    @property
+    def requests(self) -> tuple[RequestRecord, ...]:
+        """One record per request (built from ``table``: for small runs and tests)."""
+        return self.table.records()

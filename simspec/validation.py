@@ -346,7 +346,7 @@ def _write(out: Path, result: Validation, cdf_logs, acceptance: AcceptanceModel,
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (title, live_log, sim_log) in zip(axes.ravel(), cdf_logs):
         for log, style, label in ((live_log, "-", "live"), (sim_log, "--", "sim")):
-            e2el = np.sort([(r.finish_s - r.arrival_s) * 1e3 for r in log.requests])
+            e2el = np.sort((log.table.finish_s - log.table.arrival_s) * 1e3)
             ax.plot(e2el, np.arange(1, len(e2el) + 1) / len(e2el), style, label=label)
         ax.set_title(title, fontsize=8)
         ax.set_xlabel("e2el (ms)", fontsize=8)

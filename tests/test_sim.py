@@ -230,3 +230,26 @@ def test_chain_first_drafting_counts_each_off_chain_parent_once():
     assert rows.tolist() == [0, 1, 2]
     chain = np.array([[code(1), code(1, 1), code(1, 1, 1)]], dtype=np.int64)
     assert offchain_rows(chain, np.array([3]), 3).tolist() == [0, 0, 0]
+
+
+def test_a_long_run_keeps_counts_not_events_and_its_metrics(monkeypatch):
+    """Past the detail and exact-gap limits the log drops its per-chunk and
+    per-round arrays and bins the gaps; every metric but the ITL percentiles
+    is unchanged, and those move by less than the bins' half width."""
+    from simspec import logs, metrics
+
+    requests = requests_at(np.arange(40) * 0.05, output=30)
+    small = run(requests, policies.parse("linear:k=3"))
+    monkeypatch.setattr(logs, "DETAIL_EVENTS", 10)
+    monkeypatch.setattr(logs, "EXACT_GAPS", 10)
+    big = run(requests, policies.parse("linear:k=3"))
+    assert small.chunk_request is not None and big.chunk_request is None and big.round_accepted is None
+    assert big.gaps.exact_s is None and big.gaps.count == small.gaps.count == len(small.gaps.exact_s)
+    a, b = metrics.summarize_full(small), metrics.summarize_full(big)
+    for key in a:
+        if key.endswith("_itl_ms") and not key.startswith(("mean", "std")):
+            assert b[key] == pytest.approx(a[key], rel=(logs.GAP_RATIO - 1) / 2 + 1e-12), key
+        elif key.endswith("_itl_ms"):
+            assert b[key] == pytest.approx(a[key], rel=1e-9, abs=1e-9), key
+        else:
+            assert b[key] == a[key] or (a[key] != a[key] and b[key] != b[key]), key

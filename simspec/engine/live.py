@@ -111,6 +111,7 @@ class _Run:
     chunks: list[tuple[int, float, int]] = field(default_factory=list)  # (request index, time, tokens) emitted
     rounds: list[tuple[int, int, int]] = field(default_factory=list)  # (accepted, depth, drafted) of drafted rounds
     steps: list[StepRecord] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)  # tokens emitted at each step's end
     traces: list[AcceptanceTrace] = field(default_factory=list)
     arrived: int = 0
     finished: int = 0
@@ -262,9 +263,11 @@ class LiveEngine:
                 run.chunks.append((o.seq.index, end, o.emitted))
                 if o.drafted > 0:
                     run.rounds.append((o.accepted, o.depth, o.drafted))
-            for i in sched.complete_prefill(chunks):
+            first = sched.complete_prefill(chunks)
+            for i in first:
                 run.first_s[i] = end
                 run.chunks.append((i, end, 1))
+            run.step_tokens.append(sum(o.emitted for o in outcomes) + len(first))
             done = sched.retire()
             for i in done:
                 run.finish_s[i] = end

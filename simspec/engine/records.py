@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simspec.types import AcceptanceTrace, RequestRecord, RunLog
+from simspec.logs import LogBuilder
+from simspec.types import AcceptanceTrace, RequestTable, RunLog
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,26 +54,24 @@ def run_log(label: str, run, notes: tuple[str, ...]) -> RunLog:
     """The RunLog of a live run (simspec.engine.live._Run: its requests, their
     emitted tokens and times, the chunks, rounds and steps it recorded)."""
     requests, steps = run.requests, run.steps
-    records = tuple(
-        RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(run.admitted_s[i]),
-                      first_token_s=float(run.first_s[i]), finish_s=float(run.finish_s[i]),
-                      prompt_tokens=r.prompt_tokens, output_tokens=min(len(run.seqs[i].emitted), r.output_tokens),
-                      images=r.images, visual_tokens=r.visual_tokens)
-        for i, r in enumerate(requests))
-    ids = np.array([r.id for r in requests], dtype=np.int64)
+    builder = LogBuilder(np.array([r.id for r in requests], dtype=np.int64))
     idx = np.array([c[0] for c in run.chunks], dtype=np.int64)
-    times = np.array([c[1] for c in run.chunks])
-    tokens = np.array([c[2] for c in run.chunks], dtype=np.int64)
+    times = np.array([c[1] for c in run.chunks], dtype=float)
     order = np.argsort(times, kind="stable")
+    builder.chunks(idx[order], times[order], np.array([c[2] for c in run.chunks], dtype=np.int64)[order])
     rd = np.array(run.rounds, dtype=np.int64).reshape(-1, 3)
-    finish = run.finish_s
-    return RunLog(
-        policy=label, requests=records, chunk_request=ids[idx[order]] if len(idx) else idx,
-        chunk_time_s=times[order], chunk_tokens=tokens[order], round_accepted=rd[:, 0], round_depth=rd[:, 1],
-        round_drafted=rd[:, 2], step_start_s=np.array([s.start_s for s in steps]),
-        step_duration_s=np.array([s.duration_s for s in steps]),
-        step_plans=np.array([s.plans for s in steps], dtype=np.int64).reshape(-1, 3),
-        step_batch=np.array([s.batch for s in steps], dtype=np.int64),
-        start_s=float(min((r.arrival_s for r in requests), default=0.0)),
-        end_s=float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0,
-        rounds_total=int(sum(s.batch for s in steps)), complete=bool(np.isfinite(finish).all()), notes=notes)
+    builder.rounds(rd[:, 0], rd[:, 1], rd[:, 2])
+    builder.steps(np.array([s.start_s for s in steps], dtype=float), np.array([s.duration_s for s in steps], dtype=float),
+                  np.array([s.batch for s in steps], dtype=np.int64),
+                  np.array([s.plans for s in steps], dtype=np.int64).reshape(-1, 3),
+                  np.array(run.step_tokens, dtype=np.int64))
+    table = RequestTable(
+        id=np.array([r.id for r in requests], np.int64), arrival_s=np.array([r.arrival_s for r in requests], float),
+        admitted_s=run.admitted_s, first_token_s=run.first_s, finish_s=run.finish_s,
+        prompt_tokens=np.array([r.prompt_tokens for r in requests], np.int64),
+        output_tokens=np.array([min(len(run.seqs[i].emitted), r.output_tokens) for i, r in enumerate(requests)],
+                               np.int64),
+        images=np.array([r.images for r in requests], np.int64),
+        visual_tokens=np.array([r.visual_tokens for r in requests], np.int64),
+        preemptions=np.zeros(len(requests), np.int64))
+    return builder.finish(policy=label, table=table, complete=bool(np.isfinite(run.finish_s).all()), notes=notes)

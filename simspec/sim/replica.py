@@ -41,30 +41,31 @@ from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
 from simspec.costs import CostModel
 from simspec.policies import Policy
 from simspec.scheduling import EngineConfig, Estimate, Scheduler
-from simspec.types import Request, RequestRecord, RunLog
+from simspec.logs import LogBuilder
+from simspec.types import Request, RequestTable, RunLog
 
 LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
 
 
 class _LogBuffers:
-    """Preallocated buffers the compiled step loop writes, flushed into
-    lists of arrays whenever a call could overflow them."""
+    """Preallocated buffers the compiled step loop writes, handed to a
+    LogBuilder (simspec.logs: bounded memory) whenever a call could
+    overflow them."""
 
-    def __init__(self, max_batch: int):
+    def __init__(self, max_batch: int, builder: LogBuilder):
         chunks = LOG_STEPS * max_batch
+        self.builder = builder
         self.buffers = steps.Logs(
             chunk_id=np.zeros(chunks, np.int64), chunk_tokens=np.zeros(chunks, np.int64),
             chunk_time_s=np.zeros(chunks), round_accepted=np.zeros(chunks, np.int64),
             round_depth=np.zeros(chunks, np.int64), round_drafted=np.zeros(chunks, np.int64),
             step_start_s=np.zeros(LOG_STEPS), step_duration_s=np.zeros(LOG_STEPS),
             step_batch=np.zeros(LOG_STEPS, np.int64), step_plans=np.zeros((LOG_STEPS, 3), np.int64),
-            fill=np.zeros(3, np.int64))
-        self.flushed: dict[str, list[np.ndarray]] = {name: [] for name in steps.Logs._fields if name != "fill"}
-        self.extra_chunks: list[tuple[np.ndarray, np.ndarray, float]] = []  # first tokens after prefill
+            step_tokens=np.zeros(LOG_STEPS, np.int64), fill=np.zeros(3, np.int64))
 
     def room_for(self, batch: int, count: int) -> int:
-        """Steps of ``batch`` requests that fit; flushes first when short."""
+        """Steps of ``batch`` chunks each that fit; flushes first when short."""
         fill = self.buffers.fill
         chunk_room = (len(self.buffers.chunk_id) - max(fill[0], fill[1])) // max(batch, 1)
         step_room = LOG_STEPS - fill[2]
@@ -73,17 +74,24 @@ class _LogBuffers:
             chunk_room, step_room = len(self.buffers.chunk_id) // max(batch, 1), LOG_STEPS
         return min(chunk_room, step_room, count)
 
-    def flush(self) -> None:
-        fill = self.buffers.fill
-        used = {"chunk": fill[0], "round": fill[1], "step": fill[2]}
-        for name, parts in self.flushed.items():
-            parts.append(getattr(self.buffers, name)[: used[name.split("_")[0]]].copy())
-        fill[:] = 0
+    def first_tokens(self, ids: np.ndarray, time_s: float) -> None:
+        """The tokens prefills sampled at the end of the last step (room was made for them)."""
+        b, fill = self.buffers, self.buffers.fill
+        c = fill[0]
+        b.chunk_id[c:c + len(ids)] = ids
+        b.chunk_tokens[c:c + len(ids)] = 1
+        b.chunk_time_s[c:c + len(ids)] = time_s
+        b.step_tokens[fill[2] - 1] += len(ids)
+        fill[0] += len(ids)
 
-    def column(self, name: str) -> np.ndarray:
-        self.flush()
-        parts = self.flushed[name]
-        return np.concatenate(parts) if parts else np.zeros(0)
+    def flush(self) -> None:
+        b, fill = self.buffers, self.buffers.fill
+        c, r, s = (int(v) for v in fill)
+        self.builder.chunks(b.chunk_id[:c], b.chunk_time_s[:c], b.chunk_tokens[:c])
+        self.builder.rounds(b.round_accepted[:r], b.round_depth[:r], b.round_drafted[:r])
+        self.builder.steps(b.step_start_s[:s], b.step_duration_s[:s], b.step_batch[:s], b.step_plans[:s],
+                           b.step_tokens[:s])
+        fill[:] = 0
 
 
 class Replica:
@@ -125,7 +133,7 @@ class Replica:
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
-        self.logs = _LogBuffers(engine.max_num_seqs)
+        self.logs = _LogBuffers(engine.max_num_seqs * 2, LogBuilder(np.array([r.id for r in requests], np.int64)))
         sched.check_fits()
 
     # -- processes ---------------------------------------------------------
@@ -172,7 +180,7 @@ class Replica:
         outside the batch could change it: a finish, the next arrival, a
         short KV cache. Returns the end time of the last step."""
         b = len(decode)
-        max_steps = self.logs.room_for(b, 1 if chunks else MAX_STEPS_PER_CALL)
+        max_steps = self.logs.room_for(b + len(chunks), 1) if chunks else self.logs.room_for(b, MAX_STEPS_PER_CALL)
         stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
         kv_room = self.scheduler.kv_budget - self.scheduler.kv_used()
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
@@ -193,7 +201,7 @@ class Replica:
             ids = np.array(first, dtype=np.int64)
             new = np.isnan(self.first_token_s[ids])
             self.first_token_s[ids[new]] = end_s
-            self.logs.extra_chunks.append((ids, np.ones(len(ids), dtype=np.int64), end_s))
+            self.logs.first_tokens(ids, end_s)
 
     def _retire(self, end_s: float) -> None:
         done = self.scheduler.retire()
@@ -203,34 +211,16 @@ class Replica:
 
     # -- results -----------------------------------------------------------
     def run_log(self, label: str) -> RunLog:
-        logs = self.logs
-        records = tuple(
-            RequestRecord(id=r.id, arrival_s=r.arrival_s, admitted_s=float(self.admitted_s[i]),
-                          first_token_s=float(self.first_token_s[i]), finish_s=float(self.finish_s[i]),
-                          prompt_tokens=r.prompt_tokens, output_tokens=int(self.state.emitted[i]), images=r.images,
-                          visual_tokens=r.visual_tokens, preemptions=int(self.preemptions[i]))
-            for i, r in enumerate(self.requests))
-        ids = np.array([r.id for r in self.requests], dtype=np.int64)
-        index = [logs.column("chunk_id").astype(np.int64)]
-        tokens = [logs.column("chunk_tokens").astype(np.int64)]
-        times = [logs.column("chunk_time_s")]
-        for extra_ids, extra_tokens, time_s in logs.extra_chunks:
-            index.append(extra_ids)
-            tokens.append(extra_tokens)
-            times.append(np.full(len(extra_ids), time_s))
-        index, tokens, times = np.concatenate(index), np.concatenate(tokens), np.concatenate(times)
-        order = np.argsort(times, kind="stable")
-        return RunLog(
-            policy=label, requests=records, chunk_request=ids[index[order]], chunk_time_s=times[order],
-            chunk_tokens=tokens[order], round_accepted=logs.column("round_accepted").astype(np.int64),
-            round_depth=logs.column("round_depth").astype(np.int64),
-            round_drafted=logs.column("round_drafted").astype(np.int64),
-            step_start_s=logs.column("step_start_s"), step_duration_s=logs.column("step_duration_s"),
-            step_plans=logs.column("step_plans").reshape(-1, 3).astype(np.int64),
-            step_batch=logs.column("step_batch").astype(np.int64),
-            start_s=float(min((r.arrival_s for r in self.requests), default=0.0)),
-            end_s=float(np.nanmax(self.finish_s)) if len(self.requests) else 0.0,
-            rounds_total=int(logs.column("step_batch").sum()), complete=self.finished == len(self.requests))
+        self.logs.flush()
+        requests = self.requests
+        table = RequestTable(
+            id=np.array([r.id for r in requests], np.int64),
+            arrival_s=np.array([r.arrival_s for r in requests], float), admitted_s=self.admitted_s,
+            first_token_s=self.first_token_s, finish_s=self.finish_s,
+            prompt_tokens=np.array([r.prompt_tokens for r in requests], np.int64),
+            output_tokens=self.state.emitted.copy(), images=np.array([r.images for r in requests], np.int64),
+            visual_tokens=self.state.visual.copy(), preemptions=self.preemptions)
+        return self.logs.builder.finish(policy=label, table=table, complete=self.finished == len(requests))
 
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,

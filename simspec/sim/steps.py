@@ -68,6 +68,7 @@ class Logs(NamedTuple):
     step_duration_s: np.ndarray
     step_batch: np.ndarray
     step_plans: np.ndarray  # [S, 3] rounds planned AR / linear / tree
+    step_tokens: np.ndarray  # [S] tokens emitted at the step's end
     fill: np.ndarray  # [3] int
 
 
@@ -199,6 +200,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
         logs.step_start_s[s] = t
         logs.step_duration_s[s] = duration
         logs.step_batch[s] = b
+        logs.step_tokens[s] = grown
         for k in range(3):
             logs.step_plans[s, k] = 0
         for i in range(b):

@@ -44,17 +44,16 @@ def _slo_gap(log: RunLog, config: SimConfig) -> float:
     ratio (1 = just meets them)."""
     if config.slo_ttft_ms is None and config.slo_tpot_ms is None:
         return math.nan
-    ratios = []
-    for r in log.requests:
-        if not math.isfinite(r.finish_s):
-            continue
-        worst = 0.0
-        if config.slo_ttft_ms is not None:
-            worst = max(worst, (r.first_token_s - r.arrival_s) * 1e3 / config.slo_ttft_ms)
-        if config.slo_tpot_ms is not None and r.output_tokens > 1:
-            worst = max(worst, (r.finish_s - r.first_token_s) * 1e3 / (r.output_tokens - 1) / config.slo_tpot_ms)
-        ratios.append(worst)
-    return float(np.median(ratios)) if ratios else math.inf
+    t = log.table
+    done = np.isfinite(t.finish_s)
+    worst = np.zeros(int(done.sum()))
+    if config.slo_ttft_ms is not None:
+        worst = np.maximum(worst, (t.first_token_s[done] - t.arrival_s[done]) * 1e3 / config.slo_ttft_ms)
+    if config.slo_tpot_ms is not None:
+        out = t.output_tokens[done]
+        tpot = np.where(out > 1, (t.finish_s[done] - t.first_token_s[done]) * 1e3 / np.maximum(out - 1, 1), 0.0)
+        worst = np.maximum(worst, np.where(out > 1, tpot / config.slo_tpot_ms, 0.0))
+    return float(np.median(worst)) if worst.size else math.inf
 
 
 def _score(value: float, gap: float, maximize: bool) -> float:

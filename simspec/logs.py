@@ -1,0 +1,193 @@
+"""Building a run's log in bounded memory, for the simulator and the live engine.
+
+Imports: numpy and simspec.types.
+
+A run feeds its emitted chunks, drafted rounds and steps in blocks, in the
+order they happened (:class:`LogBuilder`). What the metrics need is kept
+as it arrives:
+
+- chunk gaps (ITL): each chunk's time minus the same request's previous
+  chunk's; every gap while there are at most EXACT_GAPS (metrics then are
+  exact: numpy's statistics over the gaps in request order), beyond that a
+  histogram of GAP_BINS log-spaced bins between MIN_GAP_S and MAX_GAP_S
+  (relative width GAP_RATIO - 1: a percentile within half of it), with the
+  exact count, mean and spread;
+- drafted rounds as counts (RoundStats);
+- per step its start, duration, batch, plan mix and tokens emitted.
+
+The per-chunk and per-round arrays themselves are kept while the run has at
+most DETAIL_EVENTS chunks (tests and golden timelines read them) and
+dropped beyond. A million-request run thus needs a row per request, a few
+numbers per step and the histogram.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simspec.types import MAX_DEPTH, Gaps, RequestTable, RoundStats, RunLog
+
+EXACT_GAPS = 1 << 23  # gaps kept one by one at most (16 bytes each with their request)
+DETAIL_EVENTS = 1 << 22  # chunks (and rounds) kept one by one at most
+MIN_GAP_S, MAX_GAP_S = 1e-7, 1e5
+GAP_RATIO = 1.0 + 1e-4
+GAP_BINS = int(math.ceil(math.log(MAX_GAP_S / MIN_GAP_S) / math.log(GAP_RATIO))) + 1
+
+
+def gap_bin(gaps_s: np.ndarray) -> np.ndarray:
+    """Each gap's bin (gaps below MIN_GAP_S in the first, above MAX_GAP_S in the last)."""
+    x = np.log(np.clip(gaps_s, MIN_GAP_S, MAX_GAP_S) / MIN_GAP_S) / math.log(GAP_RATIO)
+    return np.minimum(x.astype(np.int64), GAP_BINS - 1)
+
+
+def bin_value_s(index: np.ndarray) -> np.ndarray:
+    """The geometric middle of bins ``index``, seconds."""
+    return MIN_GAP_S * GAP_RATIO ** (np.asarray(index, dtype=float) + 0.5)
+
+
+class _Gaps:
+    """Gaps between each request's consecutive chunks, exact or binned."""
+
+    def __init__(self, n_requests: int):
+        self.last_s = np.full(n_requests, np.nan)  # [N] the request's previous chunk time
+        self.requests: list[np.ndarray] = []
+        self.values: list[np.ndarray] = []
+        self.kept = 0
+        self.bins: np.ndarray | None = None
+        self.count, self.mean_s, self.m2 = 0, 0.0, 0.0
+
+    def add(self, index: np.ndarray, time_s: np.ndarray) -> None:
+        """Chunks of requests ``index`` [C] at ``time_s`` [C], in time order."""
+        if not len(index):
+            return
+        order = np.argsort(index, kind="stable")  # each request's chunks, still in time order
+        idx, t = index[order], time_s[order]
+        previous = np.empty(len(t))
+        previous[1:] = t[:-1]
+        first = np.ones(len(t), dtype=bool)
+        first[1:] = idx[1:] != idx[:-1]
+        previous[first] = self.last_s[idx[first]]
+        last = np.ones(len(t), dtype=bool)
+        last[:-1] = first[1:]
+        self.last_s[idx[last]] = t[last]
+        has = ~np.isnan(previous)
+        gaps, who = t[has] - previous[has], idx[has]
+        if len(gaps):  # Chan et al.'s pairwise update of the mean and the sum of squared deviations
+            n, mean = len(gaps), float(gaps.mean())
+            m2 = float(np.sum((gaps - mean) ** 2))
+            total = self.count + n
+            delta = mean - self.mean_s
+            self.mean_s += delta * n / total
+            self.m2 += m2 + delta * delta * self.count * n / total
+            self.count = total
+        if self.bins is None:
+            self.requests.append(who)
+            self.values.append(gaps)
+            self.kept += len(gaps)
+            if self.kept > EXACT_GAPS:  # from here on, counts in bins
+                self.bins = np.zeros(GAP_BINS, dtype=np.int64)
+                for values in self.values:
+                    self.bins += np.bincount(gap_bin(values), minlength=GAP_BINS)
+                self.requests, self.values = [], []
+        else:
+            self.bins += np.bincount(gap_bin(gaps), minlength=GAP_BINS)
+
+    def result(self, ids: np.ndarray) -> Gaps:
+        if self.bins is not None:
+            return Gaps(count=self.count, bins=self.bins, mean_s=self.mean_s, m2_s2=self.m2)
+        who = np.concatenate(self.requests) if self.requests else np.zeros(0, np.int64)
+        values = np.concatenate(self.values) if self.values else np.zeros(0)
+        order = np.argsort(ids[who], kind="stable")  # by request id, each request's in time order
+        return Gaps(count=self.count, exact_s=values[order], exact_request=who[order], mean_s=self.mean_s,
+                    m2_s2=self.m2)
+
+
+class _Rounds:
+    def __init__(self):
+        self.rounds = self.accepted = self.drafted = 0
+        self.accepted_at_least = np.zeros(MAX_DEPTH, dtype=np.int64)
+        self.depth_at_least = np.zeros(MAX_DEPTH, dtype=np.int64)
+
+    def add(self, accepted: np.ndarray, depth: np.ndarray, drafted: np.ndarray) -> None:
+        self.rounds += len(accepted)
+        self.accepted += int(accepted.sum())
+        self.drafted += int(drafted.sum())
+        self.accepted_at_least += _at_least(accepted)
+        self.depth_at_least += _at_least(depth)
+
+    def result(self) -> RoundStats:
+        return RoundStats(rounds=self.rounds, accepted=self.accepted, drafted=self.drafted,
+                          accepted_at_least=tuple(int(v) for v in self.accepted_at_least),
+                          depth_at_least=tuple(int(v) for v in self.depth_at_least))
+
+
+def _at_least(values: np.ndarray) -> np.ndarray:
+    """[MAX_DEPTH] how many of ``values`` are >= j, j = 1..MAX_DEPTH."""
+    counts = np.bincount(np.clip(values, 0, MAX_DEPTH), minlength=MAX_DEPTH + 1)
+    return np.cumsum(counts[::-1])[::-1][1:]
+
+
+class LogBuilder:
+    """A run's log, fed in blocks (module docstring). Requests are indexed
+    0..N-1 here; ``ids`` [N] gives each its request id."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self._gaps = _Gaps(len(self.ids))
+        self._rounds = _Rounds()
+        self._steps: dict[str, list[np.ndarray]] = {k: [] for k in ("start", "duration", "batch", "plans", "tokens")}
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+        self._round_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+        self._events = 0
+
+    def chunks(self, index: np.ndarray, time_s: np.ndarray, tokens: np.ndarray) -> None:
+        """Chunks emitted by requests ``index`` at ``time_s`` with ``tokens`` tokens, in time order."""
+        self._gaps.add(index, time_s)
+        self._events += len(index)
+        if self._chunks is not None:
+            self._chunks.append((index.copy(), time_s.copy(), tokens.copy()))
+            if self._events > DETAIL_EVENTS:
+                self._chunks = self._round_rows = None
+
+    def rounds(self, accepted: np.ndarray, depth: np.ndarray, drafted: np.ndarray) -> None:
+        self._rounds.add(accepted, depth, drafted)
+        if self._round_rows is not None:
+            self._round_rows.append((accepted.copy(), depth.copy(), drafted.copy()))
+
+    def steps(self, start_s: np.ndarray, duration_s: np.ndarray, batch: np.ndarray, plans: np.ndarray,
+              tokens: np.ndarray) -> None:
+        for key, values in zip(self._steps, (start_s, duration_s, batch, plans, tokens)):
+            self._steps[key].append(values.copy())
+
+    def finish(self, *, policy: str, table: RequestTable, complete: bool, notes: tuple[str, ...] = ()) -> RunLog:
+        def column(key: str, dtype, width: int = 0) -> np.ndarray:
+            parts = self._steps[key]
+            empty = np.zeros((0, width) if width else 0, dtype=dtype)
+            return np.concatenate(parts).astype(dtype) if parts else empty
+
+        batch = column("batch", np.int64)
+        detail = {}
+        if self._chunks is not None:
+            index = np.concatenate([c[0] for c in self._chunks]) if self._chunks else np.zeros(0, np.int64)
+            detail = dict(
+                chunk_request=self.ids[index.astype(np.int64)],
+                chunk_time_s=np.concatenate([c[1] for c in self._chunks]) if self._chunks else np.zeros(0),
+                chunk_tokens=(np.concatenate([c[2] for c in self._chunks]) if self._chunks
+                              else np.zeros(0)).astype(np.int64),
+                **{name: (np.concatenate([r[k] for r in self._round_rows]) if self._round_rows
+                          else np.zeros(0)).astype(np.int64)
+                   for k, name in enumerate(("round_accepted", "round_depth", "round_drafted"))})
+        finish_s = table.finish_s
+        return RunLog(
+            policy=policy, table=table, rounds=self._rounds.result(), gaps=self._gaps.result(self.ids),
+            step_start_s=column("start", float), step_duration_s=column("duration", float),
+            step_plans=column("plans", np.int64, 3).reshape(-1, 3), step_batch=batch,
+            step_tokens=column("tokens", np.int64),
+            start_s=float(table.arrival_s.min()) if len(table.arrival_s) else 0.0,
+            end_s=float(np.nanmax(finish_s)) if np.isfinite(finish_s).any() else 0.0,
+            rounds_total=int(batch.sum()), complete=complete, notes=notes, **detail)
+
+
+__all__ = ["LogBuilder", "EXACT_GAPS", "DETAIL_EVENTS", "GAP_BINS", "gap_bin", "bin_value_s"]
