@@ -51,7 +51,7 @@ def main() -> None:
         wall_s = time.perf_counter() - started
         simulated_s = log.end_s - log.start_s
         print(f"{spec:14s} {simulated_s:12.0f} {wall_s:8.2f} {simulated_s / wall_s:12.0f} "
-              f"{len(requests) / wall_s:16.0f} {len(log.step_start_s) / wall_s:13.0f}")
+              f"{len(requests) / wall_s:16.0f} {log.steps.steps / wall_s:13.0f}")
 
 
 if __name__ == "__main__":

@@ -28,11 +28,11 @@ from pathlib import Path
 import numpy as np
 
 import simspec
-from simspec import costs, experiment, policies, pool
+from simspec import costs, experiment, metrics, policies, pool
 from simspec.config import DEFAULT_WORKLOAD, SimConfig
 from simspec.costs import profiles
 from simspec.models.config import LIVE_MODEL
-from simspec.types import PLAN_KINDS, InputError, RunLog, require
+from simspec.types import PLAN_KINDS, InputError, require
 from simspec.workloads import read_trace
 
 MAX_LOAD = 4.0  # load levels above 4x saturation only measure how fast a queue grows
@@ -103,16 +103,6 @@ class WhatIf:
 # Serving
 
 
-def plan_mix(log: RunLog, edges: np.ndarray) -> np.ndarray:
-    """[3, T] share of rounds planned AR / linear / tree in each time bin
-    (``edges`` [T + 1] seconds); bins without rounds are all zero."""
-    plans = np.asarray(log.step_plans, dtype=float).reshape(-1, 3)  # [S, 3]
-    start_s = np.asarray(log.step_start_s, dtype=float)  # [S]
-    rounds = np.stack([np.histogram(start_s, edges, weights=plans[:, k])[0] for k in range(3)])  # [3, T]
-    total = rounds.sum(axis=0)
-    return np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
-
-
 def serve(config: SimConfig, load: float | None, time_bins: int) -> Point:
     """Run ``config`` (every policy) and keep what the dashboard shows."""
     results = experiment.run(config)
@@ -124,7 +114,7 @@ def serve(config: SimConfig, load: float | None, time_bins: int) -> Point:
     w = config.workload  # a synthetic workload's rate as set; a trace's as replayed
     rate_per_s = _rate(results.scenario.requests) if w.arrival == "trace" else w.rate_per_s
     return Point(load=load, rate_per_s=rate_per_s, metrics=results.metrics, mix_time_s=(edges[:-1] + edges[1:]) / 2,
-                 mix={log.policy: plan_mix(log, edges) for log in results.logs})
+                 mix={log.policy: metrics.plan_mix(log, edges) for log in results.logs})
 
 
 def _rate(requests) -> float:
@@ -343,5 +333,5 @@ def profile_status(device: str, model: str) -> ProfileStatus:
 
 
 __all__ = ["DashboardConfig", "Point", "WhatIf", "what_if", "serve", "warm",
-           "plan_mix", "speedups", "level_config", "trace_rate", "ProfileStatus", "Validation",
+           "speedups", "level_config", "trace_rate", "ProfileStatus", "Validation",
            "profile_status", "validation_for", "validation_root", "devices", "PLAN_KINDS", "MAX_LOAD", "MAX_REQUESTS"]

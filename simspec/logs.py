@@ -27,10 +27,13 @@ import math
 
 import numpy as np
 
-from simspec.types import MAX_DEPTH, Gaps, RequestTable, RoundStats, RunLog
+from simspec.types import MAX_DEPTH, Gaps, RequestTable, RoundStats, RunLog, StepStats, Timeline
 
-EXACT_GAPS = 1 << 23  # gaps kept one by one at most (16 bytes each with their request)
+EXACT_GAPS = 1 << 22  # gaps kept one by one at most (16 bytes each with their request)
 DETAIL_EVENTS = 1 << 22  # chunks (and rounds) kept one by one at most
+DETAIL_STEPS = 1 << 21  # steps kept one by one at most
+TIMELINE_BINS = 4096  # bins of the steps over time (even)
+TIMELINE_START_S = 1e-3  # their first width
 MIN_GAP_S, MAX_GAP_S = 1e-7, 1e5
 GAP_RATIO = 1.0 + 1e-4
 GAP_BINS = int(math.ceil(math.log(MAX_GAP_S / MIN_GAP_S) / math.log(GAP_RATIO))) + 1
@@ -129,6 +132,42 @@ def _at_least(values: np.ndarray) -> np.ndarray:
     return np.cumsum(counts[::-1])[::-1][1:]
 
 
+class _Steps:
+    """Steps summed, and binned over time (a Timeline), as they arrive."""
+
+    def __init__(self):
+        self.count, self.busy, self.decode_busy, self.batch_busy = 0, 0.0, 0.0, 0.0
+        self.plans = np.zeros(3, dtype=np.int64)
+        self.width = TIMELINE_START_S
+        self.tokens = np.zeros(TIMELINE_BINS, dtype=np.int64)
+        self.plan_bins = np.zeros((TIMELINE_BINS, 3), dtype=np.int64)
+
+    def add(self, start_s, duration_s, batch, plans, tokens) -> None:
+        self.count += len(start_s)
+        self.busy += float(duration_s.sum())
+        decode = batch > 0
+        self.decode_busy += float(duration_s[decode].sum())
+        self.batch_busy += float(np.dot(batch[decode], duration_s[decode]))
+        self.plans += plans.sum(axis=0)
+        if not len(start_s):
+            return
+        end_s = start_s + duration_s
+        while max(end_s.max(), start_s.max()) >= self.width * TIMELINE_BINS:  # widen: pairs of bins merge
+            self.tokens = np.concatenate([self.tokens.reshape(-1, 2).sum(axis=1), np.zeros(TIMELINE_BINS // 2, np.int64)])
+            half = self.plan_bins.reshape(-1, 2, 3).sum(axis=1)
+            self.plan_bins = np.concatenate([half, np.zeros((TIMELINE_BINS // 2, 3), np.int64)])
+            self.width *= 2
+        np.add.at(self.tokens, (np.maximum(end_s, 0) // self.width).astype(np.int64), tokens)
+        np.add.at(self.plan_bins, (np.maximum(start_s, 0) // self.width).astype(np.int64), plans)
+
+    def stats(self) -> StepStats:
+        return StepStats(steps=self.count, busy_s=self.busy, plans=tuple(int(p) for p in self.plans),
+                         decode_busy_s=self.decode_busy, batch_busy_s=self.batch_busy)
+
+    def timeline(self) -> Timeline:
+        return Timeline(width_s=self.width, tokens=self.tokens.copy(), plans=self.plan_bins.copy())
+
+
 class LogBuilder:
     """A run's log, fed in blocks (module docstring). Requests are indexed
     0..N-1 here; ``ids`` [N] gives each its request id."""
@@ -137,7 +176,9 @@ class LogBuilder:
         self.ids = np.asarray(ids, dtype=np.int64)
         self._gaps = _Gaps(len(self.ids))
         self._rounds = _Rounds()
-        self._steps: dict[str, list[np.ndarray]] = {k: [] for k in ("start", "duration", "batch", "plans", "tokens")}
+        self._steps: dict[str, list[np.ndarray]] | None = {k: [] for k in ("start", "duration", "batch", "plans",
+                                                                                  "tokens")}
+        self._totals = _Steps()
         self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
         self._round_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
         self._events = 0
@@ -158,8 +199,12 @@ class LogBuilder:
 
     def steps(self, start_s: np.ndarray, duration_s: np.ndarray, batch: np.ndarray, plans: np.ndarray,
               tokens: np.ndarray) -> None:
-        for key, values in zip(self._steps, (start_s, duration_s, batch, plans, tokens)):
-            self._steps[key].append(values.copy())
+        self._totals.add(start_s, duration_s, batch, plans, tokens)
+        if self._steps is not None:
+            for key, values in zip(self._steps, (start_s, duration_s, batch, plans, tokens)):
+                self._steps[key].append(values.copy())
+            if self._totals.count > DETAIL_STEPS:
+                self._steps = None
 
     def finish(self, *, policy: str, table: RequestTable, complete: bool, notes: tuple[str, ...] = ()) -> RunLog:
         def column(key: str, dtype, width: int = 0) -> np.ndarray:
@@ -167,11 +212,14 @@ class LogBuilder:
             empty = np.zeros((0, width) if width else 0, dtype=dtype)
             return np.concatenate(parts).astype(dtype) if parts else empty
 
-        batch = column("batch", np.int64)
         detail = {}
+        if self._steps is not None:
+            detail = dict(step_start_s=column("start", float), step_duration_s=column("duration", float),
+                          step_plans=column("plans", np.int64, 3).reshape(-1, 3), step_batch=column("batch", np.int64),
+                          step_tokens=column("tokens", np.int64))
         if self._chunks is not None:
             index = np.concatenate([c[0] for c in self._chunks]) if self._chunks else np.zeros(0, np.int64)
-            detail = dict(
+            detail.update(
                 chunk_request=self.ids[index.astype(np.int64)],
                 chunk_time_s=np.concatenate([c[1] for c in self._chunks]) if self._chunks else np.zeros(0),
                 chunk_tokens=(np.concatenate([c[2] for c in self._chunks]) if self._chunks
@@ -182,12 +230,10 @@ class LogBuilder:
         finish_s = table.finish_s
         return RunLog(
             policy=policy, table=table, rounds=self._rounds.result(), gaps=self._gaps.result(self.ids),
-            step_start_s=column("start", float), step_duration_s=column("duration", float),
-            step_plans=column("plans", np.int64, 3).reshape(-1, 3), step_batch=batch,
-            step_tokens=column("tokens", np.int64),
+            steps=self._totals.stats(), timeline=self._totals.timeline(),
             start_s=float(table.arrival_s.min()) if len(table.arrival_s) else 0.0,
             end_s=float(np.nanmax(finish_s)) if np.isfinite(finish_s).any() else 0.0,
-            rounds_total=int(batch.sum()), complete=complete, notes=notes, **detail)
+            rounds_total=int(sum(self._totals.plans)), complete=complete, notes=notes, **detail)
 
 
 __all__ = ["LogBuilder", "EXACT_GAPS", "DETAIL_EVENTS", "GAP_BINS", "gap_bin", "bin_value_s"]

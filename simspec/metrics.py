@@ -99,14 +99,56 @@ def summarize(
     queue_s = req["admitted_s"] - req["arrival_s"]
     queue_s = queue_s[np.isfinite(queue_s)]
     out["mean_queue_delay_ms"] = float(queue_s.mean() * 1e3) if queue_s.size else _NAN
-    out["gpu_busy_fraction"] = _per_s(np.sum(log.step_duration_s, dtype=float), duration_s)
-    plans = np.asarray(log.step_plans, dtype=np.int64).reshape(-1, 3)
-    rounds = plans.sum(axis=0)  # [3] AR / linear / tree
+    out["gpu_busy_fraction"] = _per_s(busy_s(log), duration_s)
+    rounds = np.asarray(log.steps.plans, dtype=np.int64)  # [3] AR / linear / tree
     total = int(rounds.sum())
     for kind, count in zip(PLAN_KINDS, rounds):
         out[f"plan_share_{kind}"] = float(count / total) if total else _NAN
     out["preemptions"] = int(req["preemptions"].sum())
     return out
+
+
+def busy_s(log: RunLog) -> float:
+    """Seconds the engine ran steps (summed over the kept steps, exactly as numpy does, where they are kept)."""
+    return float(np.sum(log.step_duration_s, dtype=float)) if log.step_duration_s is not None else log.steps.busy_s
+
+
+def mean_decode_batch(log: RunLog) -> float:
+    """The decode batch size, weighted by the time each step took."""
+    if log.step_batch is None:
+        s = log.steps
+        return s.batch_busy_s / s.decode_busy_s if s.decode_busy_s > 0 else 0.0
+    busy = log.step_batch > 0
+    weight = log.step_duration_s[busy]
+    return float(np.sum(log.step_batch[busy] * weight) / np.sum(weight)) if weight.sum() > 0 else 0.0
+
+
+def _over_time(log: RunLog, edges: np.ndarray, at_end: bool, values: np.ndarray, binned: np.ndarray) -> np.ndarray:
+    """Per-step ``values`` [S, k] summed in the time bins ``edges`` [T + 1], by
+    each step's start (or end); from the log's timeline where it has no steps."""
+    if log.step_start_s is not None:
+        t = np.asarray(log.step_start_s, dtype=float)
+        if at_end:
+            t = t + np.asarray(log.step_duration_s, dtype=float)
+        return np.stack([np.histogram(t, edges, weights=values[:, k])[0] for k in range(values.shape[1])])
+    width = log.timeline.width_s
+    centers = (np.arange(len(binned)) + 0.5) * width
+    return np.stack([np.histogram(centers, edges, weights=binned[:, k])[0] for k in range(binned.shape[1])])
+
+
+def plan_mix(log: RunLog, edges: np.ndarray) -> np.ndarray:
+    """[3, T] share of rounds planned AR / linear / tree in each time bin
+    (``edges`` [T + 1] seconds); bins without rounds are all zero."""
+    plans = None if log.step_plans is None else np.asarray(log.step_plans, dtype=float).reshape(-1, 3)
+    rounds = _over_time(log, edges, False, plans, np.asarray(log.timeline.plans, dtype=float))  # [3, T]
+    total = rounds.sum(axis=0)
+    return np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
+
+
+def tokens_per_s(log: RunLog, edges: np.ndarray) -> np.ndarray:
+    """[T] output tokens per second in each time bin (tokens count at their step's end)."""
+    tokens = None if log.step_tokens is None else np.asarray(log.step_tokens, dtype=float)[:, None]
+    return _over_time(log, edges, True, tokens, np.asarray(log.timeline.tokens, dtype=float)[:, None])[0] / np.diff(edges)
 
 
 def summarize_full(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simspec import __version__
+from simspec import __version__, metrics
 from simspec.files import check_writable, dump_json, staged_folder, write_atomic, write_png, write_text
 from simspec.types import PLAN_KINDS, RunLog, require
 
@@ -333,14 +333,7 @@ def _plot_plan_mix(logs: list[RunLog], edges: np.ndarray) -> "Figure":
     axes = fig.subplots(len(logs), 1, sharex=True, squeeze=False)[:, 0]
     centers = (edges[:-1] + edges[1:]) / 2
     for ax, log in zip(axes, logs):
-        plans = np.asarray(log.step_plans, dtype=float).reshape(-1, 3)  # [S, 3]
-        start_s = np.asarray(log.step_start_s, dtype=float)  # [S]
-        rounds = np.stack(
-            [np.histogram(start_s, edges, weights=plans[:, k])[0] for k in range(3)]
-        )  # [3, TIME_BINS]
-        total = rounds.sum(axis=0)
-        shares = np.divide(rounds, total, out=np.zeros_like(rounds), where=total > 0)
-        ax.stackplot(centers, shares, labels=PLAN_KINDS, alpha=0.85, step="mid")
+        ax.stackplot(centers, metrics.plan_mix(log, edges), labels=PLAN_KINDS, alpha=0.85, step="mid")
         ax.set_ylim(0, 1)
         ax.set_ylabel("share of rounds")
         ax.set_title(log.policy, fontsize="medium", loc="left")
@@ -355,11 +348,8 @@ def _plot_throughput(logs: list[RunLog], edges: np.ndarray) -> "Figure":
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     centers = (edges[:-1] + edges[1:]) / 2
-    width_s = np.diff(edges)
     for log in logs:
-        end_s = np.asarray(log.step_start_s, dtype=float) + np.asarray(log.step_duration_s, dtype=float)
-        tokens, _ = np.histogram(end_s, edges, weights=np.asarray(log.step_tokens, dtype=float))
-        ax.plot(centers, tokens / width_s, label=log.policy)
+        ax.plot(centers, metrics.tokens_per_s(log, edges), label=log.policy)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("output tokens/s")
     ax.set_ylim(bottom=0)

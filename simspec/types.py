@@ -293,27 +293,46 @@ class Gaps:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepStats:
+    """A run's engine steps, summed (kept whatever the run's length)."""
+
+    steps: int = 0
+    busy_s: float = 0.0  # time the engine ran steps
+    plans: tuple[int, int, int] = (0, 0, 0)  # rounds planned AR / linear / tree
+    decode_busy_s: float = 0.0  # time of the steps with a decode batch
+    batch_busy_s: float = 0.0  # their batch sizes x durations (/ decode_busy_s: the time-weighted mean batch)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeline:
+    """Steps over time in equal bins from 0 (at most a few thousand, the
+    width doubling as the run grows): what the over-time plots draw."""
+
+    width_s: float = 1.0
+    tokens: np.ndarray | None = None  # [T] tokens emitted in each bin
+    plans: np.ndarray | None = None  # [T, 3] rounds planned AR / linear / tree in each bin
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RunLog:
     """Everything a run measured: the input of metrics, plots and CSVs.
 
     Token emissions are chunks: one per request per round, all tokens of a
     chunk sharing the step's end time (as a streaming server sends them).
     Memory stays bounded however long the run: per request a row of
-    ``table``, per step a few numbers, rounds and chunk gaps as counts
-    (``rounds``, ``gaps``). The per-chunk and per-round arrays are kept
-    only while a run has at most ``simspec.logs.DETAIL_EVENTS`` of them
-    (None beyond): golden timelines and tests read them.
+    ``table``; steps, rounds and chunk gaps as sums and counts (``steps``,
+    ``timeline``, ``rounds``, ``gaps``). The per-step, per-chunk and
+    per-round arrays are kept only while a run has at most
+    ``simspec.logs.DETAIL_STEPS`` steps and ``DETAIL_EVENTS`` chunks (None
+    beyond): golden timelines, tests and small runs' plots read them.
     """
 
     policy: str
     table: RequestTable
     rounds: RoundStats
     gaps: Gaps
-    step_start_s: np.ndarray  # [S] float
-    step_duration_s: np.ndarray  # [S] float
-    step_plans: np.ndarray  # [S, 3] int rounds planned as AR / linear / tree
-    step_batch: np.ndarray  # [S] int decode batch size
-    step_tokens: np.ndarray  # [S] int tokens emitted at the step's end
+    steps: StepStats
+    timeline: Timeline
     start_s: float  # first arrival
     end_s: float  # last finish
     rounds_total: int = 0  # verification rounds, drafted or not
@@ -325,6 +344,11 @@ class RunLog:
     round_accepted: np.ndarray | None = None  # [Rd] int accepted draft tokens of each drafted round
     round_depth: np.ndarray | None = None  # [Rd] int planned depth of each drafted round
     round_drafted: np.ndarray | None = None  # [Rd] int draft tokens of each drafted round
+    step_start_s: np.ndarray | None = None  # [S] float (kept up to simspec.logs.DETAIL_STEPS steps)
+    step_duration_s: np.ndarray | None = None  # [S] float
+    step_plans: np.ndarray | None = None  # [S, 3] int rounds planned as AR / linear / tree
+    step_batch: np.ndarray | None = None  # [S] int decode batch size
+    step_tokens: np.ndarray | None = None  # [S] int tokens emitted at the step's end
 
     @property
     def requests(self) -> tuple[RequestRecord, ...]:

@@ -242,8 +242,13 @@ def test_a_long_run_keeps_counts_not_events_and_its_metrics(monkeypatch):
     small = run(requests, policies.parse("linear:k=3"))
     monkeypatch.setattr(logs, "DETAIL_EVENTS", 10)
     monkeypatch.setattr(logs, "EXACT_GAPS", 10)
+    monkeypatch.setattr(logs, "DETAIL_STEPS", 10)
     big = run(requests, policies.parse("linear:k=3"))
     assert small.chunk_request is not None and big.chunk_request is None and big.round_accepted is None
+    assert small.step_batch is not None and big.step_batch is None and big.steps.steps == len(small.step_batch)
+    assert metrics.mean_decode_batch(big) == pytest.approx(metrics.mean_decode_batch(small), rel=1e-12)
+    edges = np.linspace(0, small.end_s, 7)
+    assert metrics.tokens_per_s(big, edges).sum() == pytest.approx(metrics.tokens_per_s(small, edges).sum())
     assert big.gaps.exact_s is None and big.gaps.count == small.gaps.count == len(small.gaps.exact_s)
     a, b = metrics.summarize_full(small), metrics.summarize_full(big)
     for key in a:

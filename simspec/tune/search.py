@@ -33,12 +33,6 @@ def scenario_cv(config: SimConfig) -> float:
     return 1.0 if w.arrival == "poisson" else round(w.burstiness ** -0.5, 6)
 
 
-def _mean_batch(log: RunLog) -> float:
-    busy = log.step_batch > 0
-    weight = log.step_duration_s[busy]
-    return float(np.sum(log.step_batch[busy] * weight) / np.sum(weight)) if weight.sum() > 0 else 0.0
-
-
 def _slo_gap(log: RunLog, config: SimConfig) -> float:
     """How far the median request is from the SLOs: its worst latency/SLO
     ratio (1 = just meets them)."""
@@ -84,7 +78,7 @@ class Bench:
                            seed=seed)
             summary = metrics.summarize(log, slo_ttft_ms=self.config.slo_ttft_ms, slo_tpot_ms=self.config.slo_tpot_ms)
             value, gap = float(summary[self.tc.metric]), _slo_gap(log, self.config)
-            self.runs[key] = Run(value=value, score=_score(value, gap, self.tc.maximize), batch=_mean_batch(log),
+            self.runs[key] = Run(value=value, score=_score(value, gap, self.tc.maximize), batch=metrics.mean_decode_batch(log),
                                  slo_gap=gap, ar_share=float(summary["plan_share_ar"]))
             if self.tick is not None:
                 self.tick()
