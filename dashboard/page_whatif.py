@@ -11,7 +11,10 @@ Bad input ends the page with one ``st.error``, never a traceback.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import os
+import shutil
 import tempfile
 import tomllib
 from dataclasses import fields
@@ -23,7 +26,6 @@ import streamlit as st
 from simspec import config as configuration
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
-from simspec.files import write_bytes
 from simspec.policies import POLICIES
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, read_trace
@@ -69,20 +71,39 @@ def warm(workers: int) -> None:
     whatif.warm(workers)  # start the pool while the user reads the page
 
 
+def _upload_folder() -> Path:
+    """This browser session's private folder for uploads: created fresh by
+    ``mkdtemp`` (mode 0700, a name nobody can guess or plant), removed when
+    the server exits."""
+    folder = st.session_state.get("_upload_folder")
+    if folder is None or not Path(folder).is_dir():
+        folder = tempfile.mkdtemp(prefix="simspec-upload-")
+        atexit.register(shutil.rmtree, folder, True)
+        st.session_state["_upload_folder"] = folder
+    return Path(folder)
+
+
+def _named(text: str, path: Path, name: str) -> str:
+    """An error about the saved copy, said of the uploaded file."""
+    return text.replace(f"trace {path}", f"uploaded trace {name}").replace(str(path), name)
+
+
 def saved_upload(upload) -> Path:
-    """The uploaded trace as a file named by its content (so the cache key is
-    the content), checked by the trace reader; messages name the upload."""
+    """The uploaded trace in the session's private folder, as a file named
+    by its content (so the cache key is the content), written without
+    following links and checked by the trace reader; messages name the upload."""
     data = upload.getvalue()
     suffix = Path(upload.name).suffix.lower()
-    folder = Path(tempfile.gettempdir()) / "simspec-dashboard"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
+    path = _upload_folder() / f"{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
     if not path.is_file():
-        write_bytes(path, data)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    st.session_state.setdefault("_uploads", {})[str(path)] = upload.name
     try:
         read_trace(path)
     except (InputError, UnicodeDecodeError, ValueError) as err:
-        text = str(err).replace(f"trace {path}", f"uploaded trace {upload.name}").replace(str(path), upload.name)
+        text = _named(str(err), path, upload.name)
         raise Refused(text if text.startswith("uploaded trace") else f"uploaded trace {upload.name}: {text}") from None
     return path
 
@@ -261,7 +282,10 @@ def main() -> None:
         with st.spinner("simulating..."):
             result = run_what_if(configuration.to_toml(config), dash.loads, dash.num_requests, dash.workers)
     except InputError as err:
-        st.error(str(err))
+        text = str(err)
+        for path, name in st.session_state.get("_uploads", {}).items():
+            text = _named(text, Path(path), name)
+        st.error(text)
         st.stop()
     show(result)
 

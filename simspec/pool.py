@@ -25,11 +25,27 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from simspec.types import InputError, require
 
 
+def die_with_parent() -> None:
+    """Have the kernel end this process when the one that started it dies
+    (Linux ``PR_SET_PDEATHSIG``; elsewhere nothing): a worker or server never
+    outlives its command, even one killed outright."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        except OSError:
+            pass
+
+
 def _quiet_worker() -> None:
     import signal
 
     from tqdm import tqdm
 
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends the pool
     # tqdm's default lock is a multiprocessing semaphore; a worker ended by
     # terminate() would leave it to be reported leaked at exit.
@@ -196,4 +212,4 @@ def executor(processes: int, jobs: int | None = None) -> Serial | Processes:
     return Serial() if n <= 1 else Processes(n)
 
 
-__all__ = ["Serial", "Processes", "Ray", "connect", "executor"]
+__all__ = ["Serial", "Processes", "Ray", "connect", "executor", "die_with_parent"]

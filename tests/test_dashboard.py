@@ -17,8 +17,10 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import replace
@@ -238,14 +240,28 @@ def test_a_device_without_a_cost_model_is_an_error_not_a_traceback(app):
     ("bad.jsonl", b'{"timestamp": 0, "input_length": 10}\n', "line 1 lacks output_length"),
     ("bad.jsonl", b'{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n', "line 2 is not valid JSON"),
     ("bad.csv", b"\xff\xfe\x00\x01", "uploaded trace bad.csv"),
-], ids=["schema", "timestamp", "missing-key", "json", "binary"])
+    ("deep.jsonl", b"[" * 100_000 + b"\n", "uploaded trace deep.jsonl: line 1 is not valid JSON (nested too deeply)"),
+    ("huge.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1e20,5\n",
+     "ContextTokens must be in 1..2,147,483,648 (row 1 has 100000000000000000000)"),
+    ("one.csv", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,10,5\n",
+     "uploaded trace one.csv: needs at least two distinct arrival times"),
+], ids=["schema", "timestamp", "missing-key", "json", "binary", "deep-json", "beyond-int64", "one-row"])
 def test_a_malformed_upload_is_one_clear_error(app, name, data, message):
     app.radio(key="source").set_value("uploaded trace").run()
     assert not app.exception and "upload a trace" in app.info[0].value
     app.file_uploader(key="trace").set_value((name, data, "text/plain")).run()
     assert not app.exception
     assert len(app.error) == 1 and message in app.error[0].value, [e.value for e in app.error]
-    assert "simspec-dashboard" not in app.error[0].value  # names the upload, not the saved copy
+    assert tempfile.gettempdir() not in app.error[0].value  # names the upload, not the saved copy
+
+
+def test_uploads_go_to_a_private_folder_of_the_session(app):
+    app.radio(key="source").set_value("uploaded trace").run()
+    app.file_uploader(key="trace").set_value(("t.jsonl", mooncake(30, gap_ms=100), "application/json")).run()
+    ok(app)
+    folder = Path(app.session_state["_upload_folder"])
+    assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert folder.name.startswith("simspec-upload-") and [p.suffix for p in folder.iterdir()] == [".jsonl"]
 
 
 def test_an_uploaded_trace_is_served(app):
@@ -307,6 +323,54 @@ def _wait(deadline: float, what: str, ready) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.3)
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    parents = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat_file.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("localhost", port)) == 0
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_stopping_the_launcher_stops_the_server(signum):
+    port = _free_port()
+    launcher = subprocess.Popen([sys.executable, "-m", "simspec.cli", "dashboard", "--port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(time.monotonic() + 90, "the dashboard's port", lambda: _listening(port))
+        children = _descendants(launcher.pid)
+        assert children, "the launcher started no server"
+        launcher.send_signal(signum)
+        launcher.wait(timeout=30)
+        _wait(time.monotonic() + 15, "every child to end", lambda: not (_descendants(launcher.pid) | {
+            c for c in children if Path(f"/proc/{c}").exists() and "zombie" not in _state(c)}))
+        assert not _listening(port), "the server still holds its port"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def _state(pid: int) -> str:
+    try:
+        return {"Z": "zombie"}.get(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0], "alive")
+    except OSError:
+        return "gone"
 
 
 def render(url: str, folder: Path, expect: list[str], timeout_s: float) -> tuple[str, bytes]:

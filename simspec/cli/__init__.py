@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from simspec import __version__
 from simspec.cli import costs, dashboard, export, live, profile, report, simulate, sweep, tune
@@ -31,7 +33,19 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: handled as Ctrl-C is, so what a command started
+    (pools, servers) is ended and what it finished is kept."""
+
+
+def _stop(signum, frame) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _stop)
     args = parser().parse_args(argv)
     if not getattr(args, "handler", None):
         parser().print_help()
@@ -48,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"simspec: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    except Stopped as stop:
+        print(f"simspec: stopped ({stop})", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("simspec: interrupted", file=sys.stderr)
         return 130

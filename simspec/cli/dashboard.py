@@ -1,10 +1,12 @@
 """``simspec dashboard``: start the Streamlit what-if dashboard on localhost.
 
-Imports: stdlib only (argparse, importlib.util, socket, subprocess).
+Imports: the standard library and simspec.pool (die_with_parent).
 The app ships as the package ``simspec_dashboard`` (the repository's
 ``dashboard/`` folder); this module finds its entry script and runs
 ``streamlit run`` on it headless: no browser is opened and no usage
 statistics are sent. The app itself uses simspec's public API only.
+Stopping the launcher (Ctrl-C, SIGTERM, SIGHUP) stops the server; should
+the launcher be killed outright, the kernel ends the server with it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
+from simspec.pool import die_with_parent
 from simspec.types import InputError
 
 DEFAULT_PORT = 8501  # Streamlit's own default
@@ -62,7 +65,17 @@ def command(port: int) -> list[str]:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     port = parse_port(args.port)
     print(f"simspec dashboard: http://{ADDRESS}:{port} (Ctrl-C stops it)", flush=True)
-    return subprocess.call(command(port))
+    server = subprocess.Popen(command(port), preexec_fn=die_with_parent)
+    try:
+        return server.wait()
+    finally:  # SIGINT, SIGTERM and SIGHUP reach here (simspec.cli): the server goes with the launcher
+        if server.poll() is None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
 
 
 def add(sub: argparse._SubParsersAction) -> None:
