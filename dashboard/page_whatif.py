@@ -28,7 +28,7 @@ from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
 from simspec.policies import POLICIES
 from simspec.types import InputError
-from simspec.workloads import WorkloadConfig, read_trace
+from simspec.workloads import WorkloadConfig, cv_to_burstiness, read_trace
 from simspec_dashboard import whatif
 from simspec_dashboard.whatif import PLAN_KINDS, DashboardConfig
 
@@ -136,8 +136,10 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
         if flags["arrival"] == "gamma":
             flags["cv"] = sb.number_input("Inter-arrival CV (burstiness = 1/CV²)", value=WORKLOAD.burstiness ** -0.5,
                                           step=0.25, key="cv")
-            if not flags["cv"] > 0:
-                raise Refused(f"Inter-arrival CV: cv must be > 0 (got {flags['cv']})")
+            try:
+                cv_to_burstiness(flags["cv"])
+            except InputError as err:
+                raise Refused(f"Inter-arrival CV: {err}") from None
         elif flags["arrival"] == "onoff":
             flags["on_s"] = sb.number_input("Burst length (on_s, s)", value=WORKLOAD.on_s, key="on_s")
             flags["off_s"] = sb.number_input("Gap between bursts (off_s, s)", value=WORKLOAD.off_s, key="off_s")

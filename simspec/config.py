@@ -25,7 +25,7 @@ from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.files import read_toml
 from simspec.scheduling import EngineConfig
-from simspec.types import InputError, check_types, require
+from simspec.types import InputError, check_types, checked, field_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
 
 DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
@@ -84,6 +84,19 @@ def _checked(table: dict, allowed, where: str) -> dict:
     return table
 
 
+def _check_file_types(data: dict, path: Path) -> None:
+    """Every value of the file has its field's type, even one a flag
+    overrides: the error names the file and the key (``workload.seed``)."""
+    top = field_types(SimConfig)
+    for key, value in data.items():
+        if key in _TABLES:
+            hints = field_types(_TABLES[key])
+            for name, item in value.items():
+                checked(f"{path}: {key}.{name}", item, hints[name])
+        elif key != "policies":
+            checked(f"{path}: {key}", value, top[key])
+
+
 def load(path: str | Path) -> dict:
     """Read a config file into keyword overrides of :class:`SimConfig`
     (nested dicts for the tables); validation happens in :func:`build`."""
@@ -94,6 +107,7 @@ def load(path: str | Path) -> dict:
         if name in data:
             require(isinstance(data[name], dict), f"{path}: [{name}] must be a table")
             _checked(data[name], record, f"{path} [{name}]")
+    _check_file_types(data, path)
     if "policies" in data:
         require(isinstance(data["policies"], list), f"{path}: policies must be a list")
         data["policies"] = [_policy_spec(p) for p in data["policies"]]

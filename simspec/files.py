@@ -44,14 +44,21 @@ STAGING = ".staging-"  # a folder being built: ``.NAME.staging-XXXXXX`` beside N
 
 
 def check_writable(folder: str | os.PathLike, what: str) -> None:
-    """Refuse a folder files cannot be made in (created if missing), before
-    any work: an InputError naming ``what`` and why."""
-    folder = Path(folder)
+    """Refuse a folder files cannot be made in, before any work: an
+    InputError naming ``what`` and why. Nothing is left behind: a missing
+    folder is not made here (the writer makes it), its nearest existing
+    parent is tried instead."""
+    folder = Path(folder).absolute()
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "a file is in the way", str(existing))
+        tempfile.TemporaryFile(dir=existing).close()
     except OSError as err:
-        raise InputError(f"{what}: cannot write in {folder} ({err.strerror or err})") from None
+        where = "" if existing == folder else f"; {existing} is where it would be made"
+        raise InputError(f"{what}: cannot write in {folder} ({err.strerror or err}{where})") from None
 
 
 @contextmanager

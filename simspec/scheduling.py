@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from simspec.costs.specs import GpuSpec, ModelSpec
 
 GIB = 1024**3
+MAX_NUM_SEQS = 65536  # running requests per replica at most (vLLM's default is 256)
+MAX_BATCHED_TOKENS = 1 << 24  # tokens per step at most
+MAX_KV_TOKENS = 1 << 40
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,15 +69,16 @@ class EngineConfig:
 
     def __post_init__(self):
         check_types(self)
-        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
-        require(self.max_num_batched_tokens >= 16,
-                f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
+        require(1 <= self.max_num_seqs <= MAX_NUM_SEQS,
+                f"max_num_seqs must be in 1..{MAX_NUM_SEQS} (got {self.max_num_seqs})")
+        require(16 <= self.max_num_batched_tokens <= MAX_BATCHED_TOKENS,
+                f"max_num_batched_tokens must be in 16..{MAX_BATCHED_TOKENS} (got {self.max_num_batched_tokens})")
         require(0.0 < self.gpu_memory_utilization <= 1.0,
                 f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
         require(self.activation_reserve_gib >= 0,
                 f"activation_reserve_gib must be >= 0 (got {self.activation_reserve_gib})")
-        require(self.kv_cache_tokens is None or self.kv_cache_tokens >= 1,
-                f"kv_cache_tokens must be >= 1 (got {self.kv_cache_tokens})")
+        require(self.kv_cache_tokens is None or 1 <= self.kv_cache_tokens <= MAX_KV_TOKENS,
+                f"kv_cache_tokens must be in 1..{MAX_KV_TOKENS} (got {self.kv_cache_tokens})")
         DraftContext.parse(self.drafter_context)
         require(self.drafting in ("level", "chain"), f"drafting must be 'level' or 'chain' (got {self.drafting!r})")
 

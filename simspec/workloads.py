@@ -26,18 +26,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simspec.traces import Trace, read_trace  # noqa: F401 - workloads.read_trace, as before
+from simspec.traces import MAX_COUNT, Trace, read_trace  # noqa: F401 - workloads.read_trace, as before
 from simspec.types import InputError, Request, check_types, require
 
 ARRIVALS = ("poisson", "gamma", "onoff", "trace")
 OVER_CONTEXT = ("clip", "error")
 MAX_REQUESTS = 10_000_000
 """Requests one run may serve at most (a run of 10 million takes hours; the memory stays bounded)."""
+# Allowed ranges of the synthetic workload's numbers: wide enough for any
+# study, narrow enough that no draw overflows or takes forever.
+BOUNDS = {
+    "rate_per_s": (1e-6, 1e6),  # requests/s
+    "burstiness": (1e-3, 1e3),  # Gamma shape: CV from 31.6 to 0.03
+    "on_s": (1e-6, 1e6), "off_s": (1e-6, 1e6),  # s
+    "prompt_mean_tokens": (1.0, float(MAX_COUNT)), "output_mean_tokens": (1.0, float(MAX_COUNT)),
+    "trace_speedup": (1e-6, 1e6), "on_off_ratio": (1.0, 1e6),
+    "prompt_cv": (0.0, 100.0), "output_cv": (0.0, 100.0),  # lognormal spread
+}
 
 
 def cv_to_burstiness(cv: float) -> float:
     """Gamma shape (vLLM ``--burstiness``) whose inter-arrival CV is ``cv``."""
-    require(cv > 0 and math.isfinite(cv), f"cv must be > 0 (got {cv})")
+    low, high = (1 / math.sqrt(b) for b in reversed(BOUNDS["burstiness"]))
+    require(low <= cv <= high, f"cv must be in [{low:.4g}, {high:.4g}] (got {cv})")
     return 1.0 / cv**2
 
 
@@ -79,20 +90,9 @@ class WorkloadConfig:
         check_types(self)
         allowed = ", ".join(ARRIVALS)
         require(self.arrival in ARRIVALS, f"arrival must be one of {allowed} (got {self.arrival!r})")
-        for name in ("rate_per_s", "burstiness", "on_s", "off_s", "prompt_mean_tokens", "trace_speedup"):
+        for name, (low, high) in BOUNDS.items():
             value = getattr(self, name)
-            require(value > 0 and math.isfinite(value), f"{name} must be > 0 (got {value})")
-        require(
-            self.on_off_ratio >= 1 and math.isfinite(self.on_off_ratio),
-            f"on_off_ratio must be >= 1 (got {self.on_off_ratio})",
-        )
-        require(
-            self.output_mean_tokens >= 1 and math.isfinite(self.output_mean_tokens),
-            f"output_mean_tokens must be >= 1 (got {self.output_mean_tokens})",
-        )
-        for name in ("prompt_cv", "output_cv"):
-            value = getattr(self, name)
-            require(value >= 0 and math.isfinite(value), f"{name} must be >= 0 (got {value})")
+            require(low <= value <= high, f"{name} must be in [{low:g}, {high:g}] (got {value})")  # nan fails too
         require(
             0 <= self.multimodal_share <= 1,
             f"multimodal_share must be in [0, 1] (got {self.multimodal_share})",

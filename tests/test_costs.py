@@ -125,8 +125,12 @@ def test_kv_budget_from_memory():
     assert tokens == int(expected) and 80_000 < tokens < 140_000
 
 
-@pytest.mark.parametrize("spec,needle", [("constant:-1", "STEP_MS must be > 0"), ("constant:x", "constant:STEP_MS"),
-                                         ("affine:1", "affine:BASE_MS,PER_TOKEN_MS"), ("affine:-1,2", "BASE_MS >= 0"),
+@pytest.mark.parametrize("spec,needle", [("constant:-1", r"STEP_MS: each number must be in \[0, 1e\+06\] ms"),
+                                         ("constant:0", "STEP_MS must be > 0"), ("constant:nan", r"in \[0, 1e\+06\]"),
+                                         ("constant:x", "constant:STEP_MS"),
+                                         ("affine:1", "affine:BASE_MS,PER_TOKEN_MS"),
+                                         ("affine:-1,2", r"PER_TOKEN_MS: each number must be in \[0"),
+                                         ("affine:0,0", "not both 0"), ("affine:1,inf", r"in \[0, 1e\+06\]"),
                                          ("magic", "cost_model must be one of")])
 def test_bad_cost_models_name_the_problem(spec, needle):
     with pytest.raises(InputError, match=needle):

@@ -204,8 +204,8 @@ def test_widgets_update_the_outputs(app):
     ("text_area", "policies", "ar\nlinear:k=0", "policy linear: k must be in 1..15 (got 0)"),
     ("text_area", "policies", "ar\nbeam", "policy must be one of"),
     ("text_area", "policies", "ar\nlinear:k", "policy linear: parameters look like key=value"),
-    ("number_input", "rate", -1.0, "rate_per_s must be > 0 (got -1.0)"),
-    ("number_input", "cv", 0.0, "Inter-arrival CV: cv must be > 0"),
+    ("number_input", "rate", -1.0, "rate_per_s must be in [1e-06, 1e+06] (got -1.0)"),
+    ("number_input", "cv", 0.0, "Inter-arrival CV: cv must be in [0.03162, 31.62]"),
     ("number_input", "num_requests", 0, "num_requests must be in 1..20000 (got 0)"),
     ("number_input", "images_max", 9, "images_max must be <= 7 for this model"),
     ("text_input", "loads", "0.5, 9", "loads must be in (0, 4] x saturation (got 9)"),
@@ -221,7 +221,7 @@ def test_a_custom_acceptance_model(app):
     length = app.dataframe[0].value.loc["linear:k=3", "accept length"]
     app.selectbox(key="acceptance").select_index(len(app.selectbox(key="acceptance").options) - 1).run()
     app.text_input(key="acceptance_custom").set_value("iid:1.5").run()
-    assert not app.exception and "acceptance probability must be in (0, 1) (got 1.5)" in app.error[0].value
+    assert not app.exception and "acceptance probability P must be in (0, 1) (got 1.5)" in app.error[0].value
     app.text_input(key="acceptance_custom").set_value("iid:0.3").run()
     ok(app)
     assert app.dataframe[0].value.loc["linear:k=3", "accept length"] < length

@@ -84,7 +84,7 @@ BAD = [
     ({"axes": {"device": ["h100-sxm", "tpu"]}}, "device must be one of"),
     ({"axes": {"model": ["GPT-9"]}}, "model must be one of"),
     ({"axes": {"acceptance": ["nope"]}}, "acceptance must be iid:P or a preset"),
-    ({"axes": {"engine": {"max_num_seqs": [0]}}}, "axes.engine.max_num_seqs = 0: max_num_seqs must be >= 1"),
+    ({"axes": {"engine": {"max_num_seqs": [0]}}}, "axes.engine.max_num_seqs = 0: max_num_seqs must be in 1..65536"),
     ({"axes": {"workload": {"num_requestz": [1]}}}, "axes: unknown key 'workload.num_requestz'"),
     ({"axes": {"workload": {"rate_per_s": [1]}}}, "use the axis 'rate'"),
     ({"axes": {"seeds": [1, 2]}}, "seeds go at the top of the sweep file"),
@@ -256,7 +256,7 @@ def test_cli_end_to_end_and_rerun(tmp_path):
     (["--load", "0.5,abc"], "--load must be a comma-separated list of numbers"),
     (["--cv", "0"], "axes.cv values must be numbers > 0"),
     (["--load", "0.5"], "--load and --rate: give one, not both"),
-    (["--workers", "0"], "--workers must be >= 1"),
+    (["--workers", "0"], "--workers must be in 1..1024"),
     (["--seeds", "0"], "seeds must be >= 1"),
     (["--device", "h100-sxm,,h200"], "--device: empty value"),
     (["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1: nothing answers"),
@@ -285,3 +285,40 @@ def test_cli_sweep_file(tmp_path):
     path.write_text('[axes]\nlaod = [0.5]\n')
     code, _, stderr = invoke(["sweep", "--config", path, "--out", tmp_path / "r.parquet"])
     assert code == 2 and "axes: unknown key 'laod'" in stderr
+
+
+def test_dry_run_counts_tasks_and_estimates_time_from_a_timed_sample(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = invoke(["sweep", "--load", "0.5,0.9", "--seeds", 3, "--num-requests", 500,
+                                   "--policy", "ar", "--workers", 2, "--dry-run"])
+    assert code == 0, stderr
+    assert "2 grid points x 3 seeds = 6 tasks of 500 requests" in stdout
+    line = next(x for x in stdout.splitlines() if x.startswith("estimate: ~"))
+    assert "on 2 processes for 6 tasks (one sample of 200 requests took" in line
+    assert "a task of 500 requests" in line and "up to 1 AR saturation search" in line
+    assert "--yes" not in stdout and not list(tmp_path.iterdir())
+
+
+def test_estimate_scales_the_sample_by_requests_tasks_and_processes():
+    from simspec.sweep.estimate import Estimate, duration
+
+    e = Estimate(tasks=10, requests_per_task=1000, sample_requests=200, sample_s=2.0, mixes=3, saturation_s=1.0,
+                 processes=4, ray=False)
+    assert e.task_s == pytest.approx(10.0) and e.cpu_s == pytest.approx(103.0)
+    assert e.wall_s == pytest.approx(103.0 / 4)
+    assert [duration(s) for s in (0.042, 2.5, 30, 420, 3 * 3600 + 1200, 12 * 86400)] == \
+        ["0.042 s", "2.5 s", "30 s", "7 min", "3 h 20 min", "12 days"]
+    from dataclasses import replace
+
+    assert "divide by the Ray cluster's CPUs" in replace(e, ray=True).lines()[0]
+
+
+def test_a_sweep_of_more_than_100000_tasks_needs_yes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["sweep", "--rate", "1,2", "--seeds", 50_001, "--num-requests", 60, "--policy", "ar", "--out", "r.parquet"]
+    code, _, stderr = invoke(argv)
+    assert code == 2 and stderr.count("\n") == 1
+    assert "100,002 tasks is more than 100,000" in stderr and "--yes" in stderr
+    assert not list(tmp_path.iterdir())
+    code, stdout, _ = invoke([*argv[:-2], "--dry-run"])
+    assert code == 0 and "more than 100,000 tasks: running it needs --yes" in stdout

@@ -165,7 +165,7 @@ def test_live_engine_loads_the_tuned_policy(tuned_file):
     (["--load", "0.5", "--rates", "3"], "not both"),
     (["--families", "linear,beam"], "families must be among"),
     (["--policy", "ar"], "--families"),
-    (["--load", "0"], "loads must be > 0"),
+    (["--load", "0"], "loads (--load) must be > 0"),
     (["--arrival", "onoff"], "not supported"),
 ])
 def test_bad_tune_input_is_one_line_and_exit_2(extra, needle, tmp_path):

@@ -12,6 +12,7 @@ import numpy as np
 
 from simspec.types import InputError, require
 
+MAX_KEPT = 16384  # kept visual tokens at most (more than any model's image has)
 SELECTION_SCALES = {"selected": 2.0, "pooled": 6.0}  # kept tokens at which the loss shrinks by e
 
 
@@ -29,8 +30,8 @@ class DraftContext:
         if kind in ("full", "none") and not k:
             return cls(kind=kind, kept_tokens=0)
         if kind in SELECTION_SCALES:
-            require(k.isdigit() and int(k) >= 1,
-                    f"drafter_context {kind}:K needs K >= 1 kept visual tokens (got {text!r})")
+            require(k.isdigit() and 1 <= int(k) <= MAX_KEPT,
+                    f"drafter_context {kind}:K needs K in 1..{MAX_KEPT} kept visual tokens (got {text!r})")
             return cls(kind=kind, kept_tokens=int(k))
         raise InputError(f"drafter_context must be full, none, selected:K or pooled:K (got {text!r})")
 

@@ -203,7 +203,7 @@ class AcceptanceModel:
     def iid(cls, p: float) -> "AcceptanceModel":
         """Every draft position accepted with probability ``p``, independently;
         no difficulty spread, no visual loss. The closed forms hold here."""
-        require(0.0 < p < 1.0, f"acceptance probability must be in (0, 1) (got {p})")
+        require(0.0 < p < 1.0, f"acceptance iid:P: the acceptance probability P must be in (0, 1) (got {p})")
         return cls(name=f"iid:{p:g}", top1_logit=float(_logit(p)), depth_decay_logit=0.0, request_sigma=0.0,
                    token_sigma=0.0, confidence_sigma=0.0, visual_share=0.0)
 

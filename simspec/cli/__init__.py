@@ -23,8 +23,26 @@ COMMANDS = (simulate, costs, live, profile, sweep, report, tune, export, dashboa
 """The modules that register subcommands, in the order ``--help`` lists them."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with the project's one-line errors: a wrong flag or value
+    says which, and where the usage is, in one line (exit 2)."""
+
+    def _get_value(self, action: argparse.Action, arg_string: str):
+        if not arg_string.strip() and not isinstance(action, argparse._SubParsersAction):  # no flag takes an empty value: `--out ""` is a slip, not "no output"
+            name = action.option_strings[0] if action.option_strings else action.metavar or action.dest
+            self.error(f"{name}: an empty value (give one, or leave the flag out)")
+        return super()._get_value(action, arg_string)
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("simspec").strip()
+        flag, _, rest = message.removeprefix("argument ").partition(": ")
+        if message.startswith("argument ") and flag.split("/")[0] in rest:
+            message = rest  # the value's own error names the flag already
+        self.exit(2, f"simspec: error: {command + ': ' if command else ''}{message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="simspec", description="Which speculative-decoding verification "
+    top = Parser(prog="simspec", description="Which speculative-decoding verification "
                                   "strategy should a VLM server use, and what latency will users see?")
     top.add_argument("--version", action="version", version=f"simspec {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
@@ -38,8 +56,12 @@ class Stopped(KeyboardInterrupt):
     (pools, servers) is ended and what it finished is kept."""
 
 
+_stopped_by: list[str] = []  # the stop signal received, if any
+
+
 def _stop(signum, frame) -> None:
-    raise Stopped(signal.Signals(signum).name)
+    _stopped_by.append(signal.Signals(signum).name)
+    raise Stopped(_stopped_by[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simspec: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        if not _stopped_by:
+            raise
+        # The stop arrived inside a library (a compiler, a C callback) that
+        # turned it into its own error: still a stop, not a failure.
+        print(f"simspec: stopped ({_stopped_by[-1]})", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from simspec.models.drafter_train import DrafterTrainConfig, train_drafter  # torch only when asked
     from simspec.models.train import train_target
 
+    if args.steps < 1:
+        raise InputError(f"steps (--steps) must be >= 1 (got {args.steps})")
+    for what, folder in (("target", args.target), ("drafter", args.drafter)):
+        if args.what in ("all", what):
+            check_writable(folder, f"--{what}")  # before minutes of training, not after
     if args.what in ("all", "target"):
         meta = train_target(Path(args.target), steps=args.steps, seed=args.seed, quick=args.quick)
         print(f"target: held-out accuracy {meta.heldout_accuracy:.3f} after {meta.steps} steps "

@@ -14,6 +14,7 @@ import simspec
 from simspec.costs import MODELS, model_spec
 from simspec.profiling.grid import DEFAULT_MODELS
 from simspec.profiling.vidur import import_vidur
+from simspec.files import check_writable
 from simspec.types import InputError
 
 PROFILES = Path(simspec.__file__).resolve().parents[1] / "profiles"
@@ -44,6 +45,7 @@ def add(subparsers) -> argparse.ArgumentParser:
 def _check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out}: exists and is not a folder")
+    check_writable(out, f"--out {out}")
 
 
 def cmd_profile_gpu(args: argparse.Namespace) -> int:

@@ -7,7 +7,8 @@ import sys
 import time
 
 from simspec import config as configuration, costs
-from simspec.sweep import Runner, SweepConfig, describe, from_values, load, run
+from simspec.sweep import Runner, SweepConfig, describe, from_values, load, run, size
+from simspec.sweep.estimate import CONFIRM_ABOVE, estimate
 from simspec.types import InputError, require
 
 
@@ -63,8 +64,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runner = Runner(workers=workers, ray=args.ray, progress=not args.quiet)
     for line in describe(sweep):
         print(line, flush=True)
+    tasks = size(sweep) * len(sweep.seed_list)
     if args.dry_run:
+        for line in estimate(sweep, runner).lines():
+            print(line, flush=True)
         return 0
+    require(tasks <= CONFIRM_ABOVE or args.yes,
+            f"sweep: {tasks:,} tasks is more than {CONFIRM_ABOVE:,}: see how long it would take with --dry-run, "
+            f"then add --yes to run it")
     require(args.out is not None, "--out is required (the results table, e.g. results.parquet)")
     started = time.perf_counter()
     try:
@@ -107,6 +114,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", metavar="N", help="local processes (default: every core; 1 = serial)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: local, auto, HOST:PORT or ray://HOST:PORT "
                    f"(an address that does not answer fails within {defaults.probe_timeout_s:g} s)")
-    p.add_argument("--dry-run", action="store_true", help="print the grid and stop")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the grid, its task count and an estimated time (one timed sample task), and stop")
+    p.add_argument("--yes", action="store_true", help=f"run a sweep of more than {CONFIRM_ABOVE:,} tasks")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_sweep)

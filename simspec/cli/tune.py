@@ -8,7 +8,7 @@ from pathlib import Path
 
 from simspec import __version__, config as configuration
 from simspec.cli.scenario import add_scenario_flags
-from simspec.files import write_text
+from simspec.files import check_writable, write_text
 from simspec.tune import FAMILIES, OBJECTIVES, TuneConfig, dumps, notes, table_csv, table_markdown, tune
 from simspec.types import InputError, require
 
@@ -52,11 +52,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "objective goodput needs an SLO: --slo ttft:MS and/or --slo tpot:MS")
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out} is a folder; name the tuned file (e.g. {out}/tuned.toml)")
+    check_writable(out.parent, f"--out {out}")  # before the tuning, not after
     tuned = tune(base, tc, progress=not args.quiet)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(out, dumps(tuned))
     write_text(out.with_suffix(".csv"), table_csv(tuned))
     write_text(out.with_suffix(".md"), table_markdown(tuned))
+    write_text(out, dumps(tuned))  # last: a tuned file there means its table is too
     metric = OBJECTIVES[tc.objective][0]
     print(f"simspec {__version__} | tune {metric} ({OBJECTIVES[tc.objective][1]}) | {base.model} on {base.device} | "
           f"AR saturation {tuned.saturation_rate_per_s:.3g} req/s | {tc.trials} trials/family, "

@@ -51,6 +51,9 @@ def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> Cos
     return roofline(model, gpu)
 
 
+MAX_STEP_MS = 1e6  # a closed-form step price above 1000 s is a typo
+
+
 def _numbers(text: str, count: int, form: str) -> list[float]:
     parts = text.split(",")
     try:
@@ -59,6 +62,8 @@ def _numbers(text: str, count: int, form: str) -> list[float]:
         values = []
     if len(values) != count:
         raise InputError(f"cost_model must look like {form} (got {text!r})")
+    if not all(0 <= v <= MAX_STEP_MS for v in values):  # also refuses nan
+        raise InputError(f"cost_model {form}: each number must be in [0, {MAX_STEP_MS:g}] ms (got {text!r})")
     return values
 
 

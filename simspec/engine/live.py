@@ -48,7 +48,7 @@ from simspec.models.drafter import Drafter
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy, ReplicaView, StepPlan
-from simspec.scheduling import Estimate, Prefill, Scheduler
+from simspec.scheduling import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, Estimate, Prefill, Scheduler
 from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, require
 
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
@@ -64,9 +64,10 @@ class LiveConfig:
     prior_top1: float = 0.5  # top-1 acceptance assumed before any history (the simulator uses its model's)
 
     def __post_init__(self):
-        require(self.max_num_seqs >= 1, f"max_num_seqs must be >= 1 (got {self.max_num_seqs})")
-        require(self.max_num_batched_tokens >= 16,
-                f"max_num_batched_tokens must be >= 16 (got {self.max_num_batched_tokens})")
+        require(1 <= self.max_num_seqs <= MAX_NUM_SEQS,
+                f"max_num_seqs must be in 1..{MAX_NUM_SEQS} (got {self.max_num_seqs})")
+        require(16 <= self.max_num_batched_tokens <= MAX_BATCHED_TOKENS,
+                f"max_num_batched_tokens must be in 16..{MAX_BATCHED_TOKENS} (got {self.max_num_batched_tokens})")
         require(0.0 < self.prior_top1 < 1.0, f"prior_top1 must be in (0, 1) (got {self.prior_top1})")
         DraftContext.parse(self.drafter_context)
 

@@ -292,7 +292,9 @@ def parse(spec: str) -> Policy:
     ``batch_table:table=1:5,8:3``, ``staged:stages=1:tree:depth=5;16:linear:k=2``."""
     if not isinstance(spec, str):
         raise InputError(f"policy must be a string like 'linear:k=5' (got {spec!r})")
-    name, _, rest = spec.strip().partition(":")
+    name, colon, rest = spec.strip().partition(":")
+    if colon and not rest.strip():
+        raise InputError(f"policy {name}: nothing after ':' (give {name}, or {name}:key=value,...)")
     params: dict[str, object] = {}
     if name in ("batch_table", "staged") and rest:
         key, sep, value = rest.partition("=")

@@ -54,7 +54,7 @@ class _LogBuffers:
     overflow them."""
 
     def __init__(self, max_batch: int, builder: LogBuilder):
-        chunks = LOG_STEPS * max_batch
+        chunks = LOG_STEPS * min(max_batch, 1024)  # at least one step of max_batch chunks; 100 MB at most
         self.builder = builder
         self.buffers = steps.Logs(
             chunk_id=np.zeros(chunks, np.int64), chunk_tokens=np.zeros(chunks, np.int64),
@@ -133,7 +133,7 @@ class Replica:
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
-        self.logs = _LogBuffers(engine.max_num_seqs * 2, LogBuilder(np.array([r.id for r in requests], np.int64)))
+        self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n), LogBuilder(np.array([r.id for r in requests], np.int64)))
         sched.check_fits()
 
     # -- processes ---------------------------------------------------------

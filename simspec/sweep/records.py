@@ -17,6 +17,7 @@ SCHEMA_VERSION = 1
 
 
 META_KEY = b"simspec.sweep"
+MAX_WORKERS = 1024  # local processes at most (each holds a simulator)
 """Parquet schema-metadata key holding the sweep's JSON description."""
 
 
@@ -103,7 +104,8 @@ class Runner:
     progress: bool = True
 
     def __post_init__(self):
-        require(self.workers is None or self.workers >= 1, f"--workers must be >= 1 (got {self.workers})")
+        require(self.workers is None or 1 <= self.workers <= MAX_WORKERS,
+                f"--workers must be in 1..{MAX_WORKERS} (got {self.workers})")
         require(self.flush_every_s >= 0, f"flush_every_s must be >= 0 (got {self.flush_every_s})")
 
     @property

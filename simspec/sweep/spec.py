@@ -179,4 +179,14 @@ def describe(sweep: SweepConfig) -> list[str]:
                       for a in sweep.axes) or "none (one point: the base)"
     return [f"sweep: {points} grid point{'s' * (points != 1)} x {seeds} seed{'s' * (seeds != 1)} = "
             f"{points * seeds} tasks of {stop}, each serving {', '.join(sweep.base.policies)}",
-            f"axes: {axes}; seeds {', '.join(map(str, sweep.seed_list))}"]
+            f"axes: {axes}; seeds {_seed_text(sweep.seed_list)}"]
+
+
+def _seed_text(seeds) -> str:
+    """'0, 1, 2', '0..1999' (a range), or the first few and how many."""
+    seeds = list(seeds)
+    if len(seeds) <= 8:
+        return ", ".join(map(str, seeds))
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}..{seeds[-1]}"
+    return f"{', '.join(map(str, seeds[:4]))}, ... ({len(seeds):,} seeds)"

@@ -59,15 +59,18 @@ class TuneConfig:
         require(len(self.families) >= 1 and all(f in FAMILIES for f in self.families),
                 f"families must be among {', '.join(FAMILIES)} (got {', '.join(self.families) or 'none'})")
         require(len(set(self.families)) == len(self.families), f"families must be distinct (got {self.families})")
-        for name in ("loads", "rates_per_s", "cvs"):
+        for name, flag in (("loads", "--load"), ("rates_per_s", "--rates"), ("cvs", "--cv")):
             values = getattr(self, name)
-            require(all(math.isfinite(v) and v > 0 for v in values), f"{name} must be > 0 (got {list(values)})")
-            require(len(set(values)) == len(values), f"{name} must be distinct (got {list(values)})")
+            require(all(math.isfinite(v) and v > 0 for v in values),
+                    f"{name} ({flag}) must be > 0 (got {list(values)})")
+            require(len(set(values)) == len(values), f"{name} ({flag}) must be distinct (got {list(values)})")
         require(len(self.loads) + len(self.rates_per_s) >= 1, "loads or rates_per_s must name a load level")
-        require(all(v <= 1.5 for v in self.loads), f"loads must be <= 1.5 x saturation (got {list(self.loads)})")
+        require(all(v <= 1.5 for v in self.loads),
+                f"loads (--load) must be <= 1.5 x saturation (got {list(self.loads)})")
         for name, low in (("trials", 1), ("search_seeds", 1), ("confirm_seeds", 2), ("top", 1),
                           ("saturation_requests", 50), ("jobs", 1)):
-            require(getattr(self, name) >= low, f"{name} must be >= {low} (got {getattr(self, name)})")
+            require(getattr(self, name) >= low,
+                    f"{name} (--{name.replace('_', '-')}) must be >= {low} (got {getattr(self, name)})")
 
     @property
     def metric(self) -> str:

@@ -1,0 +1,231 @@
+"""Bad input across every command, as a table: each row is a command line
+(and the files it reads), and each must end with exit status 2, one
+``simspec: error:`` line on stderr naming the field (or file and line),
+and nothing written anywhere under the test's folder but the inputs.
+
+Rows that name files get them from ``FILES`` (written to ``in/`` first);
+``{in}`` in an argument is that folder. The command runs from ``work/``, so
+whatever it might write lands there and is caught.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import invoke
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "profiles" / "cpu-intel-xeon-processor"
+STEPS = REPO / "validation" / "cpu" / "step_costs.json"
+
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+ROW = "2023-11-16 18:15:46.6805900,374,44\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]
+    says: tuple[str, ...]  # what the error line must contain (the field, the range)
+    files: dict[str, str | bytes] = field(default_factory=dict)
+
+
+def case(id_: str, argv: str | list[str], *says: str, **files: str | bytes) -> Case:
+    return Case(id_, argv.split() if isinstance(argv, str) else argv, says,
+                {name.replace("__", "."): text for name, text in files.items()})
+
+
+SIM = "simulate --num-requests 20 --quiet"
+TOML_BAD_TYPES = [  # (key in the config file, bad value, what the line says)
+    ("seed", "1.5", "seed must be an integer"),
+    ("seed", "true", "seed must be an integer"),
+    ("seed", "12345678901234567890", "seed must be an integer below 2^63"),
+    ("model", '["a"]', "model must be a string"),
+    ("slo_ttft_ms", '"fast"', "slo_ttft_ms must be a number"),
+    ("policies", '"ar"', "policies must be a list"),
+]
+TOML_BAD_TABLE = [  # (table, key, value, says)
+    ("workload", "num_requests", "50.5", "workload.num_requests must be an integer"),
+    ("workload", "trace_path", "7", "workload.trace_path must be a string"),
+    ("workload", "rate_per_s", "nan", "workload.rate_per_s must be a finite number"),
+    ("workload", "multimodal_share", "inf", "workload.multimodal_share must be a finite number"),
+    ("engine", "drafter_context", "8", "engine.drafter_context must be a string"),
+    ("engine", "max_num_seqs", '"lots"', "engine.max_num_seqs must be an integer"),
+]
+
+CASES = [
+    # --- simulate: flags -------------------------------------------------------------
+    case("rate-huge", f"{SIM} --rate 1e300", "rate_per_s", "[1e-06, 1e+06]"),
+    case("prompt-mean-huge", f"{SIM} --prompt-mean 1e300", "prompt_mean_tokens", "2.14748e+09"),
+    case("output-mean-huge", f"{SIM} --output-mean 1e12", "output_mean_tokens", "2.14748e+09"),
+    case("burstiness-huge", f"{SIM} --burstiness 1e300", "burstiness", "[0.001, 1000]"),
+    case("max-num-seqs-huge", f"{SIM} --max-num-seqs 99999999999", "max_num_seqs", "1..65536"),
+    case("kv-cache-huge", f"{SIM} --kv-cache-tokens 1099511627777", "kv_cache_tokens", "1..1099511627776"),
+    case("drafter-context-huge", f"{SIM} --drafter-context selected:99999999999", "drafter_context", "1..16384"),
+    case("cost-model-nan", f"{SIM} --cost-model affine:nan,1", "cost_model", "[0, 1e+06]"),
+    case("cost-model-inf", f"{SIM} --cost-model constant:inf", "cost_model", "[0, 1e+06]"),
+    case("policy-empty-params", f"{SIM} --policy linear:", "policy linear", "nothing after"),
+    case("out-empty", [*SIM.split(), "--out", ""], "--out", "empty"),
+    case("sweep-ray-empty", ["sweep", "--rate", "2", "--ray", "", "--out", "r.parquet"], "--ray", "empty"),
+    case("sweep-workers-huge", "sweep --rate 2 --workers 100000 --out r.parquet", "--workers", "1..1024"),
+    case("train-target-unwritable", "train --target /proc/simspec-x --drafter d --quick", "--target", "cannot write"),
+    case("rate-negative", f"{SIM} --rate -1", "rate_per_s", "[1e-06, 1e+06]"),
+    case("rate-nan", f"{SIM} --rate nan", "rate_per_s", "finite"),
+    case("rate-inf", f"{SIM} --rate inf", "rate_per_s", "finite"),
+    case("num-requests-0", f"{SIM} --num-requests 0", "num_requests", "1..10,000,000"),
+    case("num-requests-2e9", f"{SIM} --num-requests 2000000000", "num_requests", "1..10,000,000"),
+    case("num-requests-float", f"{SIM} --num-requests 1e20", "--num-requests", "integer"),
+    case("burstiness-0", f"{SIM} --burstiness 0", "burstiness", "[0.001, 1000]"),
+    case("multimodal-share", f"{SIM} --multimodal-share 1.5", "multimodal_share", "[0, 1]"),
+    case("images-min-over-max", f"{SIM} --images-min 3 --images-max 2", "images_min", "images_max"),
+    case("prompt-mean", f"{SIM} --prompt-mean -5", "prompt_mean_tokens"),
+    case("output-mean", f"{SIM} --output-mean 0", "output_mean_tokens"),
+    case("trace-speedup", f"{SIM} --trace-speedup 0", "trace_speedup", "[1e-06, 1e+06]"),
+    case("on-s", f"{SIM} --arrival onoff --on-s -1", "on_s", "[1e-06, 1e+06]"),
+    case("max-num-seqs", f"{SIM} --max-num-seqs 0", "max_num_seqs", "1..65536"),
+    case("max-num-batched-tokens", f"{SIM} --max-num-batched-tokens 0", "max_num_batched_tokens", "16..16777216"),
+    case("gpu-memory-utilization", f"{SIM} --gpu-memory-utilization 1.5", "gpu_memory_utilization"),
+    case("kv-cache-tokens", f"{SIM} --kv-cache-tokens -1", "kv_cache_tokens"),
+    case("drafter-context-k0", f"{SIM} --drafter-context selected:0", "drafter_context"),
+    case("drafter-context-word", f"{SIM} --drafter-context bogus", "drafter_context", "full, none"),
+    case("model", f"{SIM} --model NoSuchModel", "model", "LLaVA-1.5-7B"),
+    case("device", f"{SIM} --device tpu-v9", "device", "h100-sxm"),
+    case("cost-model-word", f"{SIM} --cost-model guess", "cost_model", "roofline"),
+    case("cost-model-missing-profile", f"{SIM} --cost-model profile:{{in}}/none", "profile"),
+    case("cost-model-constant", f"{SIM} --cost-model constant:-1", "constant"),
+    case("acceptance-iid", f"{SIM} --acceptance iid:1.5", "iid"),
+    case("acceptance-preset", f"{SIM} --acceptance nosuch", "acceptance", "preset"),
+    case("policy-unknown", f"{SIM} --policy nosuch", "policy", "linear"),
+    case("policy-duplicate-key", f"{SIM} --policy linear:k=3,k=4", "k", "twice"),
+    case("policy-bad-value", f"{SIM} --policy linear:k=abc", "k"),
+    case("policy-tree-budget", f"{SIM} --policy tree:budget=100000", "budget", "4096"),
+    case("cv-and-burstiness", f"{SIM} --cv 2 --burstiness 0.5", "--cv", "--burstiness"),
+    case("cv-negative", f"{SIM} --cv -1", "cv", "[0.03162, 31.62]"),
+    case("seed-negative", f"{SIM} --seed -1", "seed", ">= 0"),
+    case("slo", f"{SIM} --slo-ttft-ms -5", "slo_ttft_ms", "> 0"),
+    case("arrival", f"{SIM} --arrival sometimes", "arrival", "poisson"),
+    case("over-context", f"{SIM} --over-context shrug", "over_context", "clip"),
+    case("policy-file-missing", f"{SIM} --policy-file {{in}}/none.toml", "policy file", "none.toml"),
+    case("policy-file-garbage", f"{SIM} --policy-file {{in}}/t.toml", "t.toml", t__toml="format = 3\n"),
+    case("out-under-a-file", f"{SIM} --out {{in}}/file/run", "--out", file="x"),
+    # --- simulate: config files ------------------------------------------------------
+    case("config-folder", f"{SIM} --config {{in}}", "--config", "folder"),
+    case("config-missing", f"{SIM} --config {{in}}/none.toml", "--config", "no such file"),
+    case("config-syntax", f"{SIM} --config {{in}}/c.toml", "c.toml", c__toml="seed = = 1\n"),
+    case("config-unknown-key", f"{SIM} --config {{in}}/c.toml", "seeed", c__toml="seeed = 1\n"),
+    case("config-deep", f"{SIM} --config {{in}}/c.toml", "c.toml", c__toml="x = " + "[" * 5000 + "]" * 5000 + "\n"),
+    case("config-not-utf8", f"{SIM} --config {{in}}/c.toml", "c.toml", "UTF-8", c__toml=b"seed = 1 # \xff\xfe\n"),
+    *[case(f"toml-{key}-{value[:8]}", f"{SIM} --config {{in}}/c.toml", says, c__toml=f"{key} = {value}\n")
+      for key, value, says in TOML_BAD_TYPES],
+    *[case(f"toml-{table}.{key}", f"{SIM} --config {{in}}/c.toml", says, c__toml=f"[{table}]\n{key} = {value}\n")
+      for table, key, value, says in TOML_BAD_TABLE],
+    # --- simulate: traces ------------------------------------------------------------
+    case("trace-missing", f"{SIM} --arrival trace --trace {{in}}/none.csv", "none.csv"),
+    case("trace-not-utf8", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "UTF-8",
+         t__csv=AZURE.encode() + b"2023-11-16 18:15:46,\xff\xfe,44\n"),
+    case("trace-1e20-tokens", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "row 2", "ContextTokens",
+         t__csv=AZURE + ROW + "2023-11-16 18:15:47.0,1e20,44\n"),
+    case("trace-extra-field", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "row 1", "4 fields, the header 3",
+         t__csv=AZURE + "2023-11-16 18:15:46.6805900,374,44,9\n"),
+    case("trace-bad-time", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "TIMESTAMP",
+         t__csv=AZURE + "yesterday,374,44\n"),
+    case("trace-zero-output", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "GeneratedTokens",
+         t__csv=AZURE + "2023-11-16 18:15:46.6805900,374,0\n"),
+    case("trace-unknown-columns", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", "schema",
+         t__csv="when,tokens\n1,2\n"),
+    case("trace-header-only", f"{SIM} --arrival trace --trace {{in}}/t.csv", "t.csv", t__csv=AZURE),
+    case("trace-jsonl-deep", f"{SIM} --arrival trace --trace {{in}}/t.jsonl", "t.jsonl", "line 1",
+         t__jsonl="[" * 100_000 + "]" * 100_000 + "\n"),
+    case("trace-jsonl-missing-key", f"{SIM} --arrival trace --trace {{in}}/t.jsonl", "t.jsonl", "output_length",
+         t__jsonl='{"timestamp": 0, "input_length": 10}\n'),
+    case("trace-jsonl-float-count", f"{SIM} --arrival trace --trace {{in}}/t.jsonl", "t.jsonl", "input_length",
+         t__jsonl='{"timestamp": 0, "input_length": 10.5, "output_length": 4}\n'),
+    case("trace-over-context-error", f"{SIM} --arrival trace --trace {{in}}/t.jsonl --over-context error",
+         "context", t__jsonl='{"timestamp": 0, "input_length": 10000000, "output_length": 4}\n'),
+    # --- simulate: profiles and step costs ------------------------------------------
+    case("profile-other-model", f"{SIM} --model Qwen2-VL-7B --device cpu-intel-xeon-processor --cost-model profile:{PROFILE}/LLaVA-1.5-7B", "profile",
+         "Qwen2-VL-7B"),
+    case("steps-other-model", f"{SIM} --model Qwen2-VL-7B --cost-model steps:{STEPS}", "step_costs.json",
+         "Qwen2-VL-7B"),
+    case("steps-not-json", f"{SIM} --cost-model steps:{{in}}/s.json", "s.json", s__json="{not json"),
+    # --- sweep -----------------------------------------------------------------------
+    case("sweep-load-word", "sweep --load 0.5,abc --out r.parquet", "--load", "numbers"),
+    case("sweep-seeds-0", "sweep --rate 2 --seeds 0 --out r.parquet", "seeds", ">= 1"),
+    case("sweep-workers-0", "sweep --rate 2 --workers 0 --out r.parquet", "--workers", "1..1024"),
+    case("sweep-num-requests-float", "sweep --rate 2 --num-requests 1.5 --out r.parquet", "--num-requests"),
+    case("sweep-too-big", "sweep --rate 1,2 --seeds 60000 --out r.parquet", "120,000 tasks", "--yes"),
+    case("sweep-file-key", "sweep --config {in}/s.toml --out r.parquet", "laod", s__toml="[axes]\nlaod = [0.5]\n"),
+    case("sweep-file-type", "sweep --config {in}/s.toml --out r.parquet", "seeds", s__toml='seeds = "many"\n'),
+    case("sweep-out-under-a-file", "sweep --rate 2 --num-requests 20 --out {in}/file/r.parquet", "--out", file="x"),
+    # --- tune ------------------------------------------------------------------------
+    case("tune-load", "tune --load -1 --out t.toml", "--load", "> 0"),
+    case("tune-trials", "tune --trials 0 --out t.toml", "trials", ">= 1"),
+    case("tune-objective", "tune --objective fastest --out t.toml", "objective", "mean_e2el"),
+    case("tune-families", "tune --families linear,magic --out t.toml", "magic", "linear"),
+    case("tune-slo", "tune --objective goodput --slo soon:5 --out t.toml", "--slo", "ttft:MS"),
+    case("tune-out-under-a-file", "tune --out {in}/file/t.toml", "--out", file="x"),
+    # --- export ----------------------------------------------------------------------
+    case("export-missing", "export --format vllm {in}/none.toml", "none.toml"),
+    case("export-format", "export --format tgi {in}/none.toml", "--format", "vllm"),
+    case("export-garbage", "export --format vllm {in}/t.toml", "t.toml", t__toml='format = "simspec-tuned/1"\n'),
+    # --- report ----------------------------------------------------------------------
+    case("report-missing", "report {in}/none.parquet", "none.parquet"),
+    case("report-not-parquet", "report {in}/r.parquet", "r.parquet", "Parquet", r__parquet="not a table"),
+    # --- live, validate, train, profile-gpu, costs, dashboard --------------------------
+    case("live-num-requests", "live --num-requests 0 --timing-only LLaVA-1.5-7B", "num_requests"),
+    case("live-rate", "live --rate -1 --timing-only LLaVA-1.5-7B", "rate"),
+    case("live-device", "live --device tpu", "--device", "cpu"),
+    case("live-timing-only-model", "live --timing-only NoSuchModel", "NoSuchModel"),
+    case("live-acceptance", "live --timing-only LLaVA-1.5-7B --acceptance iid:2", "iid"),
+    case("live-traces-missing", "live --timing-only LLaVA-1.5-7B --traces {in}/none.jsonl", "none.jsonl"),
+    case("live-step-costs-missing", "live --step-costs {in}/none.json", "none.json"),
+    case("live-checkpoint-missing", "live --target {in}/none --drafter {in}/none", "none"),
+    case("validate-repeats-0", "validate --repeats 0", "--repeats", "[1, 10]"),
+    case("validate-repeats-11", "validate --repeats 11", "--repeats", "[1, 10]"),
+    case("train-steps-0", "train --steps 0 --target t --drafter d", "steps", ">= 1"),
+    case("profile-gpu-import-missing", "profile-gpu --import-vidur {in}/none --out p", "none"),
+    case("profile-gpu-model", "profile-gpu --device cpu --model NoSuchModel --out p", "NoSuchModel"),
+    case("costs-report-device", "costs report --device tpu-v9 --model LLaVA-1.5-7B", "tpu-v9"),
+    case("dashboard-port-0", "dashboard --port 0", "--port", "1..65535"),
+    case("dashboard-port-big", "dashboard --port 70000", "--port", "65535"),
+    case("dashboard-port-word", "dashboard --port http", "--port"),
+]
+
+
+def _written(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("row", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_naming_the_field_exit_2_nothing_written(row: Case, tmp_path, monkeypatch):
+    inputs, work = tmp_path / "in", tmp_path / "work"
+    inputs.mkdir()
+    work.mkdir()
+    for name, text in row.files.items():
+        (inputs / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    before = _written(inputs)
+    monkeypatch.chdir(work)
+    code, _, stderr = invoke([a.replace("{in}", str(inputs)) for a in row.argv])
+    assert code == 2, f"exit {code}, stderr: {stderr!r}"
+    assert stderr.startswith("simspec: error: ") and stderr.count("\n") == 1, stderr
+    for text in row.says:
+        assert text.lower() in stderr.lower(), f"{text!r} not in {stderr!r}"
+    assert _written(work) == [], "written: " + ", ".join(_written(work))
+    assert _written(inputs) == before, "inputs changed"
+
+
+def test_the_table_is_long_enough_and_covers_every_command():
+    import argparse
+
+    from simspec import cli
+
+    assert len(CASES) >= 60
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = set(sub.choices) - {"presets"} - {c.argv[0] for c in CASES}
+    assert not missing, f"no bad input for {sorted(missing)}"
+    assert len({c.id for c in CASES}) == len(CASES)
+    assert os.sep not in "".join(c.id for c in CASES)
