@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tomli_w
 
-from simspec import policies
+from simspec import engines, policies
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.files import read_toml
@@ -45,6 +45,7 @@ class SimConfig:
     seed: int = 0
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
+    slo_e2el_ms: float | None = None
     workload: WorkloadConfig = field(default_factory=lambda: DEFAULT_WORKLOAD)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
@@ -55,9 +56,9 @@ class SimConfig:
         require(len(self.policies) >= 1, "policies must name at least one policy (got none)")
         require(len(set(self.policies)) == len(self.policies), f"policies must be distinct (got {list(self.policies)})")
         for spec in self.policies:
-            policies.parse(spec)
+            engines.check_policy(self.engine.kind, spec, policies.parse(spec).name)
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
-        for name in ("slo_ttft_ms", "slo_tpot_ms"):
+        for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
 
@@ -138,8 +139,17 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
             # default; a trace with neither set is replayed whole.
             if stops or overrides.get("arrival", base.workload.arrival) == "trace":
                 overrides = {"num_requests": None, "duration_s": None, **overrides}
+        start = getattr(base, name)
+        if name == "engine":  # an engine mode's preset under the file's and the flags' fields
+            kind = overrides.get("kind", start.kind)
+            device = merged.get("device", base.device)
+            if isinstance(kind, str) and isinstance(device, str):
+                gpu = GPUS.get(device.lower())
+                start = _replace(start, engines.preset(kind, device.lower(), gpu.memory_bytes if gpu else None))
+                if kind in engines.DEFAULT_POLICIES and "policies" not in merged:
+                    merged["policies"] = list(engines.DEFAULT_POLICIES[kind])
         try:
-            tables[name] = _replace(getattr(base, name), overrides)
+            tables[name] = _replace(start, overrides)
         except TypeError as err:
             raise InputError(f"[{name}]: {err}") from None
     if "policies" in merged:
@@ -203,6 +213,7 @@ FLAGS = (
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),
     Flag("--slo-tpot-ms", ("slo_tpot_ms",), float, "TPOT SLO for request_goodput"),
+    Flag("--slo-e2el-ms", ("slo_e2el_ms",), float, "E2EL SLO for request_goodput"),
     Flag("--arrival", ("workload", "arrival"), str, "poisson, gamma, onoff or trace"),
     Flag("--rate", ("workload", "rate_per_s"), float, "mean request rate, requests/s"),
     Flag("--burstiness", ("workload", "burstiness"), float, "Gamma shape as vLLM's --burstiness (CV = 1/sqrt)"),
@@ -217,8 +228,12 @@ FLAGS = (
     Flag("--trace-speedup", ("workload", "trace_speedup"), float, "divide trace arrival times by this"),
     Flag("--on-s", ("workload", "on_s"), float, "onoff: mean burst length, s"),
     Flag("--off-s", ("workload", "off_s"), float, "onoff: mean gap between bursts, s"),
+    Flag("--arrival-rescale", ("workload", "arrival_rescale"), str, "vllm: poisson/gamma gaps scaled so the last "
+         "request arrives at N/rate, as `vllm bench serve` draws them (default: none)"),
     Flag("--over-context", ("workload", "over_context"), str,
          "a request longer than the model's context: clip (cut to fit, counted) or error"),
+    Flag("--engine", ("engine", "kind"), str, "the engine to follow: simspec, vllm (0.33) or sglang; each a preset of "
+         "[engine] fields (docs/engines.md)"),
     Flag("--max-num-seqs", ("engine", "max_num_seqs"), int, "requests in the running batch"),
     Flag("--max-num-batched-tokens", ("engine", "max_num_batched_tokens"), int, "token budget per step"),
     Flag("--gpu-memory-utilization", ("engine", "gpu_memory_utilization"), float, "share of GPU memory used"),

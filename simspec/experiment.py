@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tqdm import tqdm
 
-from simspec import acceptance, costs, metrics, policies, workloads
+from simspec import acceptance, costs, engines, metrics, policies, workloads
 from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
 from simspec.sim import simulate
@@ -54,7 +54,8 @@ class Results:
         return RunMeta(kind="simulate", seed=s.config.seed, policies=tuple(s.config.policies),
                        cost_model=s.costs.label, calibrated=s.costs.calibrated, calibration=s.costs.calibration,
                        acceptance=s.acceptance.name, model=s.model.name, device=s.gpu.slug,
-                       kv_budget_tokens=s.kv_budget_tokens, clipped_requests=s.clipped_requests)
+                       kv_budget_tokens=s.kv_budget_tokens, clipped_requests=s.clipped_requests,
+                       engine=s.config.engine.kind, engine_version=engines.VERSIONS[s.config.engine.kind])
 
 
 def resolve(config: SimConfig) -> Scenario:
@@ -85,7 +86,8 @@ def run(config: SimConfig, *, progress: bool = False) -> Results:
                                  acceptance=scenario.acceptance, engine=config.engine,
                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
                                  progress=advance if progress else None))
-    table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms)
+    table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
+                                           slo_e2el_ms=config.slo_e2el_ms)
              for log in logs}
     return Results(scenario=scenario, logs=tuple(logs), metrics=table)
 

@@ -231,7 +231,8 @@ class LogBuilder:
         return RunLog(
             policy=policy, table=table, rounds=self._rounds.result(), gaps=self._gaps.result(self.ids),
             steps=self._totals.stats(), timeline=self._totals.timeline(),
-            start_s=float(table.arrival_s.min()) if len(table.arrival_s) else 0.0,
+            # the benchmark's start: time 0, or the first arrival if earlier (vllm bench serve's duration)
+            start_s=min(0.0, float(table.arrival_s.min())) if len(table.arrival_s) else 0.0,
             end_s=float(np.nanmax(finish_s)) if np.isfinite(finish_s).any() else 0.0,
             rounds_total=int(sum(self._totals.plans)), complete=complete, notes=notes, **detail)
 

@@ -17,16 +17,30 @@ default linear percentiles). An empty population gives NaN, never an error.
 Only completed requests count: those with a finite ``first_token_s`` and
 ``finish_s`` (an interrupted run may log requests that never finished).
 
-Speculative decoding, from the log's round counts (``RunLog.rounds``):
+Speculative decoding, from the log's round counts (``RunLog.rounds``), as
+``vllm bench serve`` computes them from the server's counters
+(vllm/benchmarks/serve.py 0.33, lines 1134-1163; one draft is one
+request's drafted round, vllm/v1/spec_decode/metrics.py 41-44):
 
-- ``spec_decode_acceptance_length`` = 1 + accepted / rounds_total: tokens
-  emitted per verification round, AR rounds included (1.0 with no drafts).
-- ``spec_decode_draft_acceptance_rate`` = accepted / drafted tokens over
-  drafted rounds, a fraction in [0, 1] (vLLM's ``acceptance_rate`` is the
-  same ratio in percent).
+- ``spec_decode_num_drafts``, ``spec_decode_draft_tokens``,
+  ``spec_decode_accepted_tokens``: the counters (a tree's draft tokens are
+  its nodes).
+- ``spec_decode_acceptance_length`` = 1 + accepted / num_drafts (1.0 when
+  nothing was drafted, where vLLM prints none).
+- ``spec_decode_acceptance_rate`` = accepted / draft_tokens x 100, percent
+  (NaN when nothing was drafted).
 - ``spec_decode_per_position_acceptance_rates`` (only in
-  :func:`summarize_full`): at depth j, drafted rounds that accepted at least j
-  tokens over drafted rounds that planned depth >= j.
+  :func:`summarize_full`): drafts that accepted position j over all drafts.
+- simspec's own, under their own names: ``tokens_per_round`` = 1 +
+  accepted / rounds, AR rounds included (what a policy that mixes AR and
+  drafted rounds emits per verification), and ``draft_acceptance_by_depth``
+  (only in :func:`summarize_full`): drafts that accepted >= j tokens over
+  drafts that planned depth >= j.
+
+Throughput counts the prompt tokens the server counts, visual placeholder
+tokens included (vLLM takes ``prompt_tokens`` from the server's usage,
+vllm/benchmarks/lib/endpoint_request_func.py 296-297). Goodput takes
+``ttft``, ``tpot`` and ``e2el`` SLOs (serve.py 669-691).
 
 ITL comes from the log's gaps (``RunLog.gaps``): exact while a run keeps
 every gap, from fine bins beyond (simspec.logs).
@@ -48,7 +62,8 @@ _NAN = float("nan")
 
 
 def summarize(
-    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+    slo_e2el_ms: float | None = None,
 ) -> dict[str, float]:
     """Every scalar metric of ``log``, keyed by its vLLM-style name.
 
@@ -57,7 +72,7 @@ def summarize(
     latency is <= the SLO, and a request with one output token has tpot 0 for
     goodput. ``completed`` and ``preemptions`` are ints; the rest are floats.
     """
-    for name, slo in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms)):
+    for name, slo in (("slo_ttft_ms", slo_ttft_ms), ("slo_tpot_ms", slo_tpot_ms), ("slo_e2el_ms", slo_e2el_ms)):
         require(
             slo is None or (math.isfinite(slo) and slo > 0),
             f"{name} must be a positive number of milliseconds, got {slo}",
@@ -79,17 +94,16 @@ def summarize(
         "duration_s": duration_s,
         "request_throughput": _per_s(done.sum(), duration_s),
     }
-    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+    slos = [(slo, s) for slo, s in ((slo_ttft_ms, ttft_s), (slo_tpot_ms, tpot_s), (slo_e2el_ms, e2el_s))
+            if slo is not None]
+    if slos:
         good = np.ones(ttft_s.size, dtype=bool)
-        if slo_ttft_ms is not None:
-            good &= ttft_s * 1e3 <= slo_ttft_ms
-        if slo_tpot_ms is not None:
-            good &= tpot_s * 1e3 <= slo_tpot_ms
+        for slo, values_s in slos:
+            good &= values_s * 1e3 <= slo
         out["request_goodput"] = _per_s(good.sum(), duration_s)
     out["output_throughput"] = _per_s(output_tokens.sum(), duration_s)
-    out["total_token_throughput"] = _per_s(
-        output_tokens.sum() + req["prompt_tokens"][done].sum(), duration_s
-    )
+    prompt = req["prompt_tokens"][done].sum() + req["visual_tokens"][done].sum()  # as the server counts them
+    out["total_token_throughput"] = _per_s(output_tokens.sum() + prompt, duration_s)
 
     populations_s = {"ttft": ttft_s, "tpot": tpot_s[multi], "e2el": e2el_s}
     for name in LATENCIES:
@@ -152,28 +166,48 @@ def tokens_per_s(log: RunLog, edges: np.ndarray) -> np.ndarray:
 
 
 def summarize_full(
-    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+    log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
+    slo_e2el_ms: float | None = None,
 ) -> dict[str, float | list[float]]:
-    """:func:`summarize` plus ``spec_decode_per_position_acceptance_rates``."""
+    """:func:`summarize` plus the per-position lists
+    ``spec_decode_per_position_acceptance_rates`` and ``draft_acceptance_by_depth``."""
     out: dict[str, float | list[float]] = dict(
-        summarize(log, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+        summarize(log, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2el_ms=slo_e2el_ms)
     )
     out["spec_decode_per_position_acceptance_rates"] = per_position_acceptance(log)
+    out["draft_acceptance_by_depth"] = acceptance_by_depth(log)
     return out
 
 
-def per_position_acceptance(log: RunLog, max_depth: int | None = None) -> list[float]:
-    """Acceptance rate at draft positions 1..max_depth (default: deepest plan).
-
-    Rate j = drafted rounds with accepted >= j / drafted rounds with planned
-    depth >= j; NaN where no round planned that deep.
-    """
+def _depth_counts(log: RunLog, max_depth: int | None) -> tuple[np.ndarray, np.ndarray, int]:
     reached = np.asarray(log.rounds.accepted_at_least or [0] * MAX_DEPTH, dtype=float)  # [MAX_DEPTH]
     planned = np.asarray(log.rounds.depth_at_least or [0] * MAX_DEPTH, dtype=float)
     if max_depth is None:
         max_depth = int(np.flatnonzero(planned > 0).max() + 1) if (planned > 0).any() else 0
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
+    return reached, planned, max_depth
+
+
+def per_position_acceptance(log: RunLog, max_depth: int | None = None) -> list[float]:
+    """vLLM's per-position acceptance rates at draft positions 1..max_depth
+    (default: the deepest plan): drafts that accepted position j over all
+    drafts (vllm/benchmarks/serve.py 0.33, line 1157)."""
+    reached, _, max_depth = _depth_counts(log, max_depth)
+    drafts = log.rounds.rounds
+    rates = np.zeros(max_depth) if drafts else np.full(max_depth, np.nan)
+    k = min(max_depth, MAX_DEPTH)
+    if drafts:
+        rates[:k] = reached[:k] / drafts
+    return [float(r) for r in rates]
+
+
+def acceptance_by_depth(log: RunLog, max_depth: int | None = None) -> list[float]:
+    """Acceptance rate at depths 1..max_depth (default: deepest plan): drafts
+    that accepted >= j tokens over drafts that planned depth >= j; NaN where
+    none planned that deep. Equal to vLLM's per-position rates when every
+    draft has the same depth."""
+    reached, planned, max_depth = _depth_counts(log, max_depth)
     rates = np.full(max_depth, np.nan)
     np.divide(reached[:max_depth], planned[:max_depth], out=rates[:min(max_depth, MAX_DEPTH)],
               where=planned[:max_depth] > 0)
@@ -188,8 +222,12 @@ def _acceptance(log: RunLog) -> dict[str, float]:
             f"including the {r.rounds} drafted ones"
         )
     return {
-        "spec_decode_acceptance_length": 1.0 + r.accepted / log.rounds_total if r.rounds else 1.0,
-        "spec_decode_draft_acceptance_rate": r.accepted / r.drafted if r.drafted else _NAN,
+        "spec_decode_num_drafts": int(r.rounds),
+        "spec_decode_draft_tokens": int(r.drafted),
+        "spec_decode_accepted_tokens": int(r.accepted),
+        "spec_decode_acceptance_length": 1.0 + r.accepted / r.rounds if r.rounds else 1.0,
+        "spec_decode_acceptance_rate": 100.0 * r.accepted / r.drafted if r.drafted else _NAN,
+        "tokens_per_round": 1.0 + r.accepted / log.rounds_total if log.rounds_total else 1.0,
     }
 
 
@@ -230,7 +268,7 @@ def _per_s(amount, duration_s: float) -> float:
 def _request_columns(log: RunLog) -> dict[str, np.ndarray]:
     t = log.table
     floats = ("arrival_s", "admitted_s", "first_token_s", "finish_s")
-    ints = ("id", "prompt_tokens", "output_tokens", "preemptions")
+    ints = ("id", "prompt_tokens", "visual_tokens", "output_tokens", "preemptions")
     cols = {name: np.asarray(getattr(t, name), dtype=float) for name in floats}
     cols.update({name: np.asarray(getattr(t, name), dtype=np.int64) for name in ints})
     return cols

@@ -49,6 +49,8 @@ GIB = 1024**3
 MAX_NUM_SEQS = 65536  # running requests per replica at most (vLLM's default is 256)
 MAX_BATCHED_TOKENS = 1 << 24  # tokens per step at most
 MAX_KV_TOKENS = 1 << 40
+ENGINE_KINDS = ("simspec", "vllm", "sglang")  # simspec.engines.KINDS
+GRAPH_MODES = ("none", "piecewise", "full_and_piecewise")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,9 +68,21 @@ class EngineConfig:
     # rank-1 chain level by level, planning in between, then the tree's
     # off-chain parents depth by depth).
     drafting: str = "level"
+    # The engine mode (simspec.engines) and the fields its preset sets.
+    kind: str = "simspec"  # simspec, vllm or sglang
+    async_scheduling: bool = False  # CPU work overlaps the GPU step: a step costs max(GPU, CPU), not GPU + CPU
+    cudagraph_mode: str = "none"  # none, piecewise or full_and_piecewise (vLLM's names)
+    max_cudagraph_capture_size: int = 512  # tokens; larger steps run eagerly
+    mixed_prefill: bool = True  # prefill chunks share a step with decodes (SGLang's default: no)
+    drafter_over_prefill: bool = False  # the drafter's first pass also runs over the step's prefill tokens
 
     def __post_init__(self):
         check_types(self)
+        require(self.kind in ENGINE_KINDS, f"kind must be one of {', '.join(ENGINE_KINDS)} (got {self.kind!r})")
+        require(self.cudagraph_mode in GRAPH_MODES,
+                f"cudagraph_mode must be one of {', '.join(GRAPH_MODES)} (got {self.cudagraph_mode!r})")
+        require(1 <= self.max_cudagraph_capture_size <= 1 << 16,
+                f"max_cudagraph_capture_size must be in 1..65536 (got {self.max_cudagraph_capture_size})")
         require(1 <= self.max_num_seqs <= MAX_NUM_SEQS,
                 f"max_num_seqs must be in 1..{MAX_NUM_SEQS} (got {self.max_num_seqs})")
         require(16 <= self.max_num_batched_tokens <= MAX_BATCHED_TOKENS,

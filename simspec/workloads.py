@@ -31,6 +31,7 @@ from simspec.types import InputError, Request, check_types, require
 
 ARRIVALS = ("poisson", "gamma", "onoff", "trace")
 OVER_CONTEXT = ("clip", "error")
+RESCALES = ("none", "vllm")
 MAX_REQUESTS = 10_000_000
 """Requests one run may serve at most (a run of 10 million takes hours; the memory stays bounded)."""
 # Allowed ranges of the synthetic workload's numbers: wide enough for any
@@ -83,6 +84,11 @@ class WorkloadConfig:
     # (down to 1 token), then its output, to fit, and the run reports how
     # many it cut; "error" refuses the workload, naming the request.
     over_context: str = "clip"
+    # "vllm": Poisson or Gamma arrivals drawn as `vllm bench serve` draws
+    # them: num_requests gaps, summed, then scaled so that the last request
+    # arrives at num_requests / rate_per_s, the first one gap after the
+    # benchmark starts (vllm/benchmarks/serve.py 0.33, lines 485-526).
+    arrival_rescale: str = "none"
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
@@ -102,6 +108,12 @@ class WorkloadConfig:
             self.images_max >= self.images_min,
             f"images_max must be >= images_min = {self.images_min} (got {self.images_max})",
         )
+        require(self.arrival_rescale in RESCALES,
+                f"arrival_rescale must be one of {', '.join(RESCALES)} (got {self.arrival_rescale!r})")
+        if self.arrival_rescale == "vllm":
+            require(self.arrival in ("poisson", "gamma") and self.num_requests is not None,
+                    f"arrival_rescale vllm rescales poisson or gamma arrivals of num_requests requests "
+                    f"(got arrival {self.arrival!r}, num_requests {self.num_requests})")
         require(self.over_context in OVER_CONTEXT,
                 f"over_context must be one of {', '.join(OVER_CONTEXT)} (got {self.over_context!r})")
         if self.num_requests is not None:
@@ -152,7 +164,8 @@ class WorkloadStreams:
 
 
 def arrival_times(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
-    """Arrival times [n] float64 seconds, sorted, the first request at 0.
+    """Arrival times [n] float64 seconds, sorted, the first request at 0
+    (with ``arrival_rescale = "vllm"``: one scaled gap after 0).
 
     ``n`` is ``cfg.num_requests``, or every arrival before ``cfg.duration_s``.
     Starting at the first arrival makes a run begin with work, as vLLM's
@@ -173,6 +186,9 @@ def arrival_times(cfg: WorkloadConfig, rng: np.random.Generator) -> np.ndarray:
 
 def _renewal_times(cfg: WorkloadConfig, gaps, *, gap_cv: float) -> np.ndarray:
     """Cumulative sums of i.i.d. gaps, ``gaps(size)`` drawing them."""
+    if cfg.arrival_rescale == "vllm":
+        times = np.cumsum(gaps(cfg.num_requests))
+        return times * (cfg.num_requests / cfg.rate_per_s / times[-1]) if times[-1] > 0 else times
     if cfg.num_requests is not None:
         return np.concatenate(([0.0], np.cumsum(gaps(cfg.num_requests - 1))))
     # Draw in chunks sized to cover the horizon with high probability; a short

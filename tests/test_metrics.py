@@ -17,6 +17,7 @@ import pytest
 from simspec.metrics import (
     LATENCIES,
     STATS,
+    acceptance_by_depth,
     per_position_acceptance,
     summarize,
     summarize_full,
@@ -155,7 +156,9 @@ def test_throughput_counts_and_system_metrics():
         "duration_s": 1.5,
         "request_throughput": 2 / 1.5,
         "output_throughput": 6 / 1.5,
-        "total_token_throughput": (30 + 6) / 1.5,
+        # the server's prompt tokens: text 10 + 20 and 576 visual placeholders each
+        # (vllm/benchmarks/serve.py 0.33 l.653 and 781; usage prompt_tokens, endpoint_request_func.py 296-297)
+        "total_token_throughput": (30 + 2 * 576 + 6) / 1.5,
         "mean_queue_delay_ms": 62.5,  # (125 + 0) / 2
         "gpu_busy_fraction": 0.75 / 1.5,
         "plan_share_ar": 2 / 6,
@@ -167,11 +170,15 @@ def test_throughput_counts_and_system_metrics():
     assert "request_goodput" not in s
 
 
-def test_acceptance_length_and_rate():
+def test_acceptance_metrics_follow_vllm_bench_serve():
     s = summarize(make_log())
-    # 6 accepted over 6 rounds (2 of them AR): 1 + 6/6; 6 of 11 drafted tokens
-    assert s["spec_decode_acceptance_length"] == pytest.approx(2.0, rel=REL)
-    assert s["spec_decode_draft_acceptance_rate"] == pytest.approx(6 / 11, rel=REL)
+    # vllm/benchmarks/serve.py 0.33: 4 drafts (rounds that drafted; the 2 AR
+    # rounds are none), 11 draft tokens, 6 accepted.
+    assert (s["spec_decode_num_drafts"], s["spec_decode_draft_tokens"], s["spec_decode_accepted_tokens"]) == (4, 11, 6)
+    assert s["spec_decode_acceptance_length"] == pytest.approx(1 + 6 / 4, rel=REL)  # l.1161-1163: 1 + accepted / drafts
+    assert s["spec_decode_acceptance_rate"] == pytest.approx(6 / 11 * 100, rel=REL)  # l.1160: percent
+    # simspec's own: tokens per verification round, AR rounds included
+    assert s["tokens_per_round"] == pytest.approx(1 + 6 / 6, rel=REL)
 
 
 @pytest.mark.parametrize(
@@ -185,19 +192,25 @@ def test_acceptance_length_and_rate():
     ],
     ids=["deepest", "truncated", "deeper-than-planned", "zero"],
 )
-def test_per_position_acceptance(max_depth, expected):
-    got = per_position_acceptance(make_log(), max_depth)
+def test_acceptance_by_depth(max_depth, expected):
+    got = acceptance_by_depth(make_log(), max_depth)
     assert got == pytest.approx(expected, rel=REL, nan_ok=True)
+
+
+def test_per_position_rates_are_vllms_over_all_drafts():
+    # serve.py 0.33 l.1157: accepted at position j / num_drafts. Accepted
+    # lengths 2, 0, 3, 1 reach positions 1, 2, 3 in 3, 2, 1 of 4 drafts.
+    assert per_position_acceptance(make_log()) == pytest.approx([3 / 4, 2 / 4, 1 / 4], rel=REL)
+    assert per_position_acceptance(make_log(), 4) == pytest.approx([3 / 4, 2 / 4, 1 / 4, 0.0], rel=REL)
 
 
 def test_summarize_full_adds_per_position_rates_and_summarize_stays_scalar():
     full = summarize_full(make_log())
-    assert full["spec_decode_per_position_acceptance_rates"] == pytest.approx(
-        [3 / 4, 2 / 3, 1 / 2], rel=REL
-    )
+    assert full["spec_decode_per_position_acceptance_rates"] == pytest.approx([3 / 4, 2 / 4, 1 / 4], rel=REL)
+    assert full["draft_acceptance_by_depth"] == pytest.approx([3 / 4, 2 / 3, 1 / 2], rel=REL)
     plain = summarize(make_log())
     assert all(isinstance(v, (int, float)) for v in plain.values())
-    assert set(full) - set(plain) == {"spec_decode_per_position_acceptance_rates"}
+    assert set(full) - set(plain) == {"spec_decode_per_position_acceptance_rates", "draft_acceptance_by_depth"}
 
 
 @pytest.mark.parametrize(
@@ -209,8 +222,10 @@ def test_summarize_full_adds_per_position_rates_and_summarize_stays_scalar():
         (dict(slo_tpot_ms=200.0), 1),  # r0 tpot 250 misses
         (dict(slo_ttft_ms=750.0, slo_tpot_ms=200.0), 1),
         (dict(slo_ttft_ms=625.0, slo_tpot_ms=200.0), 0),  # each misses one
+        (dict(slo_e2el_ms=1000.0), 1),  # r0 e2el 1500 misses (serve.py 0.33 l.669-691: ttft, tpot, e2el)
+        (dict(slo_e2el_ms=1500.0), 2),
     ],
-    ids=["ttft-miss", "ttft-edge", "tpot-edge", "tpot-miss", "both-one", "both-none"],
+    ids=["ttft-miss", "ttft-edge", "tpot-edge", "tpot-miss", "both-one", "both-none", "e2el-miss", "e2el-edge"],
 )
 def test_request_goodput(slo, good):
     assert summarize(make_log(), **slo)["request_goodput"] == pytest.approx(good / 1.5, rel=REL)
@@ -227,7 +242,7 @@ def test_empty_log_gives_nan_not_errors():
     s = summarize_full(empty_log())
     nan_keys = [f"{stat}_{name}_ms" for name in LATENCIES for stat in STATS] + [
         "request_throughput", "output_throughput", "total_token_throughput",
-        "spec_decode_draft_acceptance_rate", "mean_queue_delay_ms",
+        "spec_decode_acceptance_rate", "mean_queue_delay_ms",
         "gpu_busy_fraction", "plan_share_ar", "plan_share_linear", "plan_share_tree",
     ]  # fmt: skip
     assert [k for k in nan_keys if not math.isnan(s[k])] == []
@@ -411,17 +426,17 @@ def test_write_run_overwrites_its_own_folder(tmp_path):
 
 
 def test_format_table():
-    rate = "spec_decode_draft_acceptance_rate"
+    rate = "spec_decode_acceptance_rate"
     metrics = {
         "ar": {"completed": 2, "mean_ttft_ms": 625.0, rate: math.nan},
         "tree-8": {"completed": 12, "mean_ttft_ms": 12.345, rate: 0.61234},
     }
     table = format_table(metrics, ["completed", "mean_ttft_ms", rate])
     assert table.splitlines() == [
-        "policy  completed  mean_ttft_ms  spec_decode_draft_acceptance_rate",
-        "------  ---------  ------------  ---------------------------------",
-        "ar              2        625.00                                nan",
-        "tree-8         12         12.35                             0.6123",
+        "policy  completed  mean_ttft_ms  spec_decode_acceptance_rate",
+        "------  ---------  ------------  ---------------------------",
+        "ar              2        625.00                          nan",
+        "tree-8         12         12.35                       0.6123",
     ]
 
 

@@ -210,7 +210,7 @@ def test_another_schema_version_is_refused(reference, tmp_path):
     meta = {**sweep.metadata(table), "schema_version": 999}
     out = tmp_path / "v999.parquet"
     pq.write_table(table.replace_schema_metadata({sweep.META_KEY: json.dumps(meta).encode()}), out)
-    with pytest.raises(InputError, match="schema version 999; this simspec reads version 1"):
+    with pytest.raises(InputError, match="schema version 999; this simspec reads version 2"):
         sweep.run(small(), out, sweep.Runner(workers=1, progress=False))
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(InputError, match="not a Parquet file"):

@@ -361,3 +361,37 @@ def test_images_larger_than_context(tmp_path):
     path.write_text(LMM_CSV.replace(",2,120", ",4,120"))
     with pytest.raises(InputError, match=r"NumImages: trace request 1 has 4 images x 576 visual tokens"):
         build(WorkloadConfig(arrival="trace", trace_path=str(path), num_requests=None), max_context=2048)
+
+
+@pytest.mark.parametrize("arrival,burstiness", [("gamma", 0.25), ("gamma", 4.0), ("poisson", 1.0)])
+def test_vllm_rescaled_arrivals_follow_vllm_bench_serve_line_by_line(arrival, burstiness):
+    """vllm/benchmarks/serve.py 0.33, get_request: per request a gamma draw
+    with shape burstiness and scale 1 / (rate x burstiness) (l.504-508; burstiness 1
+    is Poisson), summed (l.511-512), then scaled so the last request arrives
+    at num_requests / rate (l.513-526)."""
+    n, rate = 50, 4.0
+    cfg = WorkloadConfig(arrival=arrival, rate_per_s=rate, burstiness=burstiness, num_requests=n,
+                         arrival_rescale="vllm")
+    got = arrival_times(cfg, np.random.default_rng(3))
+    rng = np.random.default_rng(3)
+    delay_ts = []
+    for _ in range(n):
+        if arrival == "poisson":
+            delay_ts.append(rng.exponential(1.0 / rate))
+        else:
+            theta = 1.0 / (rate * burstiness)
+            delay_ts.append(rng.gamma(shape=burstiness, scale=theta))
+    for i in range(1, len(delay_ts)):
+        delay_ts[i] += delay_ts[i - 1]
+    target_total_delay_s = n / rate
+    normalize_factor = target_total_delay_s / delay_ts[-1]
+    want = [delay * normalize_factor for delay in delay_ts]
+    assert got.tolist() == pytest.approx(want, rel=1e-12)
+    assert got[-1] == pytest.approx(n / rate, rel=1e-12) and got[0] > 0
+
+
+def test_vllm_rescale_needs_a_request_count_and_renewal_arrivals():
+    with pytest.raises(InputError, match="arrival_rescale vllm rescales poisson or gamma"):
+        WorkloadConfig(arrival="onoff", num_requests=10, arrival_rescale="vllm")
+    with pytest.raises(InputError, match="arrival_rescale must be one of none, vllm"):
+        WorkloadConfig(arrival_rescale="yes")

@@ -26,7 +26,8 @@ def _slos(entries: list[str] | None) -> dict:
     out = {}
     for entry in entries or []:
         name, sep, value = entry.partition(":")
-        require(sep and name in ("ttft", "tpot"), f"--slo must look like ttft:MS or tpot:MS (got {entry!r})")
+        require(sep and name in ("ttft", "tpot", "e2el"),
+                f"--slo must look like ttft:MS, tpot:MS or e2el:MS (got {entry!r})")
         try:
             out[f"slo_{name}_ms"] = float(value)
         except ValueError:
@@ -48,8 +49,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     objective=args.objective, families=tuple(args.families.split(",")) if args.families else FAMILIES,
                     trials=args.trials, search_seeds=args.search_seeds, confirm_seeds=args.confirm_seeds,
                     top=args.top, jobs=args.jobs)
-    require(tc.objective != "goodput" or base.slo_ttft_ms or base.slo_tpot_ms,
-            "objective goodput needs an SLO: --slo ttft:MS and/or --slo tpot:MS")
+    require(tc.objective != "goodput" or base.slo_ttft_ms or base.slo_tpot_ms or base.slo_e2el_ms,
+            "objective goodput needs an SLO: --slo ttft:MS, tpot:MS and/or e2el:MS")
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out} is a folder; name the tuned file (e.g. {out}/tuned.toml)")
     check_writable(out.parent, f"--out {out}")  # before the tuning, not after
@@ -85,7 +86,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv", type=_floats("--cv"), metavar="CV,...",
                    help="inter-arrival CVs to tune for: 1 = Poisson, >1 bursty Gamma (default: the scenario's)")
     p.add_argument("--objective", default=d.objective, help=f"one of {', '.join(OBJECTIVES)} (default: %(default)s)")
-    p.add_argument("--slo", action="append", metavar="ttft:MS|tpot:MS", help="SLO for goodput (repeat)")
+    p.add_argument("--slo", action="append", metavar="ttft:MS|tpot:MS|e2el:MS", help="SLO for goodput (repeat)")
     p.add_argument("--families", metavar="F,...", help=f"families to tune (default: {','.join(FAMILIES)})")
     p.add_argument("--trials", type=int, default=d.trials, help="Optuna trials per family and cell (%(default)s)")
     p.add_argument("--search-seeds", type=int, default=d.search_seeds, help="seeds per trial (%(default)s)")

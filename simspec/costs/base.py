@@ -134,12 +134,21 @@ class CostModel:
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
     select_s_per_key: float = 0.0  # ... per visual key scored
     select_s_per_key_sq: float = 0.0  # ... per request, per its visual keys squared (caches overflowing)
+    # An engine with CUDA graphs (EngineConfig.cudagraph_mode) pays these on
+    # top of a step replayed as a full graph: attention launched eagerly
+    # between graph pieces, or the whole step launched eagerly (above the
+    # largest captured size). 0 where the model has no measurement of them.
+    graph_piecewise_s: float = 0.0
+    graph_eager_s: float = 0.0
     wake_s: float = 0.0  # the first step after a long idle spell costs this much more (module docstring)
     wake_tau_s: float = 1.0  # ... reached as 1 - exp(-idle / wake_tau_s)
     wake_next_share: float = 0.0  # ... of which the step after pays this share
 
     def __post_init__(self):
         require(self.wake_s >= 0, f"wake_s must be >= 0 seconds (got {self.wake_s})")
+        require(self.graph_piecewise_s >= 0 and self.graph_eager_s >= 0,
+                f"graph_piecewise_s and graph_eager_s must be >= 0 seconds (got {self.graph_piecewise_s}, "
+                f"{self.graph_eager_s})")
         require(self.wake_tau_s > 0, f"wake_tau_s must be > 0 seconds (got {self.wake_tau_s})")
         require(0 <= self.wake_next_share <= 1, f"wake_next_share must be in [0, 1] (got {self.wake_next_share})")
 

@@ -48,6 +48,27 @@ LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lis
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
 
 
+def capture_sizes(engine: EngineConfig, depth: int) -> np.ndarray:
+    """Token counts vLLM captures CUDA graphs for (vllm/config/vllm.py 0.33,
+    l.2463-2598): 1, 2, 4, then every 8 below 256, every 16 from 256, up to
+    min(max_num_seqs x (1 + K) x 2, the largest capture size,
+    max_num_batched_tokens); empty without graphs."""
+    if engine.cudagraph_mode == "none":
+        return np.zeros(0, np.int64)
+    top = min(engine.max_num_seqs * (1 + depth) * 2, engine.max_cudagraph_capture_size, engine.max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
+    if engine.max_num_batched_tokens <= top and engine.max_num_batched_tokens not in sizes:
+        sizes.append(engine.max_num_batched_tokens)
+    return np.array(sorted(sizes), np.int64)
+
+
+def engine_terms(engine: EngineConfig, costs: CostModel, depth: int) -> steps.EngineTerms:
+    graphs = {"none": steps.GRAPH_NONE, "piecewise": steps.GRAPH_PIECEWISE,
+              "full_and_piecewise": steps.GRAPH_FULL_AND_PIECEWISE}[engine.cudagraph_mode]
+    return steps.EngineTerms(engine.async_scheduling, graphs, capture_sizes(engine, depth), costs.graph_piecewise_s,
+                             costs.graph_eager_s if graphs != steps.GRAPH_NONE else 0.0, engine.drafter_over_prefill)
+
+
 class _LogBuffers:
     """Preallocated buffers the compiled step loop writes, handed to a
     LogBuilder (simspec.logs: bounded memory) whenever a call could
@@ -123,6 +144,7 @@ class Replica:
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
+        self.terms = engine_terms(engine, costs, policy.max_depth)
         self.rand = RandomBlocks(rng_rounds)
         self.admitted_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -165,7 +187,12 @@ class Replica:
             for i in preempted:
                 self.state.absorbed[i] = 0
                 self.preemptions[i] += 1
-            chunks = sched.prefill_chunks(decode)
+            if self.engine.mixed_prefill:
+                chunks = sched.prefill_chunks(decode)
+            else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
+                chunks = sched.prefill_chunks(decode[:0])
+                if chunks:
+                    decode = decode[:0]
             start = self.env.now
             end = self._run(decode, chunks, start)
             yield self.env.timeout(end - start)
@@ -189,7 +216,7 @@ class Replica:
             first, after = self.costs.wake_split_s(start_s - self.idle_from)
             wake, self.wake_owed = wake + float(first), float(after)
             self.idle_from = None
-        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables,
+        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self.terms,
                                  self.scheduler.prefill(chunks), wake, start_s, stop_s, max_steps, kv_room, randoms,
                                  self.logs.buffers)
         self.rand.consume(randoms)
@@ -199,6 +226,8 @@ class Replica:
         first = self.scheduler.complete_prefill(chunks)
         if first:
             ids = np.array(first, dtype=np.int64)
+            if self.engine.drafter_over_prefill:  # the drafter ran over the prompt with the target
+                self.state.absorbed[ids] = self.state.context[ids] - self.state.visual[ids]
             new = np.isnan(self.first_token_s[ids])
             self.first_token_s[ids[new]] = end_s
             self.logs.first_tokens(ids, end_s)

@@ -55,6 +55,51 @@ class PolicyCall(NamedTuple):
     chain_drafting: bool  # EngineConfig.drafting == "chain": how the drafter's calls are priced
 
 
+class EngineTerms(NamedTuple):
+    """How an engine mode prices a step beyond the cost model's pieces
+    (EngineConfig's fields; simspec.engines)."""
+
+    overlap: bool  # async scheduling: the step's fixed CPU part (overhead_s) overlaps its GPU part
+    graphs: int  # GRAPH_NONE, GRAPH_PIECEWISE or GRAPH_FULL_AND_PIECEWISE
+    capture: np.ndarray  # [C] int captured token counts, ascending (empty: no graphs)
+    piecewise_s: float  # extra seconds of a step in the piecewise regime (attention launched eagerly)
+    eager_s: float  # extra seconds of a step run without graphs
+    drafter_over_prefill: bool  # the drafter's first pass also runs over the step's prefill tokens
+
+
+GRAPH_NONE, GRAPH_PIECEWISE, GRAPH_FULL_AND_PIECEWISE = 0, 1, 2
+REGIME_EAGER, REGIME_PIECEWISE, REGIME_FULL = 0, 1, 2
+
+
+@jit
+def graph_regime(terms: EngineTerms, tokens: int, uniform: bool):
+    """(regime, padded tokens) of a forward over ``tokens`` query tokens:
+    vLLM's dispatcher (vllm/v1/cudagraph_dispatcher.py 0.33, l.233-322)
+    pads to the next captured size, replays a full graph for a uniform
+    decode batch (every request verifying the same 1 + K tokens, no prefill)
+    and a piecewise one otherwise, and runs eagerly above the largest size."""
+    c = terms.capture
+    if terms.graphs == GRAPH_NONE or len(c) == 0 or tokens > c[len(c) - 1] or tokens <= 0:
+        return REGIME_EAGER, tokens
+    padded = c[np.searchsorted(c, tokens)]
+    if uniform and terms.graphs == GRAPH_FULL_AND_PIECEWISE:
+        return REGIME_FULL, padded
+    return REGIME_PIECEWISE, padded
+
+
+@jit
+def engine_step_s(terms: EngineTerms, overhead_s: float, step_s: float, regime: int) -> float:
+    """A step's seconds under the engine's overlap and graph regime, from
+    the cost model's ``step_s`` (which includes ``overhead_s``)."""
+    if regime == REGIME_PIECEWISE:
+        step_s += terms.piecewise_s
+    elif regime == REGIME_EAGER:
+        step_s += terms.eager_s
+    if terms.overlap:  # max(GPU time, CPU time): the fixed part runs beside the GPU's
+        return max(step_s - overhead_s, overhead_s)
+    return step_s
+
+
 class Logs(NamedTuple):
     """Preallocated log buffers; ``fill`` counts what is used: [chunks, rounds, steps]."""
 
@@ -97,8 +142,8 @@ def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.n
 
 @jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall,
-              costs: CostTables, prefill: Prefill, wake_s: float, start_s: float, stop_s: float, max_steps: int,
-              kv_room: int, rand: Randoms, logs: Logs):
+              costs: CostTables, engine: EngineTerms, prefill: Prefill, wake_s: float, start_s: float, stop_s: float,
+              max_steps: int, kv_room: int, rand: Randoms, logs: Logs):
     """Run up to ``max_steps`` steps of the decode batch ``ids`` from
     ``start_s``; the first step also carries ``prefill`` and costs
     ``wake_s`` more (waking from idle, CostModel.wake_cost_s). Stops after a
@@ -136,11 +181,19 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
         # Price the step exactly as planned.
         verify = 0
         pairs = 0
+        uniform = pf.tokens == 0 and b > 0
+        q0 = 1 + plan.num_nodes[0] if b > 0 else 0
         levels = plan.draft_steps.max() if b > 0 else 0
+        over_prefill = engine.drafter_over_prefill and depth > 0 and pf.tokens > 0
+        if over_prefill and levels == 0:
+            levels = 1  # a prefill-only step still runs the drafter's first pass (its KV)
         level_tokens = np.zeros(2 * levels, dtype=np.int64)  # rows of each drafter call
+        if over_prefill:
+            level_tokens[0] += pf.tokens
         drafted_kept, select_requests, select_keys = 0, 0, 0
         for i in range(b):
             q = 1 + plan.num_nodes[i]
+            uniform = uniform and q == q0
             verify += q
             pairs += q * ctx[i]
             for level in range(plan.draft_steps[i]):
@@ -164,11 +217,12 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
                     level_tokens[calls] = extra[d]
                     calls += 1
         level_tokens = level_tokens[:calls]
-        forward = Forward(pf.tokens + verify, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs, pf.requests + verify,
+        regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
+        forward = Forward(padded_tokens, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs, pf.requests + verify,
                           pf.requests + b, (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0),
                           pf.tokens, pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b)
-        duration = step_cost(costs, Step(forward, pf.vision_tokens, level_tokens, drafted_kept, select_requests,
-                                         select_keys))
+        duration = engine_step_s(engine, costs.overhead_s, step_cost(costs, Step(
+            forward, pf.vision_tokens, level_tokens, drafted_kept, select_requests, select_keys)), regime)
         if first:
             duration += wake_s
         end = t + duration

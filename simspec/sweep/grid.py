@@ -88,7 +88,7 @@ def saturation_config(config: SimConfig) -> SimConfig:
     fixed = {"arrival": "poisson", "rate_per_s": 1.0, "num_requests": 1, "duration_s": None}
     workload = replace(config.workload, **fixed, **{k: getattr(WorkloadConfig(), k) for k in _SATURATION_FREE
                                                      if k not in fixed})
-    return replace(config, workload=workload, policies=("ar",), slo_ttft_ms=None, slo_tpot_ms=None)
+    return replace(config, workload=workload, policies=("ar",), slo_ttft_ms=None, slo_tpot_ms=None, slo_e2el_ms=None)
 
 
 def _saturation_key(config: SimConfig) -> str:

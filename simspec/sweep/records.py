@@ -12,7 +12,7 @@ from simspec.types import require
 from simspec.workloads import WorkloadConfig
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: vLLM's spec-decode metrics and counters, engine fields in the scenario
 """Version of the results table's columns; another version is refused."""
 
 

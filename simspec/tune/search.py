@@ -36,7 +36,7 @@ def scenario_cv(config: SimConfig) -> float:
 def _slo_gap(log: RunLog, config: SimConfig) -> float:
     """How far the median request is from the SLOs: its worst latency/SLO
     ratio (1 = just meets them)."""
-    if config.slo_ttft_ms is None and config.slo_tpot_ms is None:
+    if config.slo_ttft_ms is None and config.slo_tpot_ms is None and config.slo_e2el_ms is None:
         return math.nan
     t = log.table
     done = np.isfinite(t.finish_s)
@@ -47,6 +47,8 @@ def _slo_gap(log: RunLog, config: SimConfig) -> float:
         out = t.output_tokens[done]
         tpot = np.where(out > 1, (t.finish_s[done] - t.first_token_s[done]) * 1e3 / np.maximum(out - 1, 1), 0.0)
         worst = np.maximum(worst, np.where(out > 1, tpot / config.slo_tpot_ms, 0.0))
+    if config.slo_e2el_ms is not None:
+        worst = np.maximum(worst, (t.finish_s[done] - t.arrival_s[done]) * 1e3 / config.slo_e2el_ms)
     return float(np.median(worst)) if worst.size else math.inf
 
 
@@ -76,7 +78,8 @@ class Bench:
             log = simulate(s.requests, policy=policies.parse(spec), label=spec, costs=s.costs,
                            acceptance=s.acceptance, engine=self.config.engine, kv_budget_tokens=s.kv_budget_tokens,
                            seed=seed)
-            summary = metrics.summarize(log, slo_ttft_ms=self.config.slo_ttft_ms, slo_tpot_ms=self.config.slo_tpot_ms)
+            summary = metrics.summarize(log, slo_ttft_ms=self.config.slo_ttft_ms, slo_tpot_ms=self.config.slo_tpot_ms,
+                                        slo_e2el_ms=self.config.slo_e2el_ms)
             value, gap = float(summary[self.tc.metric]), _slo_gap(log, self.config)
             self.runs[key] = Run(value=value, score=_score(value, gap, self.tc.maximize), batch=metrics.mean_decode_batch(log),
                                  slo_gap=gap, ar_share=float(summary["plan_share_ar"]))

@@ -1,0 +1,92 @@
+"""Engine modes: which real serving engine a simulation follows.
+
+Imports: simspec.scheduling (EngineConfig's field names) and simspec.types.
+
+``[engine] kind`` (flag ``--engine``) picks a preset of explicit
+:class:`~simspec.scheduling.EngineConfig` fields, each named as the engine
+names it; a config file or flag still sets any one of them:
+
+- ``simspec``: the engine simspec's live engine implements, with every
+  Uni-LaSpec / SpecVLM feature (per-request, per-round plans, trees,
+  selection, cross-attention). The default; no graph or overlap terms.
+- ``vllm``: vLLM V1 as version 0.33.0 sets itself up for an API server
+  (facts from its source, cited by file and line in docs/engines.md):
+  async scheduling on (off on the CPU backend), CUDA graphs
+  FULL_AND_PIECEWISE up to 512 tokens, max_num_seqs / max_num_batched_tokens
+  1024 / 8192 on H100 and H200 (256 / 2048 on other GPUs; 128 / 2048 on a
+  CPU), the EAGLE drafter's first pass over every scheduled token, prefill
+  chunks included, and prefill chunks mixed with decodes. It runs ``ar`` and
+  ``linear:k=K`` only: vLLM 0.33 has no draft trees and one draft length
+  for every request of a step.
+- ``sglang``: SGLang 0.5.23's defaults: a prefill batch is not mixed with
+  decodes (a step that prefills stalls every decode), the overlap scheduler
+  on, 48 running requests and 8192-token prefill chunks with EAGLE, and one
+  static draft shape per server (``linear:k=K`` or ``tree``).
+"""
+
+from __future__ import annotations
+
+from simspec.scheduling import ENGINE_KINDS as KINDS
+from simspec.types import InputError
+
+VERSIONS = {"simspec": None, "vllm": "0.33.0", "sglang": "0.5.23"}
+"""The engine version whose behaviour a mode follows."""
+
+RUNS = {  # policy families each engine can serve
+    "simspec": None,  # all of them
+    "vllm": ("ar", "linear"),
+    "sglang": ("ar", "linear", "tree"),
+}
+DEFAULT_POLICIES = {"vllm": ("ar", "linear:k=3", "linear:k=5"), "sglang": ("ar", "linear:k=3", "linear:k=5", "tree")}
+"""The policies compared when a config names none (simspec: config.DEFAULT_POLICIES)."""
+
+BIG_GPU_BYTES = 70 * 2**30  # vLLM's ">= 70 GiB, not A100" tier (vllm/engine/arg_utils.py 0.33, l.2983-2996)
+
+
+def preset(kind: str, device: str, memory_bytes: float | None) -> dict:
+    """The EngineConfig fields engine ``kind`` sets by default on ``device``
+    (a device slug; ``memory_bytes`` its memory, None where unknown)."""
+    if kind not in KINDS:
+        raise InputError(f"engine kind must be one of {', '.join(KINDS)} (got {kind!r})")
+    if kind == "simspec":
+        return {"kind": kind}
+    cpu = device.startswith("cpu")
+    if kind == "vllm":
+        if cpu:  # vllm/engine/arg_utils.py l.3029-3037; async off: vllm/platforms/cpu.py l.347-348
+            seqs, tokens = 128, 2048
+        elif memory_bytes is not None and memory_bytes >= BIG_GPU_BYTES and "a100" not in device:
+            seqs, tokens = 1024, 8192
+        else:  # arg_utils.py l.2997-3006
+            seqs, tokens = 256, 2048
+        return {"kind": kind, "max_num_seqs": seqs, "max_num_batched_tokens": tokens, "async_scheduling": not cpu,
+                "cudagraph_mode": "none" if cpu else "full_and_piecewise", "max_cudagraph_capture_size": 512,
+                "mixed_prefill": True, "drafter_over_prefill": True, "drafter_context": "full"}
+    # SGLang 0.5.23: chunked_prefill_size 8192 on H100/H200 (srt/arg_groups/memory_hook.py l.132-159),
+    # max_running_requests 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094)
+    return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": 8192, "async_scheduling": not cpu,
+            "cudagraph_mode": "none" if cpu else "full_and_piecewise", "mixed_prefill": False,
+            "drafter_over_prefill": True, "drafter_context": "full"}
+
+
+def check_policy(kind: str, spec: str, name: str) -> None:
+    """Refuse a policy (``name``, its family) the engine cannot run, in one line."""
+    allowed = RUNS.get(kind)
+    if allowed is not None and name not in allowed:
+        why = ("vLLM 0.33 has no draft trees and drafts one length for every request of a step"
+               if kind == "vllm" else "SGLang drafts one static chain or tree per server")
+        raise InputError(f"policy {spec}: engine {kind} cannot run it ({why}; it runs "
+                         f"{', '.join(allowed)}); simulate it with --engine simspec")
+
+
+def describe(engine) -> str:
+    """One line for the run header: the mode and what it assumes."""
+    follows = f" {VERSIONS[engine.kind]}" if VERSIONS.get(engine.kind) else ""
+    overlap = "async" if engine.async_scheduling else "no overlap"
+    graphs = ("no CUDA graphs" if engine.cudagraph_mode == "none"
+              else f"{engine.cudagraph_mode} graphs <= {engine.max_cudagraph_capture_size} tok")
+    mixed = "mixed prefill" if engine.mixed_prefill else "lone prefill"
+    return (f"engine: {engine.kind}{follows} | {overlap} | {graphs} | {mixed} | {engine.max_num_seqs} seqs, "
+            f"{engine.max_num_batched_tokens} tok/step")
+
+
+__all__ = ["KINDS", "VERSIONS", "RUNS", "DEFAULT_POLICIES", "preset", "check_policy", "describe"]

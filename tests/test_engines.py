@@ -1,0 +1,162 @@
+"""Engine modes (simspec.engines): presets, refusals, and hand-worked step
+timelines for each rule that differs between modes. vLLM facts are from
+its 0.33.0 source (the wheel's vllm/ tree), SGLang's from 0.5.23; file and
+line are cited where each rule is checked."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from conftest import invoke
+from simspec import config as configuration, costs, engines, policies
+from simspec.acceptance import AcceptanceModel
+from simspec.costs.base import CostModel, TOKENS, frozen_table
+from simspec.scheduling import EngineConfig
+from simspec.sim import simulate
+from simspec.sim import steps
+from simspec.sim.replica import capture_sizes
+from simspec.types import InputError, Request
+
+VLLM_H100 = configuration.build({}, {"engine": {"kind": "vllm"}}).engine
+
+
+def test_vllm_preset_is_what_vllm_sets_for_an_api_server():
+    # vllm/engine/arg_utils.py 0.33 l.2983-2996: >= 70 GiB, not A100: 1024 seqs, 8192 tokens
+    e = VLLM_H100
+    assert (e.kind, e.max_num_seqs, e.max_num_batched_tokens) == ("vllm", 1024, 8192)
+    assert e.async_scheduling and e.cudagraph_mode == "full_and_piecewise" and e.max_cudagraph_capture_size == 512
+    a100 = configuration.build({"device": "a100-80gb"}, {"engine": {"kind": "vllm"}}).engine
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)  # l.2997-3006
+    mine = configuration.build({}, {"engine": {"kind": "vllm", "max_num_seqs": 64}}).engine
+    assert (mine.max_num_seqs, mine.max_num_batched_tokens) == (64, 8192)  # a user's field wins over the preset
+    assert configuration.build({}, {}).engine == EngineConfig()  # simspec: no preset
+
+
+def test_capture_sizes_follow_vllm():
+    # vllm/config/vllm.py 0.33 l.2463-2598: [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)
+    sizes = capture_sizes(VLLM_H100, depth=3).tolist()
+    assert sizes == [1, 2, 4, *range(8, 256, 8), *range(256, 513, 16)] and len(sizes) == 51
+    small = dataclasses.replace(VLLM_H100, max_num_seqs=4)  # min(4 x (1 + 3) x 2, 512) = 32
+    assert capture_sizes(small, depth=3).tolist() == [1, 2, 4, 8, 16, 24, 32]
+    assert capture_sizes(EngineConfig(), depth=3).size == 0  # no graphs
+
+
+def terms(**kw) -> steps.EngineTerms:
+    base = dict(overlap=False, graphs=steps.GRAPH_FULL_AND_PIECEWISE, capture=capture_sizes(VLLM_H100, 3),
+                piecewise_s=0.0, eager_s=0.0, drafter_over_prefill=False)
+    return steps.EngineTerms(**{**base, **kw})
+
+
+def test_graph_regimes_pad_to_the_next_captured_size():
+    t = terms()
+    # 9 requests verifying 1 + 3 tokens: 36 tokens, a uniform decode batch ->
+    # a full graph padded to 40 (cudagraph_dispatcher.py l.71-90, 305-309)
+    assert steps.graph_regime(t, 36, True) == (steps.REGIME_FULL, 40)
+    # the same tokens with a prefill chunk or mixed draft lengths: piecewise (l.311-316)
+    assert steps.graph_regime(t, 36, False) == (steps.REGIME_PIECEWISE, 40)
+    assert steps.graph_regime(t, 257, False) == (steps.REGIME_PIECEWISE, 272)
+    # above the largest size: eager, unpadded (l.276)
+    assert steps.graph_regime(t, 513, True) == (steps.REGIME_EAGER, 513)
+    assert steps.graph_regime(terms(graphs=steps.GRAPH_NONE), 36, True) == (steps.REGIME_EAGER, 36)
+    assert steps.graph_regime(terms(graphs=steps.GRAPH_PIECEWISE), 36, True) == (steps.REGIME_PIECEWISE, 40)
+
+
+def test_async_step_costs_max_of_gpu_and_cpu():
+    # 12 ms step of which 5 ms is the fixed CPU part: 7 ms of GPU, overlapped -> 7 ms
+    assert steps.engine_step_s(terms(overlap=True), 0.005, 0.012, steps.REGIME_FULL) == pytest.approx(0.007)
+    # a 6 ms step with 5 ms of CPU: the CPU is the longer -> 5 ms
+    assert steps.engine_step_s(terms(overlap=True), 0.005, 0.006, steps.REGIME_FULL) == pytest.approx(0.005)
+    assert steps.engine_step_s(terms(), 0.005, 0.012, steps.REGIME_FULL) == pytest.approx(0.012)
+    # regimes add their own terms before the overlap
+    t = terms(piecewise_s=0.001, eager_s=0.003)
+    assert steps.engine_step_s(t, 0.005, 0.012, steps.REGIME_PIECEWISE) == pytest.approx(0.013)
+    assert steps.engine_step_s(t, 0.005, 0.012, steps.REGIME_EAGER) == pytest.approx(0.015)
+
+
+def nine_requests(output_tokens: int = 40) -> list[Request]:
+    return [Request(id=i, arrival_s=0.0, prompt_tokens=32, output_tokens=output_tokens) for i in range(9)]
+
+
+def run(engine: EngineConfig, cost_model: CostModel, policy: str = "linear:k=3", requests=None):
+    return simulate(requests or nine_requests(), policy=policies.parse(policy), costs=cost_model,
+                    acceptance=AcceptanceModel.iid(0.6), engine=engine, kv_budget_tokens=1 << 20, seed=0)
+
+
+def test_a_nine_request_k3_decode_step_is_padded_and_overlapped():
+    """Hand-worked: affine 1 ms + 0.1 ms per target token. A decode step of 9
+    requests verifying 1 + 3 tokens is 36 tokens: simspec prices 1 + 3.6 =
+    4.6 ms; vLLM pads it to the 40-token graph (4.0 ms of GPU) and overlaps
+    the 1 ms of CPU: max(4.0, 1.0) = 4.0 ms."""
+    cost = costs.affine(1.0, 0.1)
+    engine = dataclasses.replace(VLLM_H100, drafter_context="none")
+    for mode, want_ms in ((EngineConfig(drafter_context="none"), 4.6), (engine, 4.0)):
+        log = run(mode, cost)
+        batch, duration = np.asarray(log.step_batch), np.asarray(log.step_duration_s)
+        full = batch == 9
+        assert full.sum() > 5
+        # the first full decode steps, before any request nears its end (k stays 3)
+        assert duration[full][:5] * 1e3 == pytest.approx([want_ms] * 5, rel=1e-9), mode.kind
+
+
+def test_a_non_uniform_batch_pays_the_piecewise_regime():
+    """The prefill step (9 prompts of 32 tokens = 288 tokens) is not a
+    uniform decode: padded to 288 (a captured size), piecewise, so it pays
+    graph_piecewise_s; decode steps replay full graphs and do not."""
+    cost = dataclasses.replace(costs.affine(1.0, 0.1), graph_piecewise_s=0.002)
+    engine = dataclasses.replace(VLLM_H100, drafter_context="none", async_scheduling=False)
+    log = run(engine, cost)
+    duration = np.asarray(log.step_duration_s) * 1e3
+    assert duration[0] == pytest.approx(1.0 + 28.8 + 2.0, rel=1e-9)  # 288 tokens, piecewise
+    assert duration[1] == pytest.approx(1.0 + 4.0, rel=1e-9)  # 36 -> 40 tokens, full graph
+
+
+def test_vllm_drafter_runs_over_prefill_chunks():
+    """vllm/v1/worker/gpu_model_runner.py 0.33 l.4889: the EAGLE drafter's
+    first pass runs over every scheduled token, prefill chunks included, so
+    the prefill step pays a drafter pass over its 288 tokens."""
+    draft = frozen_table(TOKENS * 0.01e-3)  # 0.01 ms per drafter row
+    cost = dataclasses.replace(costs.affine(1.0, 0.1), draft_s_table=draft)
+    off = dataclasses.replace(VLLM_H100, drafter_context="none", async_scheduling=False, drafter_over_prefill=False)
+    on = dataclasses.replace(off, drafter_over_prefill=True)
+    first_off, first_on = (np.asarray(run(e, cost).step_duration_s)[0] * 1e3 for e in (off, on))
+    assert first_on - first_off == pytest.approx(288 * 0.01, rel=1e-6)
+
+
+def test_sglang_prefill_stalls_every_decode():
+    """SGLang 0.5.23 runs a prefill batch alone (srt/managers/scheduler.py,
+    get_next_batch_to_run: "Run prefill first if possible"; enable_mixed_chunk
+    False): while a late request prefills, no decode runs in that step."""
+    reqs = nine_requests(60) + [Request(id=9, arrival_s=0.05, prompt_tokens=32, output_tokens=5)]
+    cost = costs.affine(1.0, 0.1)
+    for kind, stalls in (("simspec", False), ("sglang", True)):
+        engine = configuration.build({}, {"engine": {"kind": kind, "drafter_context": "none"}}).engine
+        log = run(engine, cost, requests=reqs)
+        start, batch = np.asarray(log.step_start_s), np.asarray(log.step_batch)
+        late = np.flatnonzero(start >= 0.05)[0]  # the first step after the late arrival
+        assert (batch[late] == 0) == stalls, kind
+
+
+@pytest.mark.parametrize("kind,spec", [("vllm", "tree"), ("vllm", "marginal"), ("vllm", "truncate"),
+                                       ("vllm", "goodput"), ("sglang", "marginal")])
+def test_policies_an_engine_cannot_run_are_refused(kind, spec):
+    with pytest.raises(InputError, match=f"policy {spec}: engine {kind} cannot run it.*--engine simspec"):
+        configuration.build({}, {"engine": {"kind": kind}, "policies": [spec]})
+
+
+def test_engine_default_policies_and_cli(tmp_path):
+    cfg = configuration.build({}, {"engine": {"kind": "vllm"}})
+    assert cfg.policies == engines.DEFAULT_POLICIES["vllm"]
+    code, out, err = invoke(["simulate", "--engine", "vllm", "--policy", "tree", "--num-requests", "5", "--quiet"])
+    assert code == 2 and "engine vllm cannot run it" in err and err.count("\n") == 1
+    code, out, err = invoke(["simulate", "--engine", "nosuch", "--num-requests", "5", "--quiet"])
+    assert code == 2 and "engine kind must be one of simspec, vllm, sglang" in err
+    code, out, err = invoke(["simulate", "--engine", "vllm", "--num-requests", "20", "--quiet", "--policy", "ar",
+                             "--out", str(tmp_path / "run")])
+    assert code == 0, err
+    assert "engine: vllm 0.33.0 | async | full_and_piecewise graphs <= 512 tok" in out
+    import json
+    marker = json.loads((tmp_path / "run" / "simspec-run.json").read_text())
+    assert (marker["engine"], marker["engine_version"]) == ("vllm", "0.33.0")
