@@ -75,10 +75,17 @@ class EngineConfig:
     max_cudagraph_capture_size: int = 512  # tokens; larger steps run eagerly
     mixed_prefill: bool = True  # prefill chunks share a step with decodes (SGLang's default: no)
     drafter_over_prefill: bool = False  # the drafter's first pass also runs over the step's prefill tokens
+    # "vllm": running requests are scheduled first, within the token budget
+    # (those it cannot hold skip the step); waiting ones are admitted only in
+    # a step that preempted none, and only while their first chunk fits.
+    # "simspec": admit first (KV permitting), then every decode runs.
+    scheduler: str = "simspec"
 
     def __post_init__(self):
         check_types(self)
         require(self.kind in ENGINE_KINDS, f"kind must be one of {', '.join(ENGINE_KINDS)} (got {self.kind!r})")
+        require(self.scheduler in ("simspec", "vllm"),
+                f"scheduler must be one of simspec, vllm (got {self.scheduler!r})")
         require(self.cudagraph_mode in GRAPH_MODES,
                 f"cudagraph_mode must be one of {', '.join(GRAPH_MODES)} (got {self.cudagraph_mode!r})")
         require(1 <= self.max_cudagraph_capture_size <= 1 << 16,
@@ -166,10 +173,17 @@ class Scheduler:
     def kv_used(self) -> int:
         return int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
 
-    def admit(self) -> list[int]:
-        """Step 1: the requests admitted now, in order."""
+    def admit(self, token_budget: int | None = None) -> list[int]:
+        """Step 1: the requests admitted now, in order. With
+        ``token_budget`` (vLLM's rule: a waiting request is admitted only
+        when its first chunk is scheduled), only while the budget left by
+        the running requests' rounds and prefills has room."""
         used, admitted = self.kv_used(), []
-        while self.waiting and len(self.running) < self.max_num_seqs:
+        left = None
+        if token_budget is not None:
+            ids = np.array(self.running, dtype=np.int64)
+            left = token_budget - int(np.maximum(self.target[ids] - self.cache[ids], 0).sum()) if len(ids) else token_budget
+        while self.waiting and len(self.running) < self.max_num_seqs and (left is None or left > 0):
             i = self.waiting[0]
             need = int(self.target[i]) + 1
             if used + need > self.kv_budget:
@@ -178,20 +192,33 @@ class Scheduler:
             self.running.append(i)
             admitted.append(i)
             used += need
+            if left is not None:
+                left -= int(self.target[i])
         return admitted
 
-    def decode_batch(self) -> tuple[np.ndarray, list[int]]:
+    def decode_batch(self) -> tuple[np.ndarray, list[int], list[int]]:
         """Step 2: the decode batch (running requests past their prefill, in
-        admission order) after preempting until its step fits, and the
-        requests preempted."""
-        preempted = []
+        admission order) after preempting until its step fits; the requests
+        preempted (their KV cache dropped); and those sent back to the queue
+        before any of their prompt ran (admitted, never started: not a
+        preemption)."""
+        preempted, requeued = [], []
         while True:
             ids = np.array(self.running, dtype=np.int64)
             decoding = self.cache[ids] >= self.target[ids]
             need = int(self.held(ids).sum() + decoding.sum() * self.reserve)
             if need <= self.kv_budget or len(self.running) == 1:
-                return ids[decoding], preempted
-            preempted.append(self._preempt(self.running.pop()))
+                return ids[decoding], preempted, requeued
+            i = self.running.pop()
+            (preempted if self.cache[i] > 0 else requeued).append(self._preempt(i))
+
+    def in_budget(self, decode: np.ndarray) -> np.ndarray:
+        """vLLM's rule: running requests take 1 + their draft tokens from the
+        step's token budget in order; those it cannot hold skip the step."""
+        if not len(decode):
+            return decode
+        keep = np.cumsum(1 + self.drafted[decode]) <= self.max_num_batched_tokens
+        return decode[keep]
 
     def _preempt(self, i: int) -> int:
         """Free a request's KV cache; it waits at the queue's head and will

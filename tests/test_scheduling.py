@@ -42,7 +42,7 @@ def test_decode_rounds_come_first_and_prefill_chunks_fill_the_rest_of_the_budget
     s.admit()
     s.cache[0] = 30  # request 0 has prefilled and drafted 3 tokens last round
     s.drafted[0] = 3
-    decode, _ = s.decode_batch()
+    decode, _, _ = s.decode_batch()
     assert decode.tolist() == [0]
     assert s.prefill_chunks(decode) == [(1, 50), (2, 10)]  # 64 - (1 + 3) = 60 tokens, FCFS
 
@@ -61,9 +61,29 @@ def test_the_newest_request_is_preempted_and_recomputes_what_it_emitted():
     assert s.admit() == [0, 1, 2]
     s.cache[:] = 12
     s.emitted[:] = 2
-    decode, preempted = s.decode_batch()  # 3 x 12 + 3 x 4 = 48 > 40: request 2 goes
-    assert preempted == [2] and decode.tolist() == [0, 1]
+    decode, preempted, requeued = s.decode_batch()  # 3 x 12 + 3 x 4 = 48 > 40: request 2 goes
+    assert preempted == [2] and requeued == [] and decode.tolist() == [0, 1]
     assert s.cache[2] == 0 and s.target[2] == 12 and list(s.waiting) == [2]
+
+
+def test_a_request_sent_back_before_its_prefill_ran_is_not_a_preemption():
+    s = scheduler([10, 10, 10], [20] * 3, kv=40, reserve=4)
+    for i in range(3):
+        s.arrive(i)
+    s.admit()
+    s.cache[:2] = 12  # 0 and 1 decode; 2 was admitted but nothing of it ran
+    s.emitted[:2] = 2
+    decode, preempted, requeued = s.decode_batch()  # 12 + 12 + 10 held + 2 x 4 = 42 > 40
+    assert preempted == [] and requeued == [2] and decode.tolist() == [0, 1]
+
+
+def test_vllm_admits_only_while_a_first_chunk_fits_the_token_budget():
+    s = scheduler([30, 50, 40], [5] * 3, tokens=64)
+    for i in range(3):
+        s.arrive(i)
+    assert s.admit(token_budget=60) == [0, 1]  # 60 - 30 = 30 > 0 admits 1; 30 - 50 < 0 stops
+    assert s.admit(token_budget=80) == []  # 80 - (30 + 50) still to prefill = 0: no room for 2's first chunk
+    assert s.admit(token_budget=81) == [2]
 
 
 def test_completed_prefills_emit_their_first_token_and_finished_requests_retire():
@@ -138,3 +158,14 @@ def test_the_simulator_and_the_live_engine_make_the_same_scheduling_decisions():
                for log in (live, sim)]
         assert got[0] == got[1], name
     assert len(set(_step_index(sim.step_start_s, np.array([r.first_token_s for r in sim.requests]), "left"))) > 3
+
+
+def test_vllm_caps_decode_rounds_by_the_token_budget():
+    """vllm/v1/core/sched/scheduler.py 0.33 l.839-848: a running request
+    asks 1 + its draft tokens, min(that, the budget left); at 0 left the
+    rest skip the step."""
+    s = scheduler([10, 10, 10], [20] * 3, tokens=16)
+    s.drafted[:] = [7, 7, 3]
+    assert s.in_budget(np.array([0, 1, 2])).tolist() == [0, 1]  # 8 + 8 = 16; request 2 skips
+    s.drafted[:] = [3, 3, 3]
+    assert s.in_budget(np.array([0, 1, 2])).tolist() == [0, 1, 2]

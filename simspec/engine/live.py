@@ -252,7 +252,7 @@ class LiveEngine:
                 if self.replay is not None:
                     seq.replay = self.replay.admit(seq.request.visual_tokens)
                 run.admitted_s[i] = t
-            decode, preempted = sched.decode_batch()
+            decode, preempted, _ = sched.decode_batch()
             require(not preempted, "the live engine's KV slots never preempt")  # each request fits its slot
             chunks = sched.prefill_chunks(decode)
             work, outcomes = self.step(run, [run.seqs[i] for i in decode], [(run.seqs[i], take) for i, take in chunks])

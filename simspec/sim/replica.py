@@ -179,14 +179,23 @@ class Replica:
                 self.wake = self.env.event()
                 yield self.wake
                 continue
-            for i in sched.admit():
+            if self.engine.scheduler == "vllm":
+                decode, preempted, requeued = sched.decode_batch()
+                decode = sched.in_budget(decode)
+                budget = self.engine.max_num_batched_tokens - int((1 + sched.drafted[decode]).sum())
+                admitted = [] if preempted else sched.admit(budget)
+            else:
+                admitted = sched.admit()
+                decode, preempted, requeued = sched.decode_batch()
+            for i in admitted:
                 if np.isnan(self.admitted_s[i]):
                     self.admitted_s[i] = self.env.now
                     self.estimate.start(i)
-            decode, preempted = sched.decode_batch()
             for i in preempted:
                 self.state.absorbed[i] = 0
                 self.preemptions[i] += 1
+            for i in requeued:  # admitted, then sent back before any prefill: its queueing goes on
+                self.admitted_s[i] = np.nan
             if self.engine.mixed_prefill:
                 chunks = sched.prefill_chunks(decode)
             else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
