@@ -33,6 +33,7 @@ RULES = (  # vLLM's fields, added one at a time to the simspec engine (docs/engi
     ("drafter sees the full image", {"drafter_context": "full"}),
     ("drafter runs over prefill chunks", {"drafter_over_prefill": True}),
     ("CUDA graphs: padded to captured sizes", {"cudagraph_mode": "full_and_piecewise"}),
+    ("vLLM's scheduling order and budget", {"scheduler": "vllm"}),
     ("async scheduling", {"async_scheduling": True}),
 )
 

@@ -15,9 +15,11 @@ names it; a config file or flag still sets any one of them:
   FULL_AND_PIECEWISE up to 512 tokens, max_num_seqs / max_num_batched_tokens
   1024 / 8192 on H100 and H200 (256 / 2048 on other GPUs; 128 / 2048 on a
   CPU), the EAGLE drafter's first pass over every scheduled token, prefill
-  chunks included, and prefill chunks mixed with decodes. It runs ``ar`` and
-  ``linear:k=K`` only: vLLM 0.33 has no draft trees and one draft length
-  for every request of a step.
+  chunks included, prefill chunks mixed with decodes, and vLLM's scheduling
+  order (``scheduler = "vllm"``). It runs ``ar``, ``linear:k=K`` and
+  ``batch_table`` (``num_speculative_tokens_per_batch_size``, keyed as vLLM
+  keys it: by the previous step's scheduled requests) only: vLLM 0.33 has
+  no draft trees and one draft length for every request of a step.
 - ``sglang``: SGLang 0.5.23's defaults: a prefill batch is not mixed with
   decodes (a step that prefills stalls every decode), the overlap scheduler
   on, 48 running requests and 8192-token prefill chunks with EAGLE, and one
@@ -34,8 +36,8 @@ VERSIONS = {"simspec": None, "vllm": "0.33.0", "sglang": "0.5.23"}
 
 RUNS = {  # policy families each engine can serve
     "simspec": None,  # all of them
-    "vllm": ("ar", "linear"),
-    "sglang": ("ar", "linear", "tree"),
+    "vllm": ("ar", "linear", "batch_table"),  # batch_table: num_speculative_tokens_per_batch_size
+    "sglang": ("ar", "linear", "tree", "batch_table"),  # batch_table: --speculative-adaptive per batch size
 }
 DEFAULT_POLICIES = {"vllm": ("ar", "linear:k=3", "linear:k=5"), "sglang": ("ar", "linear:k=3", "linear:k=5", "tree")}
 """The policies compared when a config names none (simspec: config.DEFAULT_POLICIES)."""

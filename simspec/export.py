@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
-from simspec import policies, tune
+from simspec import engines, policies, tune
+from simspec.costs import GPUS
+from simspec.scheduling import EngineConfig
 from simspec.types import require
 
 FORMATS = ("vllm", "sglang")
@@ -83,8 +85,8 @@ def _draft_length(tuned: tune.Tuned, cv: float, stage: tune.Stage, fmt: str) -> 
     fallback = linear if linear is not None else p.max_depth
     source = "the cell's tuned linear length" if linear is not None else "its depth"
     why = {
-        "tree": ("a draft tree per batch-size range (vLLM ranges set only a chain length; its static "
-                 "speculative_token_tree, where present, is one fixed tree for every batch size)" if fmt == "vllm" else
+        "tree": ("a draft tree (vLLM 0.33 has none: no speculative_token_tree or tree attention in its source; "
+                 "its ranges set only a chain length)" if fmt == "vllm" else
                  "a draft tree per batch-size range (SGLang varies only top-k-1 chains by batch size)"),
         "truncate": "confidence truncation (a per-round dynamic head cutting the chain)",
         "marginal": "marginal's per-request, per-round node allocation (trees when idle, short chains when busy)",
@@ -174,20 +176,36 @@ class Loss:
         return 100.0 * self.gap.diff / abs(self.tuned) if self.tuned else math.nan
 
 
-def losses(tuned: tune.Tuned, export: Export, approximation: str, seeds: int | None = None) -> list[Loss]:
-    """Simulate ``approximation`` and the tuned policy on each cell of the
-    export's CV with the tuned confirm seeds (or the first ``seeds``)."""
+def target_engine(tuned: tune.Tuned, fmt: str) -> EngineConfig:
+    """The engine an export targets, as simspec's mode for it
+    (simspec.engines): its preset on the tuned device, with the batch limit
+    the exported flags set (--max-num-seqs / --max-running-requests)."""
+    scenario = tuned.scenario
+    gpu = GPUS.get(scenario.device)
+    preset = engines.preset(fmt, scenario.device, gpu.memory_bytes if gpu else None)
+    return replace(scenario.engine, **{**preset, "max_num_seqs": scenario.engine.max_num_seqs})
+
+
+def losses(tuned: tune.Tuned, export: Export, approximation: str, seeds: int | None = None,
+           engine: EngineConfig | None = None) -> list[Loss]:
+    """Simulate ``approximation`` on ``engine`` (default: the one the export
+    targets, :func:`target_engine`) and the tuned policy on the tuned
+    scenario's engine, on each cell of the export's CV with the tuned
+    confirm seeds (or the first ``seeds``)."""
     chosen = tuned.confirm_seeds[:seeds] if seeds else tuned.confirm_seeds
     require(len(chosen) >= 2, f"seeds must be >= 2 (got {len(chosen)})")
     policy = next(s.policy for s in tuned.schedules if s.cv == export.cv)
+    engine = engine or target_engine(tuned, export.format)
+    engines.check_policy(engine.kind, approximation, policies.parse(approximation).name)
     tc = tune.TuneConfig(objective=tuned.objective, confirm_seeds=len(chosen))
     out = []
     for c in tuned.cells:
         if c.cv != export.cv:
             continue
-        bench = tune.Bench(tune.cell_config(tuned.scenario, c.rate_per_s, c.cv), tc)
-        mine = bench.candidate(policy, "staged", chosen)
-        theirs = bench.candidate(approximation, "export", chosen)
+        cell = tune.cell_config(tuned.scenario, c.rate_per_s, c.cv)
+        mine = tune.Bench(cell, tc).candidate(policy, "staged", chosen)
+        theirs = tune.Bench(replace(cell, engine=engine, policies=(approximation,)), tc).candidate(
+            approximation, "export", chosen)
         out.append(Loss(load=c.load, rate_per_s=c.rate_per_s, tuned=mine.mean, exported=theirs.mean,
                         gap=tune.paired(theirs.values, mine.values)))
     return out

@@ -46,7 +46,7 @@ def test_capture_sizes_follow_vllm():
 
 def terms(**kw) -> steps.EngineTerms:
     base = dict(overlap=False, graphs=steps.GRAPH_FULL_AND_PIECEWISE, capture=capture_sizes(VLLM_H100, 3),
-                piecewise_s=0.0, eager_s=0.0, drafter_over_prefill=False)
+                piecewise_s=0.0, eager_s=0.0, drafter_over_prefill=False, lagged_key=False)
     return steps.EngineTerms(**{**base, **kw})
 
 
@@ -160,3 +160,32 @@ def test_engine_default_policies_and_cli(tmp_path):
     import json
     marker = json.loads((tmp_path / "run" / "simspec-run.json").read_text())
     assert (marker["engine"], marker["engine_version"]) == ("vllm", "0.33.0")
+
+
+def test_vllm_keys_batch_table_by_the_previous_steps_scheduled_requests():
+    """vLLM's num_speculative_tokens_per_batch_size: K looked up by every
+    request step N scheduled (prefills too) and verified in step N + 1
+    (vllm/v1/core/sched/scheduler.py 0.33 l.1709-1713; output.py l.314-316).
+    7 decoding requests after a step that scheduled 8 (one finished): vLLM
+    drafts the 8-request length, simspec's own rule the 7-request one."""
+    from simspec.policies import rules
+
+    table = policies.parse("batch_table:table=1:5,8:3").params()
+    b = 7
+    fields = dict(context_tokens=np.full(b, 100), visual_tokens=np.zeros(b, np.int64),
+                  kept_visual_tokens=np.zeros(b, np.int64), remaining_tokens=np.full(b, 50),
+                  recent_accepted=np.ones(b), conf=np.ones((b, 8, 1)), true_ranks=np.zeros((b, 8), np.int64),
+                  prefill_tokens=0, prefill_attn_pairs=0, prefill_kv_tokens=0, prefill_requests=0, vision_tokens=0,
+                  prefill_max_context=0)
+    own = rules._batch_table(rules.Batch(**fields), table)
+    lagged = rules._batch_table(rules.Batch(**fields, table_key=8), table)
+    assert own.num_nodes.tolist() == [5] * b and lagged.num_nodes.tolist() == [3] * b
+
+
+def test_vllm_runs_batch_table_and_the_lag_changes_the_drafts():
+    cost = costs.affine(1.0, 0.1)
+    reqs = [Request(id=i, arrival_s=0.02 * i, prompt_tokens=32, output_tokens=10 + 7 * i) for i in range(9)]
+    spec = "batch_table:table=1:5,4:2"
+    simspec_log = run(EngineConfig(drafter_context="none"), cost, spec, reqs)
+    vllm_log = run(dataclasses.replace(VLLM_H100, drafter_context="none"), cost, spec, reqs)
+    assert vllm_log.rounds.drafted != simspec_log.rounds.drafted

@@ -72,12 +72,28 @@ def test_neighbouring_ranges_with_one_length_merge():
 
 
 def test_an_exact_export_loses_nothing():
-    """A schedule of chains is what vLLM runs: the batch_table it exports
-    serves every request exactly as the staged policy does."""
+    """A schedule of chains is what vLLM runs: on the same engine, the
+    batch_table it exports serves every request exactly as the staged
+    policy does."""
     t = tuned_with([(1, "linear:k=3", 0.2), (3, "linear:k=1", 0.7)], {0.2: 3, 0.7: 1}, rates={0.2: 0.6, 0.7: 2.1})
     e = export.build(t, "vllm")
-    rows = export.losses(t, e, e.approximation)
+    rows = export.losses(t, e, e.approximation, engine=t.scenario.engine)
     assert len(rows) == 2 and all(r.gap.diff == 0 and r.tuned == r.exported for r in rows)
+
+
+def test_the_export_is_simulated_on_the_engine_it_targets():
+    """By default the exported settings run on --engine vllm (vLLM 0.33's
+    preset, the tuned batch limit): the same draft lengths, another engine,
+    another latency; and a tuned tree is said to be beyond vLLM."""
+    t = tuned_with([(1, "linear:k=3", 0.2), (3, "linear:k=1", 0.7)], {0.2: 3, 0.7: 1}, rates={0.2: 0.6, 0.7: 2.1})
+    e = export.build(t, "vllm")
+    engine = export.target_engine(t, "vllm")
+    assert engine.kind == "vllm" and engine.async_scheduling and engine.max_num_seqs == t.scenario.engine.max_num_seqs
+    rows = export.losses(t, e, e.approximation)
+    assert all(r.tuned != r.exported for r in rows)
+    trees = tuned_with([(1, "tree:depth=4,topk=4,budget=8", 0.2), (3, "linear:k=1", 0.7)], {0.2: 3, 0.7: 1},
+                       rates={0.2: 0.6, 0.7: 2.1})
+    assert any("vLLM 0.33 has none" in line for line in export.build(trees, "vllm").cannot)
 
 
 @pytest.fixture(scope="module")

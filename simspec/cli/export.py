@@ -7,8 +7,9 @@ import json
 
 import numpy as np
 
-from simspec import tune
-from simspec.export import FORMATS, build, format_losses, losses
+from simspec import engines, tune
+
+from simspec.export import FORMATS, build, format_losses, losses, target_engine
 from simspec.files import write_text
 
 
@@ -37,6 +38,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.no_simulate:
         return 0
     print()
+    engine = target_engine(tuned, export.format)
+    print(f"simulated: the exported settings on --engine {engine.kind} ({engines.describe(engine)}), "
+          f"the tuned policy on the tuned scenario's engine ({tuned.scenario.engine.kind})\n")
     for name, spec in {f"exported ({export.approximation})": export.approximation, **export.alternatives}.items():
         rows = losses(tuned, export, spec, args.seeds)
         print(format_losses(name, rows, metric, tuned.maximize))

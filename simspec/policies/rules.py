@@ -53,6 +53,7 @@ class Batch(NamedTuple):
     prefill_requests: int
     vision_tokens: int
     prefill_max_context: int
+    table_key: int = -1  # the batch size batch_table is keyed by; -1: this decode batch's
 
 
 class Plan(NamedTuple):
@@ -235,7 +236,7 @@ def _truncate(batch: Batch, k_max: int, threshold: float) -> Plan:
 
 @jit
 def _batch_table(batch: Batch, table: np.ndarray) -> Plan:
-    b = len(batch.context_tokens)
+    b = len(batch.context_tokens) if batch.table_key < 0 else batch.table_key
     k = 0
     for e in range(0, len(table), 2):  # (min batch, k) pairs, ascending
         if b >= table[e]:

@@ -66,7 +66,8 @@ def engine_terms(engine: EngineConfig, costs: CostModel, depth: int) -> steps.En
     graphs = {"none": steps.GRAPH_NONE, "piecewise": steps.GRAPH_PIECEWISE,
               "full_and_piecewise": steps.GRAPH_FULL_AND_PIECEWISE}[engine.cudagraph_mode]
     return steps.EngineTerms(engine.async_scheduling, graphs, capture_sizes(engine, depth), costs.graph_piecewise_s,
-                             costs.graph_eager_s if graphs != steps.GRAPH_NONE else 0.0, engine.drafter_over_prefill)
+                             costs.graph_eager_s if graphs != steps.GRAPH_NONE else 0.0, engine.drafter_over_prefill,
+                             engine.scheduler == "vllm")
 
 
 class _LogBuffers:
@@ -145,6 +146,7 @@ class Replica:
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
         self.terms = engine_terms(engine, costs, policy.max_depth)
+        self.scheduled = 0  # requests the last step scheduled (decodes and prefill chunks)
         self.rand = RandomBlocks(rng_rounds)
         self.admitted_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -227,8 +229,9 @@ class Replica:
             self.idle_from = None
         _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self.terms,
                                  self.scheduler.prefill(chunks), wake, start_s, stop_s, max_steps, kv_room, randoms,
-                                 self.logs.buffers)
+                                 self.logs.buffers, self.scheduled)
         self.rand.consume(randoms)
+        self.scheduled = b + len(chunks)
         return end
 
     def _complete_prefill(self, chunks: list[tuple[int, int]], end_s: float) -> None:

@@ -65,6 +65,7 @@ class EngineTerms(NamedTuple):
     piecewise_s: float  # extra seconds of a step in the piecewise regime (attention launched eagerly)
     eager_s: float  # extra seconds of a step run without graphs
     drafter_over_prefill: bool  # the drafter's first pass also runs over the step's prefill tokens
+    lagged_key: bool  # vLLM: batch_table's draft length from the previous step's scheduled requests, prefills too
 
 
 GRAPH_NONE, GRAPH_PIECEWISE, GRAPH_FULL_AND_PIECEWISE = 0, 1, 2
@@ -143,7 +144,7 @@ def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.n
 @jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall,
               costs: CostTables, engine: EngineTerms, prefill: Prefill, wake_s: float, start_s: float, stop_s: float,
-              max_steps: int, kv_room: int, rand: Randoms, logs: Logs):
+              max_steps: int, kv_room: int, rand: Randoms, logs: Logs, scheduled_before: int):
     """Run up to ``max_steps`` steps of the decode batch ``ids`` from
     ``start_s``; the first step also carries ``prefill`` and costs
     ``wake_s`` more (waking from idle, CostModel.wake_cost_s). Stops after a
@@ -174,8 +175,12 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
             true_ranks = np.zeros((b, 1), dtype=np.int64)
         shown = true_ranks if policy.needs_truth else np.zeros_like(true_ranks)
         pending = ctx - visual - state.absorbed[ids]  # tokens the drafter's first call this round absorbs
+        # vLLM keys its per-batch-size draft length by every request the
+        # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
+        # l.1709-1713), verified one step later
+        key = (scheduled_before if first else b) if engine.lagged_key else -1
         batch = rules.Batch(ctx, visual, kept, remaining, state.recent[ids], conf, shown, pf.tokens,
-                              pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context)
+                            pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context, key)
         plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, policy.params, batch, costs)
 
         # Price the step exactly as planned.
