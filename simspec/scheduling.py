@@ -80,10 +80,23 @@ class EngineConfig:
     # a step that preempted none, and only while their first chunk fits.
     # "simspec": admit first (KV permitting), then every decode runs.
     scheduler: str = "simspec"
+    # The frontend (tokenization, image preprocessing) before a request
+    # reaches the engine's queue: a text worker and an image worker, each
+    # serving requests in arrival order, as vLLM's renderer runs them
+    # (vllm/renderers/base.py 0.33 l.139-148: one tokenizer worker, a
+    # separate single-worker executor for multimodal preprocessing). No
+    # engine publishes these costs: 0 unless calibrated (`vllm bench
+    # mm-processor` measures the image part).
+    frontend_s_per_request: float = 0.0
+    frontend_s_per_text_token: float = 0.0
+    frontend_s_per_image: float = 0.0
 
     def __post_init__(self):
         check_types(self)
         require(self.kind in ENGINE_KINDS, f"kind must be one of {', '.join(ENGINE_KINDS)} (got {self.kind!r})")
+        for name in ("frontend_s_per_request", "frontend_s_per_text_token", "frontend_s_per_image"):
+            value = getattr(self, name)
+            require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
         require(self.scheduler in ("simspec", "vllm"),
                 f"scheduler must be one of simspec, vllm (got {self.scheduler!r})")
         require(self.cudagraph_mode in GRAPH_MODES,

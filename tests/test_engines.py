@@ -189,3 +189,29 @@ def test_vllm_runs_batch_table_and_the_lag_changes_the_drafts():
     simspec_log = run(EngineConfig(drafter_context="none"), cost, spec, reqs)
     vllm_log = run(dataclasses.replace(VLLM_H100, drafter_context="none"), cost, spec, reqs)
     assert vllm_log.rounds.drafted != simspec_log.rounds.drafted
+
+
+def test_the_frontend_delays_requests_through_a_text_and_an_image_worker():
+    """Hand-worked: 1 ms per request and 0.01 ms per text token on the
+    text worker, 5 ms per image on the image worker, each first come, first
+    served (vllm/renderers/base.py 0.33 l.139-148).
+    text:  r0 0 + 1 + 1 = 2;  r1 max(0, 2) + 1 + 0.5 = 3.5;  r2 max(1, 3.5) + 1 + 0.1 = 4.6
+    image: r0 0 + 5 = 5;      r2 max(1, 5) + 5 = 10
+    ready: r0 5, r1 3.5, r2 10 (ms): r1 reaches the queue first."""
+    from simspec.sim.replica import frontend_ready
+
+    reqs = [Request(id=0, arrival_s=0.0, prompt_tokens=100, image_tokens=(576,), output_tokens=4),
+            Request(id=1, arrival_s=0.0, prompt_tokens=50, output_tokens=4),
+            Request(id=2, arrival_s=0.001, prompt_tokens=10, image_tokens=(576,), output_tokens=4)]
+    engine = EngineConfig(frontend_s_per_request=1e-3, frontend_s_per_text_token=1e-5, frontend_s_per_image=5e-3)
+    ready, order = frontend_ready(reqs, engine)
+    assert ready * 1e3 == pytest.approx([5.0, 3.5, 10.0]) and order.tolist() == [1, 0, 2]
+    ready, order = frontend_ready(reqs, EngineConfig())
+    assert ready.tolist() == [0.0, 0.0, 0.001] and order.tolist() == [0, 1, 2]
+    # alone, a request's TTFT grows by exactly its frontend time
+    one = [Request(id=0, arrival_s=0.0, prompt_tokens=100, output_tokens=4)]
+    base, slow = (run(EngineConfig(drafter_context="none", frontend_s_per_request=f), costs.affine(1.0, 0.1),
+                      "ar", one) for f in (0.0, 0.004))
+    assert slow.table.first_token_s[0] - base.table.first_token_s[0] == pytest.approx(0.004, rel=1e-9)
+    with pytest.raises(InputError, match=r"frontend_s_per_image must be in \[0, 10\] seconds"):
+        EngineConfig(frontend_s_per_image=-1.0)

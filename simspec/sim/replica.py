@@ -48,6 +48,27 @@ LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lis
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
 
 
+def frontend_ready(requests: Sequence[Request], engine: EngineConfig) -> tuple[np.ndarray, np.ndarray]:
+    """When each request reaches the engine's queue, and the order they
+    reach it in: a text worker (per request and per text token) and an
+    image worker (per image), each first come, first served; a request is
+    ready when both are done with it (EngineConfig's frontend fields)."""
+    arrival = np.array([r.arrival_s for r in requests], float)
+    if not (engine.frontend_s_per_request or engine.frontend_s_per_text_token or engine.frontend_s_per_image):
+        return arrival, np.arange(len(requests))
+    ready = np.empty_like(arrival)
+    text_free = image_free = -np.inf
+    for i, r in enumerate(requests):
+        text_free = max(arrival[i], text_free) + engine.frontend_s_per_request + \
+            engine.frontend_s_per_text_token * r.prompt_tokens
+        done = text_free
+        if r.images:
+            image_free = max(arrival[i], image_free) + engine.frontend_s_per_image * r.images
+            done = max(done, image_free)
+        ready[i] = done
+    return ready, np.argsort(ready, kind="stable")
+
+
 def capture_sizes(engine: EngineConfig, depth: int) -> np.ndarray:
     """Token counts vLLM captures CUDA graphs for (vllm/config/vllm.py 0.33,
     l.2463-2598): 1, 2, 4, then every 8 below 256, every 16 from 256, up to
@@ -154,6 +175,7 @@ class Replica:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.finished = 0
         self.arrived = 0
+        self.ready_s, self.order = frontend_ready(requests, engine)
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
@@ -162,8 +184,8 @@ class Replica:
 
     # -- processes ---------------------------------------------------------
     def arrivals(self):
-        for i, request in enumerate(self.requests):
-            delay = request.arrival_s - self.env.now
+        for i in self.order:
+            delay = self.ready_s[i] - self.env.now
             if delay > 0:
                 yield self.env.timeout(delay)
             self.scheduler.arrive(i)
@@ -219,7 +241,7 @@ class Replica:
         short KV cache. Returns the end time of the last step."""
         b = len(decode)
         max_steps = self.logs.room_for(b + len(chunks), 1) if chunks else self.logs.room_for(b, MAX_STEPS_PER_CALL)
-        stop_s = self.requests[self.arrived].arrival_s if self.arrived < len(self.requests) else np.inf
+        stop_s = self.ready_s[self.order[self.arrived]] if self.arrived < len(self.requests) else np.inf
         kv_room = self.scheduler.kv_budget - self.scheduler.kv_used()
         randoms = self.rand.window(2 * b * self.call.depth * max_steps)
         wake, self.wake_owed = self.wake_owed, 0.0
