@@ -87,6 +87,10 @@ class EngineConfig:
     # separate single-worker executor for multimodal preprocessing). No
     # engine publishes these costs: 0 unless calibrated (`vllm bench
     # mm-processor` measures the image part).
+    # "vllm": the vision encoder runs per image, in the step whose chunk
+    # reaches it, under vLLM's per-step encoder budget (Scheduler); "none":
+    # a request's images are encoded in the step its prefill starts.
+    encoder_budget: str = "none"
     frontend_s_per_request: float = 0.0
     frontend_s_per_text_token: float = 0.0
     frontend_s_per_image: float = 0.0
@@ -97,6 +101,8 @@ class EngineConfig:
         for name in ("frontend_s_per_request", "frontend_s_per_text_token", "frontend_s_per_image"):
             value = getattr(self, name)
             require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
+        require(self.encoder_budget in ("none", "vllm"),
+                f"encoder_budget must be one of none, vllm (got {self.encoder_budget!r})")
         require(self.scheduler in ("simspec", "vllm"),
                 f"scheduler must be one of simspec, vllm (got {self.scheduler!r})")
         require(self.cudagraph_mode in GRAPH_MODES,
@@ -150,8 +156,23 @@ class Scheduler:
     """
 
     def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
-                 max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int):
+                 max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
+                 images: list[tuple[int, ...]] | None = None):
+        """``images`` (each request's visual tokens per image, at the
+        prompt's start in order): given, the vision encoder runs under
+        vLLM's per-step encoder budget, max(max_num_batched_tokens, the
+        largest image) (vllm/v1/core/encoder_cache_manager.py 0.33
+        l.373-378): an image is encoded in the step whose chunk reaches it,
+        and a chunk stops short of an image the budget cannot take
+        (vllm/v1/core/sched/scheduler.py l.2018-2210). Without, a request's
+        images are all encoded in the step its prefill starts."""
         n = len(context)
+        self.images = images
+        self.encoded = np.zeros(n, np.int64)  # [N] images encoded (with ``images``)
+        self.step_vision = 0  # visual tokens the vision encoder runs this step (with ``images``)
+        if images is not None:
+            largest = max((t for imgs in images for t in imgs), default=0)
+            self.encoder_budget = max(max_num_batched_tokens, largest)
         self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
         self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
         self.output = np.asarray(output, dtype=np.int64)  # [N] tokens to generate
@@ -239,6 +260,7 @@ class Scheduler:
         self.target[i] = self.context[i] + self.emitted[i]
         self.cache[i] = 0
         self.drafted[i] = 0
+        self.encoded[i] = 0  # its encoder outputs are freed with its blocks
         self.waiting.appendleft(i)
         return i
 
@@ -246,15 +268,35 @@ class Scheduler:
         """Step 3: (request, tokens) chunks FCFS in the budget ``decode``'s rounds leave."""
         budget = self.max_num_batched_tokens - len(decode) - int(self.drafted[decode].sum())
         chunks = []
+        encoder_left = self.encoder_budget if self.images is not None else 0
+        self.step_vision = 0
         for i in self.running:
             if budget <= 0:
                 break
             left = int(self.target[i] - self.cache[i])
             if left > 0:
                 take = min(left, budget)
+                if self.images is not None:
+                    take, encoder_left = self._encode(i, take, encoder_left)
+                    if take <= 0:  # stopped at an image the encoder budget cannot take: the next request may run
+                        continue
                 chunks.append((i, take))
                 budget -= take
         return chunks
+
+    def _encode(self, i: int, take: int, encoder_left: int) -> tuple[int, int]:
+        """The chunk of request ``i`` once its images are encoded: cut
+        before the first one the encoder budget left cannot take."""
+        done, start = int(self.cache[i]), 0
+        for k, tokens in enumerate(self.images[i]):
+            if k >= self.encoded[i] and start < done + take:  # the chunk reaches an image not yet encoded
+                if tokens > encoder_left:
+                    return start - done, encoder_left
+                encoder_left -= tokens
+                self.encoded[i] = k + 1
+                self.step_vision += tokens
+            start += tokens
+        return take, encoder_left
 
     def prefill(self, chunks: list[tuple[int, int]]) -> Prefill:
         """Step 4: what ``chunks`` cost the step's forward."""
@@ -265,8 +307,10 @@ class Scheduler:
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
-            if done == 0:
+            if done == 0 and self.images is None:
                 vision += int(self.visual[i])
+        if self.images is not None:
+            vision = self.step_vision
         return Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def complete_prefill(self, chunks: list[tuple[int, int]]) -> list[int]:

@@ -169,3 +169,31 @@ def test_vllm_caps_decode_rounds_by_the_token_budget():
     assert s.in_budget(np.array([0, 1, 2])).tolist() == [0, 1]  # 8 + 8 = 16; request 2 skips
     s.drafted[:] = [3, 3, 3]
     assert s.in_budget(np.array([0, 1, 2])).tolist() == [0, 1, 2]
+
+
+def test_the_encoder_budget_splits_a_multi_image_prefill():
+    """vLLM's encoder budget, max(max_num_batched_tokens, the largest image)
+    = max(64, 40) = 64 visual tokens a step (encoder_cache_manager.py 0.33
+    l.373-378). A prompt of three 40-token images, then 30 text tokens, and
+    64 tokens a step: step 1's chunk [0, 64) reaches images 1 and 2; image 1
+    is encoded (24 left), image 2 is not (40 > 24), so the chunk stops at
+    its start, 40 tokens (scheduler.py l.2154-2174); step 2 likewise takes
+    image 2 and stops at image 3 (80); step 3 takes image 3 and 64 tokens;
+    step 4 the last 6."""
+    s = Scheduler(context=np.array([150]), visual=np.array([120]), output=np.array([5]), max_num_seqs=4,
+                  max_num_batched_tokens=64, kv_budget_tokens=10_000, reserve_tokens=1, images=[(40, 40, 40)])
+    s.arrive(0)
+    s.admit()
+    steps = []
+    while s.cache[0] < s.target[0]:
+        chunks = s.prefill_chunks(np.zeros(0, np.int64))
+        steps.append((chunks, s.prefill(chunks).vision_tokens))
+        s.complete_prefill(chunks)
+    # budget 64 tokens a step: [0, 40) with image 1; [40, 80) with image 2; [80, 144) with image 3; the rest
+    assert steps == [([(0, 40)], 40), ([(0, 40)], 40), ([(0, 64)], 40), ([(0, 6)], 0)]
+    plain = Scheduler(context=np.array([150]), visual=np.array([120]), output=np.array([5]), max_num_seqs=4,
+                      max_num_batched_tokens=64, kv_budget_tokens=10_000, reserve_tokens=1)
+    plain.arrive(0)
+    plain.admit()
+    chunks = plain.prefill_chunks(np.zeros(0, np.int64))
+    assert chunks == [(0, 64)] and plain.prefill(chunks).vision_tokens == 120  # all at the prefill's start

@@ -154,7 +154,8 @@ class Replica:
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
-            kv_budget_tokens=kv_budget_tokens, reserve_tokens=policy.max_depth + 1)
+            kv_budget_tokens=kv_budget_tokens, reserve_tokens=policy.max_depth + 1,
+            images=[r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
         self.state = steps.RequestState(
