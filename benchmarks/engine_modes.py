@@ -33,7 +33,9 @@ RULES = (  # vLLM's fields, added one at a time to the simspec engine (docs/engi
     ("drafter sees the full image", {"drafter_context": "full"}),
     ("drafter runs over prefill chunks", {"drafter_over_prefill": True}),
     ("CUDA graphs: padded to captured sizes", {"cudagraph_mode": "full_and_piecewise"}),
-    ("vLLM's scheduling order and budget", {"scheduler": "vllm"}),
+    ("vLLM's scheduling order, budget, lookahead", {"scheduler": "vllm"}),
+    ("encoder budget per step", {"encoder_budget": "vllm"}),
+    ("KV in 16-token blocks + drafter's KV layer", {"block_size": 16, "drafter_kv_layers": 1}),
     ("async scheduling", {"async_scheduling": True}),
 )
 

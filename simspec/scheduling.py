@@ -91,6 +91,8 @@ class EngineConfig:
     # reaches it, under vLLM's per-step encoder budget (Scheduler); "none":
     # a request's images are encoded in the step its prefill starts.
     encoder_budget: str = "none"
+    block_size: int = 1  # KV cache block, tokens (vLLM's default: 16)
+    drafter_kv_layers: int = 0  # decoder layers of the drafter whose KV shares the cache (an EAGLE head: 1)
     frontend_s_per_request: float = 0.0
     frontend_s_per_text_token: float = 0.0
     frontend_s_per_image: float = 0.0
@@ -101,6 +103,8 @@ class EngineConfig:
         for name in ("frontend_s_per_request", "frontend_s_per_text_token", "frontend_s_per_image"):
             value = getattr(self, name)
             require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
+        require(1 <= self.block_size <= 1024, f"block_size must be in 1..1024 (got {self.block_size})")
+        require(0 <= self.drafter_kv_layers <= 16, f"drafter_kv_layers must be in 0..16 (got {self.drafter_kv_layers})")
         require(self.encoder_budget in ("none", "vllm"),
                 f"encoder_budget must be one of none, vllm (got {self.encoder_budget!r})")
         require(self.scheduler in ("simspec", "vllm"),
@@ -127,7 +131,8 @@ class EngineConfig:
         if self.kv_cache_tokens is not None:
             return self.kv_cache_tokens
         free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes - self.activation_reserve_gib * GIB
-        tokens = int(free // model.kv_bytes_per_token)
+        per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
+        tokens = int(free // per_token)
         require(tokens > 0, f"model {model.name} does not fit on {gpu.name} at gpu_memory_utilization "
                             f"{self.gpu_memory_utilization} (weights {model.weight_bytes / GIB:.1f} GiB)")
         return tokens
@@ -157,7 +162,7 @@ class Scheduler:
 
     def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
                  max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
-                 images: list[tuple[int, ...]] | None = None):
+                 images: list[tuple[int, ...]] | None = None, block_size: int = 1):
         """``images`` (each request's visual tokens per image, at the
         prompt's start in order): given, the vision encoder runs under
         vLLM's per-step encoder budget, max(max_num_batched_tokens, the
@@ -167,6 +172,7 @@ class Scheduler:
         (vllm/v1/core/sched/scheduler.py l.2018-2210). Without, a request's
         images are all encoded in the step its prefill starts."""
         n = len(context)
+        self.block_size = block_size  # KV is held in blocks of this many tokens (vLLM: 16)
         self.images = images
         self.encoded = np.zeros(n, np.int64)  # [N] images encoded (with ``images``)
         self.step_vision = 0  # visual tokens the vision encoder runs this step (with ``images``)
@@ -201,8 +207,10 @@ class Scheduler:
         self.waiting.append(i)
 
     def held(self, ids: np.ndarray) -> np.ndarray:
-        """KV tokens each request holds or will once prefilled."""
-        return np.maximum(self.cache[ids], self.target[ids])
+        """KV tokens each request holds or will once prefilled, in whole blocks."""
+        tokens = np.maximum(self.cache[ids], self.target[ids])
+        b = self.block_size
+        return tokens if b == 1 else -(-tokens // b) * b
 
     def kv_used(self) -> int:
         return int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
@@ -219,7 +227,7 @@ class Scheduler:
             left = token_budget - int(np.maximum(self.target[ids] - self.cache[ids], 0).sum()) if len(ids) else token_budget
         while self.waiting and len(self.running) < self.max_num_seqs and (left is None or left > 0):
             i = self.waiting[0]
-            need = int(self.target[i]) + 1
+            need = -(-(int(self.target[i]) + 1) // self.block_size) * self.block_size
             if used + need > self.kv_budget:
                 break
             self.waiting.popleft()

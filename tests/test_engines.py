@@ -215,3 +215,20 @@ def test_the_frontend_delays_requests_through_a_text_and_an_image_worker():
     assert slow.table.first_token_s[0] - base.table.first_token_s[0] == pytest.approx(0.004, rel=1e-9)
     with pytest.raises(InputError, match=r"frontend_s_per_image must be in \[0, 10\] seconds"):
         EngineConfig(frontend_s_per_image=-1.0)
+
+
+def test_vllm_holds_kv_in_blocks_with_lookahead_and_the_drafters_layer():
+    from simspec.costs import GPUS, MODELS
+    from simspec.scheduling import Scheduler
+    from simspec.sim.replica import reserve_tokens
+
+    # blocks of 16: a 20-token prompt holds 32 slots; 1 + K scheduled + K lookahead slots a round
+    s = Scheduler(context=np.array([20, 33]), visual=np.zeros(2, np.int64), output=np.array([4, 4]), max_num_seqs=4,
+                  max_num_batched_tokens=64, kv_budget_tokens=10_000, reserve_tokens=1, block_size=16)
+    assert s.held(np.array([0, 1])).tolist() == [32, 48]
+    assert reserve_tokens(VLLM_H100, 3) == 7 and reserve_tokens(EngineConfig(), 3) == 4
+    # the EAGLE head's one layer shares the KV pool: LLaVA-1.5-7B's 32 layers hold 32/33 as many tokens
+    model, gpu = MODELS["LLaVA-1.5-7B"], GPUS["h100-sxm"]
+    plain = EngineConfig().kv_budget_tokens(model, gpu)
+    with_drafter = dataclasses.replace(EngineConfig(), drafter_kv_layers=1).kv_budget_tokens(model, gpu)
+    assert with_drafter == pytest.approx(plain * 32 / 33, abs=1)

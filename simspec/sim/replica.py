@@ -48,6 +48,14 @@ LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lis
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
 
 
+def reserve_tokens(engine: EngineConfig, depth: int) -> int:
+    """KV slots a decoding request needs free for its next round: 1 + K
+    scheduled tokens, and with vLLM's scheduler also K lookahead slots for
+    the drafts it proposes next (vllm/v1/core/kv_cache_manager.py 0.33
+    l.551-553)."""
+    return 1 + depth + (depth if engine.scheduler == "vllm" else 0)
+
+
 def frontend_ready(requests: Sequence[Request], engine: EngineConfig) -> tuple[np.ndarray, np.ndarray]:
     """When each request reaches the engine's queue, and the order they
     reach it in: a text worker (per request and per text token) and an
@@ -154,8 +162,9 @@ class Replica:
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
-            kv_budget_tokens=kv_budget_tokens, reserve_tokens=policy.max_depth + 1,
-            images=[r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None)
+            kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
+            images=[r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None,
+            block_size=engine.block_size)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
         self.state = steps.RequestState(
