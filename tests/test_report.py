@@ -74,11 +74,12 @@ def test_report_bad_input_is_one_line(results, tmp_path, argv, message):
 
 def test_report_refuses_another_schema_version(results, tmp_path):
     table = pq.read_table(results)
-    meta = {**sweep.metadata(table), "schema_version": 2}
-    path = tmp_path / "v2.parquet"
+    other = sweep.SCHEMA_VERSION + 1
+    meta = {**sweep.metadata(table), "schema_version": other}
+    path = tmp_path / f"v{other}.parquet"
     pq.write_table(table.replace_schema_metadata({sweep.META_KEY: json.dumps(meta).encode()}), path)
     code, _, stderr = invoke(["report", path, "--out", tmp_path / "rep"])
-    assert code == 2 and "results schema version 2; this simspec reads version 1" in stderr
+    assert code == 2 and f"results schema version {other}; this simspec reads version {sweep.SCHEMA_VERSION}" in stderr
     assert not (tmp_path / "rep").exists()
 
 
