@@ -59,6 +59,7 @@ TOML_BAD_TABLE = [  # (table, key, value, says)
 
 CASES = [
     # --- simulate: flags -------------------------------------------------------------
+    case("tune-engine-vllm", "tune --engine vllm --out t.toml", "only --engine simspec runs", "export"),
     case("rate-huge", f"{SIM} --rate 1e300", "rate_per_s", "[1e-06, 1e+06]"),
     case("prompt-mean-huge", f"{SIM} --prompt-mean 1e300", "prompt_mean_tokens", "2.14748e+09"),
     case("output-mean-huge", f"{SIM} --output-mean 1e12", "output_mean_tokens", "2.14748e+09"),
