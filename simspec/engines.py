@@ -67,7 +67,8 @@ def preset(kind: str, device: str, memory_bytes: float | None) -> dict:
     # SGLang 0.5.23: chunked_prefill_size 8192 on H100/H200 (srt/arg_groups/memory_hook.py l.132-159),
     # max_running_requests 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094)
     return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": 8192, "async_scheduling": not cpu,
-            "cudagraph_mode": "none" if cpu else "full_and_piecewise", "mixed_prefill": False,
+            "cudagraph_mode": "none" if cpu else "full_and_piecewise", "cudagraph_buckets": "batch",
+            "mixed_prefill": False,
             "drafter_over_prefill": True, "drafter_context": "full"}
 
 

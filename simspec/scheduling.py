@@ -73,6 +73,10 @@ class EngineConfig:
     async_scheduling: bool = False  # CPU work overlaps the GPU step: a step costs max(GPU, CPU), not GPU + CPU
     cudagraph_mode: str = "none"  # none, piecewise or full_and_piecewise (vLLM's names)
     max_cudagraph_capture_size: int = 512  # tokens; larger steps run eagerly
+    # "tokens": vLLM's captured token counts; "batch": SGLang's captured
+    # batch sizes times the tokens each request verifies, and prefill graphs
+    # up to the chunk size (simspec.sim.replica.capture_sizes)
+    cudagraph_buckets: str = "tokens"
     mixed_prefill: bool = True  # prefill chunks share a step with decodes (SGLang's default: no)
     drafter_over_prefill: bool = False  # the drafter's first pass also runs over the step's prefill tokens
     # "vllm": running requests are scheduled first, within the token budget
@@ -105,6 +109,8 @@ class EngineConfig:
             require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
         require(1 <= self.block_size <= 1024, f"block_size must be in 1..1024 (got {self.block_size})")
         require(0 <= self.drafter_kv_layers <= 16, f"drafter_kv_layers must be in 0..16 (got {self.drafter_kv_layers})")
+        require(self.cudagraph_buckets in ("tokens", "batch"),
+                f"cudagraph_buckets must be one of tokens, batch (got {self.cudagraph_buckets!r})")
         require(self.encoder_budget in ("none", "vllm"),
                 f"encoder_budget must be one of none, vllm (got {self.encoder_budget!r})")
         require(self.scheduler in ("simspec", "vllm"),

@@ -46,6 +46,7 @@ def test_capture_sizes_follow_vllm():
 
 def terms(**kw) -> steps.EngineTerms:
     base = dict(overlap=False, graphs=steps.GRAPH_FULL_AND_PIECEWISE, capture=capture_sizes(VLLM_H100, 3),
+                piecewise_max=512,
                 piecewise_s=0.0, eager_s=0.0, drafter_over_prefill=False, lagged_key=False)
     return steps.EngineTerms(**{**base, **kw})
 
@@ -232,3 +233,21 @@ def test_vllm_holds_kv_in_blocks_with_lookahead_and_the_drafters_layer():
     plain = EngineConfig().kv_budget_tokens(model, gpu)
     with_drafter = dataclasses.replace(EngineConfig(), drafter_kv_layers=1).kv_budget_tokens(model, gpu)
     assert with_drafter == pytest.approx(plain * 32 / 33, abs=1)
+
+
+def test_sglang_captures_batch_sizes_times_the_verify_width():
+    """SGLang 0.5.23 (srt/arg_groups/cuda_graph_hook.py l.517-525, clamped to
+    the request pool, model_executor/runner/base_cuda_graph_runner.py
+    l.78-101): with EAGLE's 48 running requests the captured batch sizes
+    are 1-8, 10-32 by 2, 40, 44, 48; a chain of 3 verifies 4 tokens each."""
+    sglang = configuration.build({}, {"engine": {"kind": "sglang"}}).engine
+    sizes = capture_sizes(sglang, depth=3).tolist()
+    assert sizes == [4 * b for b in [*range(1, 9), *range(10, 33, 2), 40, 44, 48]]
+    # a tree of num_draft_tokens 9 (budget 8, root included)
+    assert capture_sizes(sglang, depth=4, width=9).tolist()[:3] == [9, 18, 27]
+    t = steps.EngineTerms(False, steps.GRAPH_FULL_AND_PIECEWISE, np.array(sizes), 8192, 0.0, 0.0, False, False)
+    # 9 requests verifying 4 tokens: batch 9 pads to the batch-10 graph, 40 tokens
+    assert steps.graph_regime(t, 36, True) == (steps.REGIME_FULL, 40)
+    # a 3000-token prefill: SGLang's prefill graphs reach the 8192-token chunk, piecewise and unpadded
+    assert steps.graph_regime(t, 3000, False) == (steps.REGIME_PIECEWISE, 3000)
+    assert steps.graph_regime(t, 9000, False) == (steps.REGIME_EAGER, 9000)

@@ -77,13 +77,25 @@ def frontend_ready(requests: Sequence[Request], engine: EngineConfig) -> tuple[n
     return ready, np.argsort(ready, kind="stable")
 
 
-def capture_sizes(engine: EngineConfig, depth: int) -> np.ndarray:
-    """Token counts vLLM captures CUDA graphs for (vllm/config/vllm.py 0.33,
-    l.2463-2598): 1, 2, 4, then every 8 below 256, every 16 from 256, up to
-    min(max_num_seqs x (1 + K) x 2, the largest capture size,
-    max_num_batched_tokens); empty without graphs."""
+def capture_sizes(engine: EngineConfig, depth: int, width: int | None = None) -> np.ndarray:
+    """Token counts CUDA graphs are captured for; empty without graphs.
+    vLLM (vllm/config/vllm.py 0.33, l.2463-2598): 1, 2, 4, then every 8
+    below 256, every 16 from 256, up to min(max_num_seqs x (1 + K) x 2, the
+    largest capture size, max_num_batched_tokens). SGLang
+    (``cudagraph_buckets = "batch"``; srt/arg_groups/cuda_graph_hook.py
+    0.5.23, l.500-532): batch sizes 1-8, every 2 to 32, every 4 to 64, every
+    8 to 256 (without speculation 1, 2, 4, 8, 12, then every 8), at most
+    max_num_seqs (the request pool), times the tokens each request verifies
+    (``width``: 1 + K, or a tree's num_draft_tokens)."""
     if engine.cudagraph_mode == "none":
         return np.zeros(0, np.int64)
+    if engine.cudagraph_buckets == "batch":
+        width = width or 1 + depth
+        if width > 1:
+            sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8)]
+        else:
+            sizes = [1, 2, 4, 8, 12, *range(16, 257, 8)]
+        return np.array([s * width for s in sizes if s <= engine.max_num_seqs], np.int64)
     top = min(engine.max_num_seqs * (1 + depth) * 2, engine.max_cudagraph_capture_size, engine.max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
     if engine.max_num_batched_tokens <= top and engine.max_num_batched_tokens not in sizes:
@@ -91,10 +103,13 @@ def capture_sizes(engine: EngineConfig, depth: int) -> np.ndarray:
     return np.array(sorted(sizes), np.int64)
 
 
-def engine_terms(engine: EngineConfig, costs: CostModel, depth: int) -> steps.EngineTerms:
+def engine_terms(engine: EngineConfig, costs: CostModel, depth: int, width: int | None = None) -> steps.EngineTerms:
     graphs = {"none": steps.GRAPH_NONE, "piecewise": steps.GRAPH_PIECEWISE,
               "full_and_piecewise": steps.GRAPH_FULL_AND_PIECEWISE}[engine.cudagraph_mode]
-    return steps.EngineTerms(engine.async_scheduling, graphs, capture_sizes(engine, depth), costs.graph_piecewise_s,
+    capture = capture_sizes(engine, depth, width)
+    top = int(capture[-1]) if len(capture) else 0
+    piecewise_max = max(top, engine.max_num_batched_tokens) if engine.cudagraph_buckets == "batch" else top
+    return steps.EngineTerms(engine.async_scheduling, graphs, capture, piecewise_max, costs.graph_piecewise_s,
                              costs.graph_eager_s if graphs != steps.GRAPH_NONE else 0.0, engine.drafter_over_prefill,
                              engine.scheduler == "vllm")
 
@@ -176,7 +191,8 @@ class Replica:
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
-        self.terms = engine_terms(engine, costs, policy.max_depth)
+        width = 1 + (policy.budget if policy.name == "tree" else policy.max_depth)  # tokens a request verifies
+        self.terms = engine_terms(engine, costs, policy.max_depth, width)
         self.scheduled = 0  # requests the last step scheduled (decodes and prefill chunks)
         self.rand = RandomBlocks(rng_rounds)
         self.admitted_s = np.full(n, np.nan)

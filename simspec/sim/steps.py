@@ -62,6 +62,7 @@ class EngineTerms(NamedTuple):
     overlap: bool  # async scheduling: the step's fixed CPU part (overhead_s) overlaps its GPU part
     graphs: int  # GRAPH_NONE, GRAPH_PIECEWISE or GRAPH_FULL_AND_PIECEWISE
     capture: np.ndarray  # [C] int captured token counts, ascending (empty: no graphs)
+    piecewise_max: int  # tokens up to which a non-uniform step runs piecewise (above: eager)
     piecewise_s: float  # extra seconds of a step in the piecewise regime (attention launched eagerly)
     eager_s: float  # extra seconds of a step run without graphs
     drafter_over_prefill: bool  # the drafter's first pass also runs over the step's prefill tokens
@@ -78,9 +79,16 @@ def graph_regime(terms: EngineTerms, tokens: int, uniform: bool):
     vLLM's dispatcher (vllm/v1/cudagraph_dispatcher.py 0.33, l.233-322)
     pads to the next captured size, replays a full graph for a uniform
     decode batch (every request verifying the same 1 + K tokens, no prefill)
-    and a piecewise one otherwise, and runs eagerly above the largest size."""
+    and a piecewise one otherwise, and runs eagerly above the largest size.
+    SGLang's prefill graphs reach further (``piecewise_max``, its chunk
+    size): a non-uniform step up to it runs piecewise, unpadded beyond the
+    captured sizes."""
     c = terms.capture
-    if terms.graphs == GRAPH_NONE or len(c) == 0 or tokens > c[len(c) - 1] or tokens <= 0:
+    if terms.graphs == GRAPH_NONE or len(c) == 0 or tokens <= 0:
+        return REGIME_EAGER, tokens
+    if tokens > c[len(c) - 1]:
+        if not uniform and tokens <= terms.piecewise_max:
+            return REGIME_PIECEWISE, tokens
         return REGIME_EAGER, tokens
     padded = c[np.searchsorted(c, tokens)]
     if uniform and terms.graphs == GRAPH_FULL_AND_PIECEWISE:
