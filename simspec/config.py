@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tomli_w
 
-from simspec import engines, policies
+from simspec import engines
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.files import read_toml
@@ -56,7 +56,7 @@ class SimConfig:
         require(len(self.policies) >= 1, "policies must name at least one policy (got none)")
         require(len(set(self.policies)) == len(self.policies), f"policies must be distinct (got {list(self.policies)})")
         for spec in self.policies:
-            engines.check_policy(self.engine.kind, spec, policies.parse(spec).name)
+            engines.check_policy(self.engine.kind, spec)  # parses it too
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
@@ -144,8 +144,7 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
             kind = overrides.get("kind", start.kind)
             device = merged.get("device", base.device)
             if isinstance(kind, str) and isinstance(device, str):
-                gpu = GPUS.get(device.lower())
-                start = _replace(start, engines.preset(kind, device.lower(), gpu.memory_bytes if gpu else None))
+                start = _replace(start, engines.preset(kind, device))
                 if kind in engines.DEFAULT_POLICIES and "policies" not in merged:
                     merged["policies"] = list(engines.DEFAULT_POLICIES[kind])
         try:

@@ -1,6 +1,7 @@
 """Engine modes: which real serving engine a simulation follows.
 
-Imports: simspec.scheduling (EngineConfig's field names) and simspec.types.
+Imports: simspec.policies, simspec.costs (the device datasheets),
+simspec.scheduling (EngineConfig's field names) and simspec.types.
 
 ``[engine] kind`` (flag ``--engine``) picks a preset of explicit
 :class:`~simspec.scheduling.EngineConfig` fields, each named as the engine
@@ -28,6 +29,8 @@ names it; a config file or flag still sets any one of them:
 
 from __future__ import annotations
 
+from simspec import policies
+from simspec.costs import GPUS
 from simspec.scheduling import ENGINE_KINDS as KINDS
 from simspec.types import InputError
 
@@ -45,9 +48,13 @@ DEFAULT_POLICIES = {"vllm": ("ar", "linear:k=3", "linear:k=5"), "sglang": ("ar",
 BIG_GPU_BYTES = 70 * 2**30  # vLLM's ">= 70 GiB, not A100" tier (vllm/engine/arg_utils.py 0.33, l.2983-2996)
 
 
-def preset(kind: str, device: str, memory_bytes: float | None) -> dict:
+def preset(kind: str, device: str) -> dict:
     """The EngineConfig fields engine ``kind`` sets by default on ``device``
-    (a device slug; ``memory_bytes`` its memory, None where unknown)."""
+    (a device slug; one without a datasheet gets the engine's smaller-GPU
+    defaults)."""
+    device = device.lower()
+    gpu = GPUS.get(device)
+    memory_bytes = gpu.memory_bytes if gpu else None
     if kind not in KINDS:
         raise InputError(f"engine kind must be one of {', '.join(KINDS)} (got {kind!r})")
     if kind == "simspec":
@@ -72,10 +79,11 @@ def preset(kind: str, device: str, memory_bytes: float | None) -> dict:
             "drafter_over_prefill": True, "drafter_context": "full"}
 
 
-def check_policy(kind: str, spec: str, name: str) -> None:
-    """Refuse a policy (``name``, its family) the engine cannot run, in one line."""
+def check_policy(kind: str, spec: str) -> None:
+    """Refuse a policy spec that is malformed or that the engine cannot run, in one line."""
+    family = policies.parse(spec).name
     allowed = RUNS.get(kind)
-    if allowed is not None and name not in allowed:
+    if allowed is not None and family not in allowed:
         why = ("vLLM 0.33 has no draft trees and drafts one length for every request of a step"
                if kind == "vllm" else "SGLang drafts one static chain or tree per server")
         raise InputError(f"policy {spec}: engine {kind} cannot run it ({why}; it runs "

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 
 
 from simspec import engines, policies, tune
-from simspec.costs import GPUS
 from simspec.scheduling import EngineConfig
 from simspec.types import require
 
@@ -181,8 +180,7 @@ def target_engine(tuned: tune.Tuned, fmt: str) -> EngineConfig:
     (simspec.engines): its preset on the tuned device, with the batch limit
     the exported flags set (--max-num-seqs / --max-running-requests)."""
     scenario = tuned.scenario
-    gpu = GPUS.get(scenario.device)
-    preset = engines.preset(fmt, scenario.device, gpu.memory_bytes if gpu else None)
+    preset = engines.preset(fmt, scenario.device)
     return replace(scenario.engine, **{**preset, "max_num_seqs": scenario.engine.max_num_seqs})
 
 
@@ -196,7 +194,7 @@ def losses(tuned: tune.Tuned, export: Export, approximation: str, seeds: int | N
     require(len(chosen) >= 2, f"seeds must be >= 2 (got {len(chosen)})")
     policy = next(s.policy for s in tuned.schedules if s.cv == export.cv)
     engine = engine or target_engine(tuned, export.format)
-    engines.check_policy(engine.kind, approximation, policies.parse(approximation).name)
+    engines.check_policy(engine.kind, approximation)
     tc = tune.TuneConfig(objective=tuned.objective, confirm_seeds=len(chosen))
     out = []
     for c in tuned.cells:

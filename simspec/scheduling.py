@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 import numpy as np
 
@@ -180,8 +180,6 @@ class Scheduler:
         n = len(context)
         self.block_size = block_size  # KV is held in blocks of this many tokens (vLLM: 16)
         self.images = images
-        self.encoded = np.zeros(n, np.int64)  # [N] images encoded (with ``images``)
-        self.step_vision = 0  # visual tokens the vision encoder runs this step (with ``images``)
         if images is not None:
             largest = max((t for imgs in images for t in imgs), default=0)
             self.encoder_budget = max(max_num_batched_tokens, largest)
@@ -265,8 +263,16 @@ class Scheduler:
         step's token budget in order; those it cannot hold skip the step."""
         if not len(decode):
             return decode
-        keep = np.cumsum(1 + self.drafted[decode]) <= self.max_num_batched_tokens
+        keep = np.cumsum(self.round_tokens(decode)) <= self.max_num_batched_tokens
         return decode[keep]
+
+    def round_tokens(self, decode: np.ndarray) -> np.ndarray:
+        """Tokens each decoding request's round takes from the step's budget: 1 + its draft tokens."""
+        return 1 + self.drafted[decode]
+
+    def budget_left(self, decode: np.ndarray) -> int:
+        """Tokens of the step's budget ``decode``'s rounds leave for prefill chunks."""
+        return self.max_num_batched_tokens - int(self.round_tokens(decode).sum())
 
     def _preempt(self, i: int) -> int:
         """Free a request's KV cache; it waits at the queue's head and will
@@ -274,16 +280,14 @@ class Scheduler:
         self.target[i] = self.context[i] + self.emitted[i]
         self.cache[i] = 0
         self.drafted[i] = 0
-        self.encoded[i] = 0  # its encoder outputs are freed with its blocks
         self.waiting.appendleft(i)
         return i
 
     def prefill_chunks(self, decode: np.ndarray) -> list[tuple[int, int]]:
         """Step 3: (request, tokens) chunks FCFS in the budget ``decode``'s rounds leave."""
-        budget = self.max_num_batched_tokens - len(decode) - int(self.drafted[decode].sum())
+        budget = self.budget_left(decode)
         chunks = []
         encoder_left = self.encoder_budget if self.images is not None else 0
-        self.step_vision = 0
         for i in self.running:
             if budget <= 0:
                 break
@@ -298,18 +302,25 @@ class Scheduler:
                 budget -= take
         return chunks
 
-    def _encode(self, i: int, take: int, encoder_left: int) -> tuple[int, int]:
-        """The chunk of request ``i`` once its images are encoded: cut
-        before the first one the encoder budget left cannot take."""
+    def _images_reached(self, i: int, take: int) -> Iterator[tuple[int, int]]:
+        """(start, tokens) of request ``i``'s images that a chunk of ``take``
+        tokens from its cache starts: those the chunk encodes. An image
+        before the cache was encoded by an earlier chunk (a chunk never ends
+        inside an image it did not encode), and a preempted request, its
+        cache dropped, encodes its images again."""
         done, start = int(self.cache[i]), 0
-        for k, tokens in enumerate(self.images[i]):
-            if k >= self.encoded[i] and start < done + take:  # the chunk reaches an image not yet encoded
-                if tokens > encoder_left:
-                    return start - done, encoder_left
-                encoder_left -= tokens
-                self.encoded[i] = k + 1
-                self.step_vision += tokens
+        for tokens in self.images[i]:
+            if done <= start < done + take:
+                yield start, tokens
             start += tokens
+
+    def _encode(self, i: int, take: int, encoder_left: int) -> tuple[int, int]:
+        """The chunk of request ``i`` once its images are encoded, and the
+        encoder budget left: cut before the first image it cannot take."""
+        for start, tokens in self._images_reached(i, take):
+            if tokens > encoder_left:
+                return start - int(self.cache[i]), encoder_left
+            encoder_left -= tokens
         return take, encoder_left
 
     def prefill(self, chunks: list[tuple[int, int]]) -> Prefill:
@@ -321,10 +332,10 @@ class Scheduler:
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
-            if done == 0 and self.images is None:
+            if self.images is not None:
+                vision += sum(tokens for _, tokens in self._images_reached(i, take))
+            elif done == 0:
                 vision += int(self.visual[i])
-        if self.images is not None:
-            vision = self.step_vision
         return Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def complete_prefill(self, chunks: list[tuple[int, int]]) -> list[int]:

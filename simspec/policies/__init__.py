@@ -109,6 +109,10 @@ class Tree(_Branching):
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.budget], dtype=float)
 
+    @property
+    def max_verify_tokens(self) -> int:
+        return 1 + self.budget
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Truncate(Policy):
@@ -181,6 +185,10 @@ class Marginal(_Branching):
 
     def params(self) -> np.ndarray:
         return np.array([self.depth, self.topk, self.max_nodes], dtype=float)
+
+    @property
+    def max_verify_tokens(self) -> int:
+        return 1 + self.max_nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -83,6 +83,11 @@ class Policy(ABC):
         """Candidate ranks of the confidences a round needs."""
         return 1
 
+    @property
+    def max_verify_tokens(self) -> int:
+        """Tokens a request verifies in a round at most: 1 + its draft nodes."""
+        return 1 + self.max_depth
+
     @abstractmethod
     def params(self) -> np.ndarray:
         """The parameters as the compiled rule reads them: float64 [P]."""

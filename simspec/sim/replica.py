@@ -191,8 +191,7 @@ class Replica:
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
         self.tables = costs.tables
-        width = 1 + (policy.budget if policy.name == "tree" else policy.max_depth)  # tokens a request verifies
-        self.terms = engine_terms(engine, costs, policy.max_depth, width)
+        self.terms = engine_terms(engine, costs, policy.max_depth, policy.max_verify_tokens)
         self.scheduled = 0  # requests the last step scheduled (decodes and prefill chunks)
         self.rand = RandomBlocks(rng_rounds)
         self.admitted_s = np.full(n, np.nan)
@@ -232,8 +231,7 @@ class Replica:
             if self.engine.scheduler == "vllm":
                 decode, preempted, requeued = sched.decode_batch()
                 decode = sched.in_budget(decode)
-                budget = self.engine.max_num_batched_tokens - int((1 + sched.drafted[decode]).sum())
-                admitted = [] if preempted else sched.admit(budget)
+                admitted = [] if preempted else sched.admit(sched.budget_left(decode))
             else:
                 admitted = sched.admit()
                 decode, preempted, requeued = sched.decode_batch()
