@@ -24,7 +24,10 @@ names it; a config file or flag still sets any one of them:
 - ``sglang``: SGLang 0.5.23's defaults: a prefill batch is not mixed with
   decodes (a step that prefills stalls every decode), the overlap scheduler
   on, 48 running requests and 8192-token prefill chunks with EAGLE, and one
-  static draft shape per server (``linear:k=K`` or ``tree``).
+  static draft shape per server (``linear:k=K`` or ``tree``), or
+  ``batch_table`` as ``--speculative-adaptive`` with one step count per
+  batch-size tier (its acceptance-driven moves between several are not
+  modelled).
 """
 
 from __future__ import annotations
@@ -40,7 +43,15 @@ VERSIONS = {"simspec": None, "vllm": "0.33.0", "sglang": "0.5.23"}
 RUNS = {  # policy families each engine can serve
     "simspec": None,  # all of them
     "vllm": ("ar", "linear", "batch_table"),  # batch_table: num_speculative_tokens_per_batch_size
-    "sglang": ("ar", "linear", "tree", "batch_table"),  # batch_table: --speculative-adaptive per batch size
+    # batch_table on SGLang: --speculative-adaptive with one candidate step
+    # count per batch-size tier (what `simspec export --format sglang`
+    # writes), so each tier's EMA has nothing to move between
+    # (srt/speculative/adaptive_spec_params.py 0.5.23 l.153-275). SGLang
+    # keys a tier by this step's decode batch padded to a captured batch
+    # size (l.342-360); simspec keys it by the unpadded decode batch, which
+    # differs only where padding crosses a tier's key. Several candidates
+    # per tier (the EMA itself) are not modelled.
+    "sglang": ("ar", "linear", "tree", "batch_table"),
 }
 DEFAULT_POLICIES = {"vllm": ("ar", "linear:k=3", "linear:k=5"), "sglang": ("ar", "linear:k=3", "linear:k=5", "tree")}
 """The policies compared when a config names none (simspec: config.DEFAULT_POLICIES)."""
@@ -70,7 +81,7 @@ def preset(kind: str, device: str) -> dict:
         return {"kind": kind, "max_num_seqs": seqs, "max_num_batched_tokens": tokens, "async_scheduling": not cpu,
                 "cudagraph_mode": "none" if cpu else "full_and_piecewise", "max_cudagraph_capture_size": 512,
                 "mixed_prefill": True, "drafter_over_prefill": True, "drafter_context": "full", "scheduler": "vllm",
-                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1}
+                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1, "memory": "vllm"}
     # SGLang 0.5.23: chunked_prefill_size 8192 on H100/H200 (srt/arg_groups/memory_hook.py l.132-159),
     # max_running_requests 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094)
     return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": 8192, "async_scheduling": not cpu,
@@ -85,7 +96,7 @@ def check_policy(kind: str, spec: str) -> None:
     allowed = RUNS.get(kind)
     if allowed is not None and family not in allowed:
         why = ("vLLM 0.33 has no draft trees and drafts one length for every request of a step"
-               if kind == "vllm" else "SGLang drafts one static chain or tree per server")
+               if kind == "vllm" else "SGLang drafts one static chain or tree per server, or one per batch-size tier")
         raise InputError(f"policy {spec}: engine {kind} cannot run it ({why}; it runs "
                          f"{', '.join(allowed)}); simulate it with --engine simspec")
 

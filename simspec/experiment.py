@@ -87,7 +87,8 @@ def run(config: SimConfig, *, progress: bool = False) -> Results:
                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
                                  progress=advance if progress else None))
     table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
-                                           slo_e2el_ms=config.slo_e2el_ms)
+                                           slo_e2el_ms=config.slo_e2el_ms,
+                                           empty_as_zero=config.engine.kind == "vllm")
              for log in logs}
     return Results(scenario=scenario, logs=tuple(logs), metrics=table)
 

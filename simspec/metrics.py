@@ -13,7 +13,10 @@ Latencies (per request unless said otherwise, reported in ms):
   chunks gives c - 1 gaps.
 
 Each as mean, median, std (population, ddof=0), p90, p95, p99 (numpy's
-default linear percentiles). An empty population gives NaN, never an error.
+default linear percentiles). An empty population gives NaN, never an error,
+so aggregations over runs skip it; with ``empty_as_zero`` (the ``vllm``
+engine mode) it gives 0, as ``vllm bench serve`` does (``np.mean(ttfts or
+0)`` and the like, vllm/benchmarks/serve.py 0.33, lines 782-806).
 Only completed requests count: those with a finite ``first_token_s`` and
 ``finish_s`` (an interrupted run may log requests that never finished).
 
@@ -63,7 +66,7 @@ _NAN = float("nan")
 
 def summarize(
     log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-    slo_e2el_ms: float | None = None,
+    slo_e2el_ms: float | None = None, empty_as_zero: bool = False,
 ) -> dict[str, float]:
     """Every scalar metric of ``log``, keyed by its vLLM-style name.
 
@@ -107,7 +110,8 @@ def summarize(
 
     populations_s = {"ttft": ttft_s, "tpot": tpot_s[multi], "e2el": e2el_s}
     for name in LATENCIES:
-        out.update(_itl_ms(log.gaps, done) if name == "itl" else _stats_ms(name, populations_s[name]))
+        stats = _itl_ms(log.gaps, done) if name == "itl" else _stats_ms(name, populations_s[name])
+        out.update({k: 0.0 if empty_as_zero and math.isnan(v) else v for k, v in stats.items()})
 
     out.update(_acceptance(log))
     queue_s = req["admitted_s"] - req["arrival_s"]
@@ -167,12 +171,13 @@ def tokens_per_s(log: RunLog, edges: np.ndarray) -> np.ndarray:
 
 def summarize_full(
     log: RunLog, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None,
-    slo_e2el_ms: float | None = None,
+    slo_e2el_ms: float | None = None, empty_as_zero: bool = False,
 ) -> dict[str, float | list[float]]:
     """:func:`summarize` plus the per-position lists
     ``spec_decode_per_position_acceptance_rates`` and ``draft_acceptance_by_depth``."""
     out: dict[str, float | list[float]] = dict(
-        summarize(log, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2el_ms=slo_e2el_ms)
+        summarize(log, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2el_ms=slo_e2el_ms,
+                  empty_as_zero=empty_as_zero)
     )
     out["spec_decode_per_position_acceptance_rates"] = per_position_acceptance(log)
     out["draft_acceptance_by_depth"] = acceptance_by_depth(log)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simspec import __version__, metrics
+from simspec.metrics import acceptance_by_depth, per_position_acceptance
 from simspec.files import check_writable, dump_json, staged_folder, write_atomic, write_png, write_text
 from simspec.types import PLAN_KINDS, RunLog, require
 
@@ -138,15 +139,21 @@ def write_run(
     The folder is built beside ``path`` and moved into place whole, the
     marker (``meta`` with ``"complete": true`` and the list of files)
     written last, so ``path`` ends up the old folder, none, or the complete
-    new one. ``metrics`` is {policy: summarize(log)}. Identical inputs give
+    new one. ``metrics`` is {policy: summarize(log)}; ``metrics.json`` adds
+    each log's per-position lists (``metrics.summarize_full``'s
+    ``spec_decode_per_position_acceptance_rates``, as ``vllm bench serve``
+    writes it, and ``draft_acceptance_by_depth``). Identical inputs give
     byte-identical JSON, CSV and TOML.
     """
     if not logs:
         raise ValueError("write_run needs at least one RunLog")
     check_target(path)
+    lists = {log.policy: {"spec_decode_per_position_acceptance_rates": per_position_acceptance(log),
+                          "draft_acceptance_by_depth": acceptance_by_depth(log)} for log in logs}
+    table = {policy: {**row, **lists.get(policy, {})} for policy, row in metrics.items()}
     with staged_folder(path) as folder:
         write_text(folder / "config.toml", config_toml)
-        write_text(folder / "metrics.json", dump_json(metrics))
+        write_text(folder / "metrics.json", dump_json(table))
         write_requests_csv(logs, folder / "requests.csv")
         edges = _time_edges(logs)
         write_png(folder / "latency_cdf.png", _plot_latency_cdf(logs))

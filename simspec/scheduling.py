@@ -51,6 +51,26 @@ MAX_BATCHED_TOKENS = 1 << 24  # tokens per step at most
 MAX_KV_TOKENS = 1 << 40
 ENGINE_KINDS = ("simspec", "vllm", "sglang")  # simspec.engines.KINDS
 GRAPH_MODES = ("none", "piecewise", "full_and_piecewise")
+MEMORY_MODELS = ("datasheet", "vllm")
+
+# What torch reports as a device's total memory (torch.cuda.mem_get_info),
+# which vLLM multiplies by gpu_memory_utilization: an H100 80GB shows 79.22
+# GiB (vLLM's memory profile log, github.com/vllm-project/vllm/pull/10511).
+# Other GPUs: their nominal GiB times the same ratio, an assumption.
+TORCH_MEMORY_GIB = {"h100-sxm": 79.22}
+TORCH_MEMORY_SHARE = 79.22 / 80
+# vLLM's memory profile (vllm/v1/worker/gpu_worker.py 0.33 l.700-757):
+# KV = total x utilisation - weights - non-torch memory - the activation
+# peak of a dummy step over max_num_batched_tokens - the CUDA-graph
+# estimate (profiled by default since vLLM 0.21).
+NON_TORCH_GIB = 0.16  # H100, 11B model: github.com/vllm-project/vllm/pull/12126 (log)
+CUDAGRAPH_GIB = 0.36  # "Estimated CUDA graph memory: 0.36 GiB", vLLM 0.27.1 (github.com/gpustack/runner/pull/251)
+# The activation peak: each batched token's MLP and residual activations
+# (2 x mlp_hidden + 4 x hidden values) times ACTIVATION_FACTOR, plus the
+# sampler's float32 logits for max_num_seqs rows; the factor is fitted to
+# one measurement, Llama-3-8B's 1.26 GiB at 8192 tokens and 256 sequences
+# (vLLM pull 10511's log), so it is an estimate for other shapes.
+ACTIVATION_FACTOR = 1.655
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +80,12 @@ class EngineConfig:
     max_num_seqs: int = 128  # requests in the running batch
     max_num_batched_tokens: int = 8192  # prefill-chunk token budget per step
     gpu_memory_utilization: float = 0.9  # share of GPU memory for weights + activations + KV cache
-    activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs
+    activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs (memory = datasheet)
+    # "datasheet": the datasheet's memory x utilisation - weights -
+    # activation_reserve_gib; "vllm": as vLLM sizes its KV cache (the memory
+    # torch reports, the profiled activation peak, non-torch and CUDA-graph
+    # memory: TORCH_MEMORY_GIB ... ACTIVATION_FACTOR above).
+    memory: str = "datasheet"
     kv_cache_tokens: int | None = None  # override the KV budget derived from memory
     drafter_context: str = "selected:8"  # what of the image the drafter sees: full, none, selected:K, pooled:K
     # How the drafter's calls are made: "level" (EAGLE-2 engines: one call per
@@ -113,6 +138,8 @@ class EngineConfig:
                 f"cudagraph_buckets must be one of tokens, batch (got {self.cudagraph_buckets!r})")
         require(self.encoder_budget in ("none", "vllm"),
                 f"encoder_budget must be one of none, vllm (got {self.encoder_budget!r})")
+        require(self.memory in MEMORY_MODELS,
+                f"memory must be one of {', '.join(MEMORY_MODELS)} (got {self.memory!r})")
         require(self.scheduler in ("simspec", "vllm"),
                 f"scheduler must be one of simspec, vllm (got {self.scheduler!r})")
         require(self.cudagraph_mode in GRAPH_MODES,
@@ -136,12 +163,29 @@ class EngineConfig:
         """Tokens the KV cache holds: GPU memory minus weights and activations."""
         if self.kv_cache_tokens is not None:
             return self.kv_cache_tokens
-        free = gpu.memory_bytes * self.gpu_memory_utilization - model.weight_bytes - self.activation_reserve_gib * GIB
+        free = self.usable_bytes(gpu) - model.weight_bytes - self.reserve_bytes(model)
         per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)
         require(tokens > 0, f"model {model.name} does not fit on {gpu.name} at gpu_memory_utilization "
                             f"{self.gpu_memory_utilization} (weights {model.weight_bytes / GIB:.1f} GiB)")
         return tokens
+
+    def usable_bytes(self, gpu: "GpuSpec") -> float:
+        """The device memory times gpu_memory_utilization: the datasheet's,
+        or what torch reports (memory = vllm)."""
+        if self.memory == "datasheet":
+            return gpu.memory_bytes * self.gpu_memory_utilization
+        total_gib = TORCH_MEMORY_GIB.get(gpu.slug, gpu.memory_bytes / 1e9 * TORCH_MEMORY_SHARE)
+        return total_gib * GIB * self.gpu_memory_utilization
+
+    def reserve_bytes(self, model: "ModelSpec") -> float:
+        """Memory besides weights that the KV cache cannot have."""
+        if self.memory == "datasheet":
+            return self.activation_reserve_gib * GIB
+        per_token = (2 * model.mlp_hidden + 4 * model.hidden) * model.dtype_bytes * ACTIVATION_FACTOR
+        logits = self.max_num_seqs * model.vocab * 4
+        graphs = CUDAGRAPH_GIB * GIB if self.cudagraph_mode != "none" else 0.0
+        return self.max_num_batched_tokens * per_token + logits + NON_TORCH_GIB * GIB + graphs
 
 
 class Prefill(NamedTuple):

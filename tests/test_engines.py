@@ -235,6 +235,34 @@ def test_vllm_holds_kv_in_blocks_with_lookahead_and_the_drafters_layer():
     assert with_drafter == pytest.approx(plain * 32 / 33, abs=1)
 
 
+def test_vllm_memory_sizes_the_kv_cache_as_vllm_does():
+    """memory = vllm: torch's total (79.22 GiB on an H100) x utilisation -
+    weights - the profiled activation peak - non-torch and CUDA-graph memory
+    (vllm/v1/worker/gpu_worker.py 0.33 l.700-757)."""
+    from simspec.costs import GPUS, MODELS
+    from simspec.scheduling import CUDAGRAPH_GIB, GIB, NON_TORCH_GIB
+
+    # The activation term reproduces the log it was fitted to: Llama-3-8B's
+    # shape at 8192 tokens and 256 sequences, 1.26 GiB (vLLM pull 10511).
+    llama3 = dataclasses.replace(MODELS["Llama-2-7B"], name="llama3-shape", kv_heads=8, mlp_hidden=14336, vocab=128256)
+    eager = EngineConfig(memory="vllm", max_num_seqs=256, max_num_batched_tokens=8192)
+    assert (eager.reserve_bytes(llama3) - NON_TORCH_GIB * GIB) / GIB == pytest.approx(1.26, abs=0.005)
+    graphs = dataclasses.replace(eager, cudagraph_mode="full_and_piecewise")
+    assert graphs.reserve_bytes(llama3) - eager.reserve_bytes(llama3) == pytest.approx(CUDAGRAPH_GIB * GIB)
+    # An independent check: vLLM gave Llama-2-7B on one A100-80GB 7351 blocks
+    # of 16 tokens at utilisation 0.9 (github.com/vllm-project/vllm/pull/2031,
+    # V0: 256 sequences, 4096 batched tokens, no graphs counted, no drafter).
+    a100 = EngineConfig(memory="vllm", max_num_seqs=256, max_num_batched_tokens=4096)
+    assert a100.kv_budget_tokens(MODELS["Llama-2-7B"], GPUS["a100-80gb"]) == pytest.approx(7351 * 16, rel=0.02)
+    # The H100 preset holds more than the datasheet's decimal 80 GB left room for.
+    h100 = MODELS["LLaVA-1.5-7B"], GPUS["h100-sxm"]
+    assert VLLM_H100.memory == "vllm"
+    datasheet = dataclasses.replace(VLLM_H100, memory="datasheet").kv_budget_tokens(*h100)
+    assert VLLM_H100.kv_budget_tokens(*h100) > 1.04 * datasheet
+    with pytest.raises(InputError, match="memory must be one of datasheet, vllm"):
+        EngineConfig(memory="torch")
+
+
 def test_sglang_captures_batch_sizes_times_the_verify_width():
     """SGLang 0.5.23 (srt/arg_groups/cuda_graph_hook.py l.517-525, clamped to
     the request pool, model_executor/runner/base_cuda_graph_runner.py

@@ -252,6 +252,19 @@ def test_empty_log_gives_nan_not_errors():
     assert s["spec_decode_per_position_acceptance_rates"] == []
 
 
+def test_empty_populations_give_zero_as_vllm_bench_serve_does():
+    """vllm/benchmarks/serve.py 0.33 l.782-806: ``np.mean(ttfts or 0)`` and
+    the like, so an empty population reports 0 (empty_as_zero, the vllm
+    engine mode); a population that is not empty is unchanged."""
+    s = summarize(empty_log(), empty_as_zero=True)
+    assert [k for name in LATENCIES for stat in STATS if s[(k := f"{stat}_{name}_ms")] != 0.0] == []
+    single = make_log(requests=(make_log().requests[1],), chunk_request=np.array([1]), chunk_time_s=np.array([1.0]),
+                      chunk_tokens=np.array([1]))
+    vllm, own = summarize(single, empty_as_zero=True), summarize(single)
+    assert vllm["mean_tpot_ms"] == 0.0 and vllm["p99_itl_ms"] == 0.0 and math.isnan(own["mean_tpot_ms"])
+    assert vllm["mean_ttft_ms"] == own["mean_ttft_ms"] == 750.0
+
+
 def test_single_token_requests_have_no_tpot_or_itl():
     log = make_log(
         requests=(make_log().requests[1],),
@@ -397,10 +410,12 @@ def test_metrics_json_round_trips_with_nan_as_null(tmp_path):
     metrics, _ = write_example(tmp_path)
     loaded = json.loads((tmp_path / "metrics.json").read_text())
     assert set(loaded) == set(metrics)
+    lists = ("draft_acceptance_by_depth", "spec_decode_per_position_acceptance_rates")
     for policy, values in metrics.items():
-        assert list(loaded[policy]) == sorted(values)
+        assert list(loaded[policy]) == sorted([*values, *lists])
         nan = [k for k, v in values.items() if isinstance(v, float) and math.isnan(v)]
-        assert loaded[policy] == {**values, **dict.fromkeys(nan)}
+        assert {k: v for k, v in loaded[policy].items() if k not in lists} == {**values, **dict.fromkeys(nan)}
+        assert all(isinstance(loaded[policy][k], list) for k in lists)
 
 
 def test_requests_csv_is_byte_identical_and_has_a_row_per_request(tmp_path):
