@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from simspec import config as configuration
+from simspec import config as configuration, engines
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
 from simspec.policies import POLICIES
@@ -108,6 +108,12 @@ def saved_upload(upload) -> Path:
     return path
 
 
+def _engine_policies() -> None:
+    """A new engine starts from the policies it can run (its defaults)."""
+    kind = st.session_state["engine"]
+    st.session_state["policies"] = "\n".join(engines.DEFAULT_POLICIES.get(kind, DASH.policies))
+
+
 def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     """Read the widgets into a config; raise Refused naming the bad input."""
     sb = st.sidebar
@@ -116,6 +122,10 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     device_names = whatif.devices()
     device = sb.selectbox("Device profile (device)", device_names, index=device_names.index(SIM.device), key="device",
                           format_func=lambda d: f"{d} · {profile_status(d, model).calibration}")
+    engine = sb.selectbox("Engine (engine)", engines.KINDS, index=engines.KINDS.index(SIM.engine.kind), key="engine",
+                          on_change=_engine_policies,
+                          help="simspec: every policy on simspec's own engine; vllm / sglang: that engine's "
+                               "defaults on this device and only the policies it can run (docs/engines.md)")
     names = [p.name for p in PRESETS.values()]
     choice = sb.selectbox("Acceptance model (acceptance)", [*names, CUSTOM_ACCEPTANCE],
                           index=names.index(SIM.acceptance), key="acceptance")
@@ -184,7 +194,7 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     try:
         dash = DashboardConfig(loads=loads, num_requests=int(num_requests), workers=int(workers))
         config = configuration.from_flags({**flags, "model": model, "device": device, "acceptance": acceptance,
-                                           "seed": int(seed), "policy": specs})
+                                           "seed": int(seed), "policy": specs, "engine": engine})
     except InputError as err:
         raise Refused(str(err)) from None
     return config, dash
@@ -224,6 +234,7 @@ def show(result: whatif.WhatIf) -> None:
     if result.baseline_added:
         st.caption("`ar` was added: it is the baseline of every speedup.")
 
+    st.caption(engines.describe(config.engine))
     st.subheader("Latency per policy at your rate")
     st.dataframe(_table(at))
     st.caption("Latencies in ms (vLLM `bench serve` definitions); speedup vs AR = AR's mean E2EL / the "
