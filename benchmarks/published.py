@@ -1,0 +1,313 @@
+"""Published GPU measurements of speculative decoding vs simspec's predictions.
+
+Reads ``validation/published/speculative_decoding.csv`` (one row per
+published measurement; its README says how the rows were gathered), predicts
+each row's speedup over autoregressive decoding (AR) with simspec, and prints
+published vs predicted with the relative error, then per split (``fit`` /
+``held_out``, a hash of the row id fixed before any prediction was looked at)
+the median |relative error| and the share of predictions above the published
+value. :func:`predict` takes rows and returns predictions, so the prior's
+constants in ``simspec/costs/roofline.py`` can be changed and the table
+rerun (``--split fit`` while fitting, ``--split held_out`` to report).
+
+How a row becomes a simulation (assumptions of this script, not of the rows):
+
+- Model and GPU: the row's names as simspec's specs spell them; the cost
+  model is ``--cost-model`` (default ``auto``: a profile where the device has
+  one, else the roofline prior). A row whose model or GPU simspec has no spec
+  of is skipped with the reason printed and counted, never faked.
+- Engine: ``vllm`` -> ``--engine vllm``, ``sglang`` -> ``--engine sglang``
+  (simspec's modes follow vLLM 0.33 and SGLang 0.5.23, whatever version the
+  row measured), ``paper/hf`` (research code on Hugging Face transformers,
+  eager PyTorch) -> ``--engine simspec`` (no CUDA-graph or overlap terms).
+- Drafter: simspec prices an EAGLE-style head (one decoder layer plus the
+  target's LM head per draft step) and nothing else, so EAGLE-1/2/3 rows are
+  simulated with it and Medusa, separate draft model and n-gram rows are
+  skipped (simspec has no drafter kind to price them).
+- Draft shape: a chain ``k=K`` is ``linear:k=K``. A tree (``steps=S`` in
+  SGLang's terms, ``depth=D`` for a static tree) is simulated as a chain as
+  deep as the tree (K = S or D) with the same acceptance length: trees'
+  extra verify tokens are not priced, which at batch 1 is nearly free on a
+  memory-bound GPU and is not at large batches.
+- Acceptance: i.i.d. per position with probability a solving
+  tau = (1 - a^(K+1)) / (1 - a), tau the acceptance length the row reports
+  (bonus token included, as every source entered counts it; a source that
+  excluded it would have 1 added in the table). A row that reports none names
+  in ``acceptance_proxy`` another row of the same model, head, dataset and K
+  whose tau is used; a row with neither is skipped. Temperature is not
+  modelled separately: tau carries its effect.
+- Batch or concurrency N: simspec has no closed loop, so the replica runs with
+  ``max_num_seqs = N`` and ``max(MIN_REQUESTS, REQUESTS_PER_SEQ * N)``
+  requests that all arrive at once (Poisson at 10^6 requests/s); the queue
+  keeps N requests running until it empties, as a client holding N in flight
+  does, and the drain at the end (a shrinking batch) is included: 32
+  requests up to batch 4 (served one after another at batch 1), 8 N above.
+- Prompt and output lengths from the dataset (lognormal, CV 0.5), assumed,
+  not measured: MT-Bench 100 prompt / 256 output tokens (short chat
+  questions; 256 is vLLM's MTBenchDataset.DEFAULT_OUTPUT_LEN, benchmarks/datasets.py);
+  Spec-Bench 300 / 300 (its summarization and RAG prompts are long).
+- Speedup: the row's ``speedup_metric``: ``tpot`` = AR mean TPOT /
+  speculative mean TPOT; ``throughput`` = speculative output throughput / AR
+  output throughput (tokens/s over the run, prefill included, as offline
+  benchmarks and per-batch throughput tables measure). AR and speculation see
+  the same requests (one seed, common random numbers).
+
+About 40 rows x 2 simulations take about 10 s on one core once simspec's
+compiled kernels are cached (a first run compiles them: a minute or two).
+
+    python benchmarks/published.py [--split fit|held_out|all] [--cost-model auto|roofline|...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from scipy import optimize
+
+from simspec import config as configuration
+from simspec import experiment
+from simspec.costs import GPUS, MODELS
+
+TABLE = Path(__file__).resolve().parents[1] / "validation" / "published" / "speculative_decoding.csv"
+SPLITS = ("fit", "held_out")
+ENGINES = {"vllm": "vllm", "sglang": "sglang", "paper/hf": "simspec"}
+EAGLE_METHODS = ("eagle1", "eagle2", "eagle3")
+METRICS = ("tpot", "throughput")
+DATASETS = {"mt-bench": (100.0, 256.0), "spec-bench": (300.0, 300.0)}  # (prompt, output) mean tokens, assumed
+LENGTH_CV = 0.5
+REQUESTS_PER_SEQ = 8  # requests per running slot at batch N: the queue keeps N running most of the run
+MIN_REQUESTS = 32
+ARRIVAL_RATE_PER_S = 1e6  # all requests arrive at once (within microseconds)
+NUMERIC = ("batch", "temperature", "acceptance_length", "speedup", "tpot_ms", "ar_tpot_ms", "throughput_tok_s",
+           "ar_throughput_tok_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One published measurement (the CSV's columns; README.md defines each)."""
+
+    id: str
+    source_url: str
+    where: str
+    model: str
+    gpu: str
+    gpu_stated: str
+    engine: str
+    engine_version: str
+    method: str
+    draft: str
+    batch: float
+    temperature: float | None
+    dataset: str
+    acceptance_length: float | None  # emitted tokens per round, bonus included
+    acceptance_includes_bonus: str
+    acceptance_proxy: str  # id of the row whose acceptance length stands in, or ""
+    speedup: float  # over AR, same engine and setting
+    speedup_metric: str  # tpot | throughput
+    speedup_derived: str
+    tpot_ms: float | None
+    ar_tpot_ms: float | None
+    throughput_tok_s: float | None
+    ar_throughput_tok_s: float | None
+    split: str
+    notes: str
+
+
+COLUMNS = tuple(f.name for f in fields(Row))
+
+
+def read_rows(path: Path = TABLE) -> list[Row]:
+    """The table's rows; numeric columns as floats (None where empty)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = set(COLUMNS) - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: missing columns {sorted(missing)}")
+        rows = []
+        for record in reader:
+            values = {name: record[name] for name in COLUMNS}
+            for name in NUMERIC:
+                values[name] = float(values[name]) if values[name].strip() else None
+            rows.append(Row(**values))
+    return rows
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prediction:
+    """simspec's prediction of one row, or why it was skipped."""
+
+    row: Row
+    speedup: float | None = None  # predicted, over AR
+    acceptance_length: float | None = None  # tau the simulation was matched to
+    simulated_acceptance_length: float | None = None  # what the simulated run accepted
+    skipped: str | None = None
+
+    @property
+    def relative_error(self) -> float | None:
+        return None if self.speedup is None else self.speedup / self.row.speedup - 1.0
+
+
+def draft_depth(draft: str) -> int | None:
+    """Draft positions per round: K of a chain ``k=K``, S of SGLang's
+    ``steps=S``, D of a static tree ``depth=D``; None where not given."""
+    match = re.search(r"\b(?:k|steps|depth)=(\d+)\b", draft)
+    return int(match.group(1)) if match else None
+
+
+def chain_tokens(alpha: float, k: int) -> float:
+    """Expected tokens per round of a K-chain with i.i.d. acceptance alpha, bonus included."""
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def iid_alpha(tau: float, k: int) -> float:
+    """The per-position acceptance alpha at which a K-chain emits tau tokens a round."""
+    if not 1.0 < tau < k + 1:
+        raise ValueError(f"acceptance length {tau} is out of a {k}-chain's reach (1, {k + 1})")
+    return float(optimize.brentq(lambda a: chain_tokens(a, k) - tau, 1e-9, 1.0 - 1e-9, xtol=1e-12))
+
+
+def _acceptance(row: Row, table: dict[str, Row]) -> float | None:
+    if row.acceptance_length is not None:
+        return row.acceptance_length
+    proxy = table.get(row.acceptance_proxy) if row.acceptance_proxy else None
+    return proxy.acceptance_length if proxy is not None else None
+
+
+def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
+    """Why simspec cannot predict ``row`` honestly, or None."""
+    if row.model.lower() not in {m.lower() for m in MODELS}:
+        return f"model {row.model} has no spec in simspec.costs.specs"
+    if row.gpu.lower() not in GPUS:
+        return f"GPU {row.gpu} has no datasheet in simspec.costs.specs"
+    if row.engine not in ENGINES:
+        return f"engine {row.engine} has no simspec mode"
+    if row.method not in EAGLE_METHODS:
+        return f"method {row.method}: simspec prices only an EAGLE-style draft head"
+    if row.speedup_metric not in METRICS:
+        return f"speedup metric {row.speedup_metric} is not one of {', '.join(METRICS)}"
+    depth = draft_depth(row.draft)
+    if depth is None:
+        return "draft shape not reported"
+    tau = _acceptance(row, table)
+    if tau is None:
+        return "acceptance length not reported and no proxy row"
+    if not 1.0 < tau < depth + 1:
+        return f"acceptance length {tau} out of a {depth}-chain's reach"
+    if row.dataset not in DATASETS:
+        return f"no prompt/output length assumption for dataset {row.dataset!r}"
+    return None
+
+
+def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, seed: int, cost_model: str):
+    """The simspec config of ``row``: AR and a K-chain at the row's batch."""
+    k = draft_depth(row.draft)
+    batch = int(row.batch)
+    prompt, output = DATASETS[row.dataset]
+    workload = {"arrival": "poisson", "rate_per_s": ARRIVAL_RATE_PER_S,
+                "num_requests": max(min_requests, requests_per_seq * batch), "multimodal_share": 0.0,
+                "prompt_mean_tokens": prompt, "prompt_cv": LENGTH_CV,
+                "output_mean_tokens": output, "output_cv": LENGTH_CV}
+    flags = {"model": row.model, "device": row.gpu.lower(), "cost_model": cost_model,
+             "acceptance": f"iid:{iid_alpha(tau, k)!r}", "seed": seed, "policies": ["ar", f"linear:k={k}"],
+             "workload": workload, "engine": {"kind": ENGINES[row.engine], "max_num_seqs": batch}}
+    return configuration.build({}, flags)
+
+
+def speedup_of(metrics: dict[str, dict[str, float]], spec: str, metric: str) -> float:
+    ar, sd = metrics["ar"], metrics[spec]
+    if metric == "tpot":
+        return ar["mean_tpot_ms"] / sd["mean_tpot_ms"]
+    return sd["output_throughput"] / ar["output_throughput"]
+
+
+def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq: int = REQUESTS_PER_SEQ,
+            min_requests: int = MIN_REQUESTS, seed: int = 0, cost_model: str = "auto") -> list[Prediction]:
+    """Predict each row's speedup over AR. ``table`` (default: ``rows``) is
+    where acceptance proxies are looked up."""
+    by_id = {r.id: r for r in (table if table is not None else rows)}
+    out = []
+    for row in rows:
+        reason = skip_reason(row, by_id)
+        if reason:
+            out.append(Prediction(row=row, skipped=reason))
+            continue
+        tau = _acceptance(row, by_id)
+        cfg = scenario(row, tau, requests_per_seq=requests_per_seq, min_requests=min_requests, seed=seed,
+                       cost_model=cost_model)
+        metrics = experiment.run(cfg).metrics
+        spec = cfg.policies[1]
+        out.append(Prediction(row=row, speedup=speedup_of(metrics, spec, row.speedup_metric), acceptance_length=tau,
+                              simulated_acceptance_length=metrics[spec]["spec_decode_acceptance_length"]))
+    return out
+
+
+def summary(predictions: list[Prediction], split: str) -> str:
+    """One line: predicted and skipped counts, median |relative error|, share above published."""
+    done = [p for p in predictions if p.speedup is not None]
+    skipped = len(predictions) - len(done)
+    if not done:
+        return f"{split}: 0 predicted ({skipped} skipped)"
+    errors = [p.relative_error for p in done]
+    above = sum(e > 0 for e in errors)
+    batched = [abs(p.relative_error) for p in done if p.row.batch > 1]
+    extra = f"; batch > 1: {len(batched)} rows, median |error| {statistics.median(batched):.1%}" if batched else ""
+    return (f"{split}: {len(done)} predicted ({skipped} skipped), median |relative error| "
+            f"{statistics.median(abs(e) for e in errors):.1%}, above published {above}/{len(done)} "
+            f"({above / len(done):.0%}){extra}")
+
+
+def table_text(predictions: list[Prediction]) -> str:
+    header = (f"{'id':16s} {'model':12s} {'gpu':9s} {'engine':8s} {'method':11s} {'draft':24s} {'batch':>5s} "
+              f"{'tau':>5s} {'published':>9s} {'predicted':>9s} {'rel.err':>8s} split")
+    lines = [header, "-" * len(header)]
+    for p in predictions:
+        r = p.row
+        tau = f"{p.acceptance_length:5.2f}" if p.acceptance_length else f"{'':5s}"
+        pred = f"{p.speedup:9.3f}" if p.speedup is not None else f"{'skip':>9s}"
+        err = f"{p.relative_error:+8.1%}" if p.speedup is not None else f"{'':8s}"
+        lines.append(f"{r.id:16s} {r.model:12s} {r.gpu:9s} {r.engine:8s} {r.method:11s} {r.draft[:24]:24s} "
+                     f"{int(r.batch):5d} {tau} {r.speedup:9.3f} {pred} {err} {r.split}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", choices=(*SPLITS, "all"), default="all", help="which rows to predict")
+    parser.add_argument("--cost-model", default="auto", help="simspec cost model (default: auto)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--table", type=Path, default=TABLE, help="the CSV of published measurements")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    table = read_rows(args.table)
+    rows = [r for r in table if args.split == "all" or r.split == args.split]
+    predictions = predict(rows, table=table, seed=args.seed, cost_model=args.cost_model)
+    print(table_text(predictions))
+    skipped = [p for p in predictions if p.skipped]
+    if skipped:
+        print(f"\nskipped {len(skipped)} of {len(predictions)} rows:")
+        for p in skipped:
+            print(f"  {p.row.id}: {p.skipped}")
+    pairs = sorted({(p.row.model, p.row.gpu) for p in predictions if p.speedup is not None})
+    print("\ncost models:")
+    for model, gpu in pairs:
+        cfg = configuration.build({}, {"model": model, "device": gpu, "cost_model": args.cost_model,
+                                       "workload": {"num_requests": 1, "multimodal_share": 0.0}})
+        print(f"  {experiment.cost_model_line(experiment.resolve(cfg), width=None)}")
+    print()
+    for split in (SPLITS if args.split == "all" else (args.split,)):
+        print(summary([p for p in predictions if p.row.split == split], split))
+    if args.split == "all":
+        print(summary(predictions, "all"))
+    sims = sum(p.speedup is not None for p in predictions)
+    print(f"\n{sims} rows x 2 simulations (AR, speculative), {REQUESTS_PER_SEQ} requests per running slot "
+          f"(at least {MIN_REQUESTS}); {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The table of published GPU measurements (validation/published/) and the
+benchmark that predicts it (benchmarks/published.py, issue 19 part 3)."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "validation" / "published" / "speculative_decoding.csv"
+REQUIRED = ("id", "source_url", "where", "model", "gpu", "engine", "engine_version", "method", "draft", "batch",
+            "temperature", "dataset", "acceptance_length", "speedup", "tpot_ms", "throughput_tok_s", "split", "notes")
+POSITIVE = ("batch", "acceptance_length", "speedup", "tpot_ms", "ar_tpot_ms", "throughput_tok_s",
+            "ar_throughput_tok_s")
+METHODS = {"eagle1", "eagle2", "eagle3", "draft_model", "medusa", "ngram"}
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("published_benchmark", ROOT / "benchmarks" / "published.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict[str, str]]:
+    with open(TABLE, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load_benchmark()
+
+
+def test_columns_and_size(records):
+    assert set(REQUIRED) <= set(records[0])
+    assert len(records) >= 30
+    assert sum(float(r["batch"]) > 1 for r in records) >= 10
+
+
+def test_ids_unique_and_sourced(records):
+    ids = [r["id"] for r in records]
+    assert len(set(ids)) == len(ids)
+    for r in records:
+        assert r["source_url"].startswith("https://"), r["id"]
+        assert r["where"].strip(), r["id"]
+        assert r["method"] in METHODS, r["id"]
+
+
+@pytest.mark.parametrize("column", POSITIVE)
+def test_numbers_finite_positive_where_given(records, column):
+    for r in records:
+        if r[column].strip():
+            value = float(r[column])
+            assert math.isfinite(value) and value > 0, (r["id"], column, value)
+
+
+def test_temperature_finite_nonnegative_where_given(records):
+    # Greedy decoding is temperature 0, the one numeric field that may be 0.
+    for r in records:
+        if r["temperature"].strip():
+            value = float(r["temperature"])
+            assert math.isfinite(value) and value >= 0, r["id"]
+
+
+def test_split_follows_the_stated_rule(records):
+    """README: fit iff SHA-256 of the id is even; both parts hold batch > 1 rows."""
+    for r in records:
+        rule = "fit" if int(hashlib.sha256(r["id"].encode()).hexdigest(), 16) % 2 == 0 else "held_out"
+        assert r["split"] == rule, r["id"]
+    for split in ("fit", "held_out"):
+        part = [r for r in records if r["split"] == split]
+        assert len(part) >= 0.3 * len(records)
+        assert any(float(r["batch"]) > 1 for r in part), split
+
+
+def test_derived_speedups_match_their_numbers(records):
+    for r in records:
+        if r["speedup_derived"] != "yes":
+            continue
+        if r["speedup_metric"] == "tpot":
+            ratio = float(r["ar_tpot_ms"]) / float(r["tpot_ms"])
+        else:
+            ratio = float(r["throughput_tok_s"]) / float(r["ar_throughput_tok_s"])
+        assert float(r["speedup"]) == pytest.approx(ratio, abs=6e-4), r["id"]
+
+
+def test_acceptance_proxies_point_at_reported_lengths(records):
+    by_id = {r["id"]: r for r in records}
+    for r in records:
+        if r["acceptance_proxy"]:
+            assert not r["acceptance_length"], r["id"]
+            proxy = by_id[r["acceptance_proxy"]]
+            assert proxy["acceptance_length"] and proxy["model"] == r["model"], r["id"]
+            assert proxy["method"] == r["method"] and proxy["draft"] == r["draft"], r["id"]
+
+
+def test_table_reads_into_rows(bench):
+    rows = bench.read_rows(TABLE)
+    assert len(rows) >= 30 and all(isinstance(r.batch, float) for r in rows)
+
+
+@pytest.mark.parametrize("tau,k", [(1.5, 1), (2.29, 3), (3.61, 5), (3.54, 7)])
+def test_iid_alpha_inverts_the_closed_form(bench, tau, k):
+    alpha = bench.iid_alpha(tau, k)
+    assert 0 < alpha < 1
+    assert bench.chain_tokens(alpha, k) == pytest.approx(tau, rel=1e-9)
+
+
+def test_iid_alpha_refuses_unreachable_lengths(bench):
+    with pytest.raises(ValueError):
+        bench.iid_alpha(4.5, 3)
+
+
+def _row(bench, **overrides):
+    base = {"id": "t", "source_url": "https://example.org", "where": "test", "model": "Llama-2-7B",
+            "gpu": "a100-80gb", "gpu_stated": "yes", "engine": "vllm", "engine_version": "", "method": "eagle1",
+            "draft": "k=3", "batch": 1.0, "temperature": 0.0, "dataset": "mt-bench", "acceptance_length": 2.5,
+            "acceptance_includes_bonus": "yes", "acceptance_proxy": "", "speedup": 1.5, "speedup_metric": "tpot",
+            "speedup_derived": "no", "tpot_ms": None, "ar_tpot_ms": None, "throughput_tok_s": None,
+            "ar_throughput_tok_s": None, "split": "fit", "notes": ""}
+    return bench.Row(**{**base, **overrides})
+
+
+def test_prediction_runs_on_two_small_rows(bench):
+    rows = [_row(bench, id="vllm-b1"),
+            _row(bench, id="sglang-b4", engine="sglang", batch=4.0, speedup_metric="throughput", gpu="h100-sxm")]
+    predictions = bench.predict(rows, requests_per_seq=2, min_requests=4)
+    assert [p.row.id for p in predictions] == ["vllm-b1", "sglang-b4"]
+    for p in predictions:
+        assert p.skipped is None
+        assert math.isfinite(p.speedup) and p.speedup > 0
+        assert math.isfinite(p.relative_error)
+
+
+def test_higher_acceptance_predicts_a_higher_speedup(bench):
+    low, high = bench.predict([_row(bench, id="low", acceptance_length=1.6),
+                               _row(bench, id="high", acceptance_length=3.2)], min_requests=4)
+    assert high.speedup > low.speedup
+
+
+def test_rows_simspec_cannot_price_are_skipped_with_a_reason(bench):
+    rows = [_row(bench, id="gpu", gpu="rtx3090"), _row(bench, id="model", model="Vicuna-13B"),
+            _row(bench, id="medusa", method="medusa"), _row(bench, id="no-tau", acceptance_length=None),
+            dataclasses.replace(_row(bench, id="proxy", acceptance_length=None), acceptance_proxy="absent")]
+    for p in bench.predict(rows):
+        assert p.speedup is None and p.skipped, p.row.id
