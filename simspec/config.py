@@ -229,6 +229,13 @@ FLAGS = (
     Flag("--off-s", ("workload", "off_s"), float, "onoff: mean gap between bursts, s"),
     Flag("--arrival-rescale", ("workload", "arrival_rescale"), str, "vllm: poisson/gamma gaps scaled so the last "
          "request arrives at N/rate, as `vllm bench serve` draws them (default: none)"),
+    Flag("--shared-prefix-tokens", ("workload", "shared_prefix_tokens"), int,
+         "text requests share their first N prompt tokens (a system prompt; prefix caching)"),
+    Flag("--shared-prefixes", ("workload", "shared_prefixes"), int, "distinct shared system prompts (default 1)"),
+    Flag("--image-pool", ("workload", "image_pool"), int,
+         "multimodal requests show one of N images first (repeats hit the prefix cache; 0: all distinct)"),
+    Flag("--prefix-caching", ("engine", "prefix_caching"), bool, "on or off: reuse KV of shared prefixes "
+         "(vllm: on, as vLLM V1; simspec, sglang: off)"),
     Flag("--over-context", ("workload", "over_context"), str,
          "a request longer than the model's context: clip (cut to fit, counted) or error"),
     Flag("--engine", ("engine", "kind"), str, "the engine to follow: simspec, vllm (0.33) or sglang; each a preset of "

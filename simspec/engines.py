@@ -81,13 +81,15 @@ def preset(kind: str, device: str) -> dict:
         return {"kind": kind, "max_num_seqs": seqs, "max_num_batched_tokens": tokens, "async_scheduling": not cpu,
                 "cudagraph_mode": "none" if cpu else "full_and_piecewise", "max_cudagraph_capture_size": 512,
                 "mixed_prefill": True, "drafter_over_prefill": True, "drafter_context": "full", "scheduler": "vllm",
-                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1, "memory": "vllm"}
+                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1, "memory": "vllm",
+                "prefix_caching": True}  # vllm/engine/arg_utils.py l.3075-3076: on for generative models
     # SGLang 0.5.23: chunked_prefill_size 8192 on H100/H200 (srt/arg_groups/memory_hook.py l.132-159),
     # max_running_requests 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094)
     return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": 8192, "async_scheduling": not cpu,
             "cudagraph_mode": "none" if cpu else "full_and_piecewise", "cudagraph_buckets": "batch",
             "mixed_prefill": False,
-            "drafter_over_prefill": True, "drafter_context": "full"}
+            "drafter_over_prefill": True, "drafter_context": "full",
+            "prefix_caching": True}  # RadixAttention on: disable_radix_cache = False (srt/arg_groups/fields/memory.py l.64-70)
 
 
 def check_policy(kind: str, spec: str) -> None:

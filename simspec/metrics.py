@@ -40,6 +40,10 @@ request's drafted round, vllm/v1/spec_decode/metrics.py 41-44):
   (only in :func:`summarize_full`): drafts that accepted >= j tokens over
   drafts that planned depth >= j.
 
+``prefix_cache_hit_rate`` (simspec's own): prompt tokens, visual included,
+that completed requests found in the prefix cache when first scheduled,
+over all their prompt tokens (vLLM's per-request ``num_cached_tokens``).
+
 Throughput counts the prompt tokens the server counts, visual placeholder
 tokens included (vLLM takes ``prompt_tokens`` from the server's usage,
 vllm/benchmarks/lib/endpoint_request_func.py 296-297). Goodput takes
@@ -123,6 +127,7 @@ def summarize(
     for kind, count in zip(PLAN_KINDS, rounds):
         out[f"plan_share_{kind}"] = float(count / total) if total else _NAN
     out["preemptions"] = int(req["preemptions"].sum())
+    out["prefix_cache_hit_rate"] = _ratio(req["cached_tokens"][done].sum(), prompt)
     return out
 
 
@@ -264,6 +269,10 @@ def _stats_ms(name: str, values_s: np.ndarray) -> dict[str, float]:
     return {f"{stat}_{name}_ms": float(v) for stat, v in zip(STATS, values)}
 
 
+def _ratio(part, whole) -> float:
+    return float(part / whole) if whole > 0 else _NAN
+
+
 def _per_s(amount, duration_s: float) -> float:
     if not (math.isfinite(duration_s) and duration_s > 0):
         return _NAN
@@ -273,7 +282,7 @@ def _per_s(amount, duration_s: float) -> float:
 def _request_columns(log: RunLog) -> dict[str, np.ndarray]:
     t = log.table
     floats = ("arrival_s", "admitted_s", "first_token_s", "finish_s")
-    ints = ("id", "prompt_tokens", "visual_tokens", "output_tokens", "preemptions")
+    ints = ("id", "prompt_tokens", "visual_tokens", "output_tokens", "preemptions", "cached_tokens")
     cols = {name: np.asarray(getattr(t, name), dtype=float) for name in floats}
     cols.update({name: np.asarray(getattr(t, name), dtype=np.int64) for name in ints})
     return cols

@@ -41,7 +41,7 @@ MARKER = "simspec-run.json"
 
 CSV_COLUMNS = (
     "id", "policy", "arrival_s", "admitted_s", "first_token_s", "finish_s",
-    "prompt_tokens", "output_tokens", "images", "visual_tokens", "preemptions",
+    "prompt_tokens", "output_tokens", "images", "visual_tokens", "preemptions", "cached_tokens",
 )  # fmt: skip
 CSV_FIELDS = tuple(c for c in CSV_COLUMNS if c != "policy")  # RequestTable's columns, in the CSV's order
 TIME_BINS = 60
@@ -283,8 +283,8 @@ def _requests_csv(logs: list[RunLog], f) -> None:
             rows = order[start:start + CSV_BLOCK]
             columns = [getattr(t, name)[rows].tolist() for name in CSV_FIELDS]
             writer.writerows(
-                (i, log.policy, f"{a:.9f}", f"{q:.9f}", f"{ft:.9f}", f"{fin:.9f}", p, o, im, v, pre)
-                for i, a, q, ft, fin, p, o, im, v, pre in zip(*columns))
+                (i, log.policy, f"{a:.9f}", f"{q:.9f}", f"{ft:.9f}", f"{fin:.9f}", *counts)
+                for i, a, q, ft, fin, *counts in zip(*columns))
     text.flush()
     text.detach()
 

@@ -32,7 +32,7 @@ admitted request starts from, updated after every round by the compiled
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -86,6 +86,10 @@ class EngineConfig:
     # torch reports, the profiled activation peak, non-torch and CUDA-graph
     # memory: TORCH_MEMORY_GIB ... ACTIVATION_FACTOR above).
     memory: str = "datasheet"
+    # Requests whose prompts start alike (Request.prefix_id) reuse the KV
+    # blocks of the shared prefix while they stay cached: vLLM V1's
+    # automatic prefix caching (on by default), an LRU of freed blocks.
+    prefix_caching: bool = False
     kv_cache_tokens: int | None = None  # override the KV budget derived from memory
     drafter_context: str = "selected:8"  # what of the image the drafter sees: full, none, selected:K, pooled:K
     # How the drafter's calls are made: "level" (EAGLE-2 engines: one call per
@@ -212,7 +216,8 @@ class Scheduler:
 
     def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
                  max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
-                 images: list[tuple[int, ...]] | None = None, block_size: int = 1):
+                 images: list[tuple[int, ...]] | None = None, block_size: int = 1,
+                 prefixes: tuple[np.ndarray, np.ndarray] | None = None):
         """``images`` (each request's visual tokens per image, at the
         prompt's start in order): given, the vision encoder runs under
         vLLM's per-step encoder budget, max(max_num_batched_tokens, the
@@ -220,8 +225,17 @@ class Scheduler:
         l.373-378): an image is encoded in the step whose chunk reaches it,
         and a chunk stops short of an image the budget cannot take
         (vllm/v1/core/sched/scheduler.py l.2018-2210). Without, a request's
-        images are all encoded in the step its prefill starts."""
+        images are all encoded in the step its prefill starts.
+
+        ``prefixes`` (each request's prefix_id and prefix_tokens, as
+        Request has them): given, the engine caches prefixes (PrefixCache):
+        a request admitted while its prefix's blocks are cached starts with
+        them computed, and holds only the rest."""
         n = len(context)
+        self.prefixes = PrefixCache(*prefixes, block_size) if prefixes is not None else None
+        self.shared = np.zeros(n, np.int64)  # [N] tokens of the cache held in a shared prefix entry
+        self.cached_tokens = np.zeros(n, np.int64)  # [N] prefix-cache hit when first scheduled
+        self.hit = np.zeros(n, np.int64)  # [N] prefix-cache hit at the request's latest admission
         self.block_size = block_size  # KV is held in blocks of this many tokens (vLLM: 16)
         self.images = images
         if images is not None:
@@ -255,13 +269,16 @@ class Scheduler:
         self.waiting.append(i)
 
     def held(self, ids: np.ndarray) -> np.ndarray:
-        """KV tokens each request holds or will once prefilled, in whole blocks."""
-        tokens = np.maximum(self.cache[ids], self.target[ids])
+        """KV tokens each request holds or will once prefilled, in whole
+        blocks, besides the shared prefix blocks it uses (counted once, in
+        :meth:`kv_used`)."""
+        tokens = np.maximum(self.cache[ids], self.target[ids]) - self.shared[ids]
         b = self.block_size
         return tokens if b == 1 else -(-tokens // b) * b
 
     def kv_used(self) -> int:
-        return int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
+        shared = self.prefixes.in_use if self.prefixes is not None else 0
+        return (int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0) + shared
 
     def admit(self, token_budget: int | None = None) -> list[int]:
         """Step 1: the requests admitted now, in order. With
@@ -275,15 +292,25 @@ class Scheduler:
             left = token_budget - int(np.maximum(self.target[ids] - self.cache[ids], 0).sum()) if len(ids) else token_budget
         while self.waiting and len(self.running) < self.max_num_seqs and (left is None or left > 0):
             i = self.waiting[0]
-            need = -(-(int(self.target[i]) + 1) // self.block_size) * self.block_size
+            hit, extra = self.prefixes.lookup(i, int(self.target[i])) if self.prefixes is not None else (0, 0)
+            need = -(-(int(self.target[i]) + 1 - hit) // self.block_size) * self.block_size + extra
             if used + need > self.kv_budget:
                 break
             self.waiting.popleft()
             self.running.append(i)
             admitted.append(i)
             used += need
+            if hit:
+                self.prefixes.use(i)
+                self.cache[i] = self.shared[i] = hit
+            self.hit[i] = hit
+            if self.prefixes is not None and not self.prefixes.seen[i]:
+                self.prefixes.seen[i] = True
+                self.cached_tokens[i] = hit
             if left is not None:
-                left -= int(self.target[i])
+                left -= int(self.target[i]) - hit
+        if self.prefixes is not None:
+            self.prefixes.evict(self.kv_budget - used)
         return admitted
 
     def decode_batch(self) -> tuple[np.ndarray, list[int], list[int]]:
@@ -296,11 +323,14 @@ class Scheduler:
         while True:
             ids = np.array(self.running, dtype=np.int64)
             decoding = self.cache[ids] >= self.target[ids]
-            need = int(self.held(ids).sum() + decoding.sum() * self.reserve)
+            shared = self.prefixes.in_use if self.prefixes is not None else 0
+            need = int(self.held(ids).sum() + decoding.sum() * self.reserve) + shared
             if need <= self.kv_budget or len(self.running) == 1:
+                if self.prefixes is not None:
+                    self.prefixes.evict(self.kv_budget - need)
                 return ids[decoding], preempted, requeued
             i = self.running.pop()
-            (preempted if self.cache[i] > 0 else requeued).append(self._preempt(i))
+            (preempted if self.cache[i] > self.hit[i] else requeued).append(self._preempt(i))
 
     def in_budget(self, decode: np.ndarray) -> np.ndarray:
         """vLLM's rule: running requests take 1 + their draft tokens from the
@@ -324,6 +354,7 @@ class Scheduler:
         self.target[i] = self.context[i] + self.emitted[i]
         self.cache[i] = 0
         self.drafted[i] = 0
+        self._release(i)
         self.waiting.appendleft(i)
         return i
 
@@ -345,6 +376,12 @@ class Scheduler:
                 chunks.append((i, take))
                 budget -= take
         return chunks
+
+    def _release(self, i: int) -> None:
+        """Request ``i`` no longer uses its shared prefix's blocks (they stay cached, evictable)."""
+        if self.shared[i]:
+            self.prefixes.release(i)
+            self.shared[i] = 0
 
     def _images_reached(self, i: int, take: int) -> Iterator[tuple[int, int]]:
         """(start, tokens) of request ``i``'s images that a chunk of ``take``
@@ -378,8 +415,8 @@ class Scheduler:
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
             if self.images is not None:
                 vision += sum(tokens for _, tokens in self._images_reached(i, take))
-            elif done == 0:
-                vision += int(self.visual[i])
+            elif done == self.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)
+                vision += int(self.visual[i]) - min(int(self.hit[i]), int(self.visual[i]))
         return Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def complete_prefill(self, chunks: list[tuple[int, int]]) -> list[int]:
@@ -388,6 +425,8 @@ class Scheduler:
         first = []
         for i, take in chunks:
             self.cache[i] += take
+            if self.prefixes is not None and not self.shared[i]:
+                self.shared[i] = self.prefixes.store(i, int(self.cache[i]))
             if self.cache[i] >= self.target[i]:
                 self.emitted[i] += 1
                 first.append(i)
@@ -396,10 +435,78 @@ class Scheduler:
     def retire(self) -> list[int]:
         """The running requests that have emitted their output, removed."""
         done = [i for i in self.running if self.emitted[i] >= self.output[i]]
+        for i in done:
+            self._release(i)
         if done:
             gone = set(done)
             self.running = [i for i in self.running if i not in gone]
         return done
+
+
+class PrefixCache:
+    """Shared prefixes' KV blocks, as vLLM V1's automatic prefix caching
+    keeps them (vllm/v1/core/kv_cache_manager.py, block_pool.py 0.33): a
+    prefix's full blocks are cached once a request has computed them; a
+    request admitted later with the same prefix starts with them computed
+    (at most prompt - 1 tokens, as vLLM recomputes the last one,
+    kv_cache_manager.py l.296-302) and shares them; blocks no request uses
+    stay cached but are free, evicted least recently used first when the
+    cache needs their room. A prefix is one entry (its blocks come and go
+    together, as every user of a prefix holds all of them)."""
+
+    def __init__(self, prefix_id: np.ndarray, prefix_tokens: np.ndarray, block_size: int):
+        self.block_size = block_size
+        self.prefix_id = np.asarray(prefix_id, dtype=np.int64)  # [N] -1: nothing shared
+        self.blocks = np.asarray(prefix_tokens, dtype=np.int64) // block_size * block_size  # [N] full blocks' tokens
+        self.entries: OrderedDict[int, list[int]] = OrderedDict()  # prefix -> [tokens, users], LRU first
+        self.in_use = 0  # tokens of entries some request uses
+        self.free = 0  # tokens of cached entries no request uses (evictable)
+        self.seen = np.zeros(len(self.prefix_id), dtype=bool)  # [N] first scheduled already
+
+    def lookup(self, i: int, target: int) -> tuple[int, int]:
+        """(tokens request ``i`` finds cached, tokens of room the hit takes
+        from free memory: an evictable entry becoming used)."""
+        entry = self.entries.get(int(self.prefix_id[i]))
+        if entry is None:
+            return 0, 0
+        hit = min(entry[0], (target - 1) // self.block_size * self.block_size)
+        return (hit, entry[0] if entry[1] == 0 else 0) if hit > 0 else (0, 0)
+
+    def use(self, i: int) -> None:
+        entry = self.entries[int(self.prefix_id[i])]
+        if entry[1] == 0:
+            self.free -= entry[0]
+            self.in_use += entry[0]
+        entry[1] += 1
+        self.entries.move_to_end(int(self.prefix_id[i]))
+
+    def store(self, i: int, cached: int) -> int:
+        """After request ``i``'s chunk: its prefix blocks become a cache
+        entry once computed, if none holds them yet. Returns the tokens ``i``
+        now shares (0: none)."""
+        p, tokens = int(self.prefix_id[i]), int(self.blocks[i])
+        if p < 0 or tokens == 0 or cached < tokens or p in self.entries:
+            return 0
+        self.entries[p] = [tokens, 1]
+        self.in_use += tokens
+        return tokens
+
+    def release(self, i: int) -> None:
+        p = int(self.prefix_id[i])
+        entry = self.entries[p]
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.in_use -= entry[0]
+            self.free += entry[0]
+            self.entries.move_to_end(p)  # freed blocks join the free queue's tail: evicted last
+
+    def evict(self, room: int) -> None:
+        """Drop unused entries, least recently used first, until the cached
+        free ones fit in ``room`` tokens of free memory."""
+        for p in [p for p, (_, users) in self.entries.items() if users == 0]:
+            if self.free <= room:
+                break
+            self.free -= self.entries.pop(p)[0]
 
 
 # -- the acceptance estimate ---------------------------------------------------------

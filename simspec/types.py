@@ -148,6 +148,11 @@ class Request:
     prompt_tokens: int  # text tokens of the prompt
     image_tokens: tuple[int, ...] = ()  # visual tokens of each image
     output_tokens: int  # tokens to generate (>= 1)
+    # The first ``prefix_tokens`` tokens of the context (text + visual, as
+    # the engine lays it out) are the same as every other request's with this
+    # ``prefix_id`` (a system prompt, a repeated image); -1: none shared.
+    prefix_id: int = -1
+    prefix_tokens: int = 0
 
     @property
     def images(self) -> int:
@@ -203,6 +208,7 @@ class RequestRecord:
     images: int
     visual_tokens: int
     preemptions: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache when first scheduled (vLLM's num_cached_tokens)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,6 +257,7 @@ class RequestTable(typing.NamedTuple):
     images: np.ndarray  # [N] int
     visual_tokens: np.ndarray  # [N] int
     preemptions: np.ndarray  # [N] int
+    cached_tokens: np.ndarray  # [N] int, prompt tokens the prefix cache held when first scheduled
 
     @classmethod
     def of(cls, records) -> "RequestTable":

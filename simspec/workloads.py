@@ -89,6 +89,15 @@ class WorkloadConfig:
     # arrives at num_requests / rate_per_s, the first one gap after the
     # benchmark starts (vllm/benchmarks/serve.py 0.33, lines 485-526).
     arrival_rescale: str = "none"
+    # Shared content, for the engines' prefix caching: every text-only
+    # request's prompt starts with one of shared_prefixes system prompts of
+    # shared_prefix_tokens tokens (uniform; added before its drawn prompt);
+    # with image_pool P > 0 a multimodal request's first image is one of P
+    # images (uniform), whose visual tokens (at the prompt's start) it
+    # shares with every request showing the same image. 0 shares nothing.
+    shared_prefix_tokens: int = 0
+    shared_prefixes: int = 1
+    image_pool: int = 0
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
@@ -114,6 +123,11 @@ class WorkloadConfig:
             require(self.arrival in ("poisson", "gamma") and self.num_requests is not None,
                     f"arrival_rescale vllm rescales poisson or gamma arrivals of num_requests requests "
                     f"(got arrival {self.arrival!r}, num_requests {self.num_requests})")
+        require(0 <= self.shared_prefix_tokens <= MAX_COUNT,
+                f"shared_prefix_tokens must be in 0..{MAX_COUNT} (got {self.shared_prefix_tokens})")
+        require(1 <= self.shared_prefixes <= MAX_REQUESTS,
+                f"shared_prefixes must be in 1..{MAX_REQUESTS} (got {self.shared_prefixes})")
+        require(0 <= self.image_pool <= MAX_REQUESTS, f"image_pool must be in 0..{MAX_REQUESTS} (got {self.image_pool})")
         require(self.over_context in OVER_CONTEXT,
                 f"over_context must be one of {', '.join(OVER_CONTEXT)} (got {self.over_context!r})")
         if self.num_requests is not None:
@@ -152,11 +166,12 @@ class WorkloadStreams:
     arrivals: np.random.Generator
     lengths: np.random.Generator
     images: np.random.Generator
+    prefixes: np.random.Generator  # which system prompt, which image (shared content)
 
     @classmethod
     def from_seed_sequence(cls, ss: np.random.SeedSequence) -> WorkloadStreams:
-        arrivals, lengths, images = (np.random.default_rng(s) for s in ss.spawn(3))
-        return cls(arrivals=arrivals, lengths=lengths, images=images)
+        arrivals, lengths, images, prefixes = (np.random.default_rng(s) for s in ss.spawn(4))
+        return cls(arrivals=arrivals, lengths=lengths, images=images, prefixes=prefixes)
 
 
 # --------------------------------------------------------------------------
@@ -340,6 +355,7 @@ def make_workload(
         images = np.where(u[:, 0] < cfg.multimodal_share, count, 0)
 
     prompt, output = np.asarray(prompt, np.int64), np.asarray(output, np.int64)
+    prompt = prompt + np.where(images == 0, cfg.shared_prefix_tokens, 0)  # the system prompt, before the user's
     over = prompt + output + images * visual_tokens_per_image > max_context_tokens
     if over.any() and cfg.over_context == "error":
         i = int(np.argmax(over))
@@ -348,14 +364,40 @@ def make_workload(
                          f"model's context of {max_context_tokens:,} ({int(over.sum())} requests do; over_context = "
                          f"'clip' cuts them to fit)")
     prompt, output = _fit_context(prompt, output, images, visual_tokens_per_image, max_context_tokens)
+    prefix_id, prefix_tokens = _shared_prefixes(cfg, streams.prefixes, prompt, images, visual_tokens_per_image)
     # Small tuples are shared between requests with the same image count.
     image_tokens = {k: (visual_tokens_per_image,) * k for k in np.unique(images).tolist()}
     return Workload(clipped=int(over.sum()), requests=tuple(
-        Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=image_tokens[k], output_tokens=o)
-        for i, (t, p, k, o) in enumerate(
-            zip(arrival_s.tolist(), prompt.tolist(), images.tolist(), output.tolist())
+        Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=image_tokens[k], output_tokens=o, prefix_id=g,
+                prefix_tokens=s)
+        for i, (t, p, k, o, g, s) in enumerate(
+            zip(arrival_s.tolist(), prompt.tolist(), images.tolist(), output.tolist(), prefix_id.tolist(),
+                prefix_tokens.tolist())
         )
     ))
+
+
+def _shared_prefixes(cfg: WorkloadConfig, rng: np.random.Generator, prompt: np.ndarray, images: np.ndarray,
+                     per_image: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's (prefix_id, prefix_tokens): ids 0..shared_prefixes-1
+    are system prompts (all of one, or less where a prompt was cut to fit
+    the context), shared_prefixes + j is image j of the pool; -1, 0 where
+    nothing is shared. Two draws per request whatever the settings."""
+    u = rng.random((prompt.size, 2))  # [n, 2] which system prompt, which image
+    prefix_id = np.full(prompt.size, -1, np.int64)
+    prefix_tokens = np.zeros(prompt.size, np.int64)
+    text = images == 0
+    if cfg.shared_prefix_tokens > 0:
+        tokens = np.minimum(cfg.shared_prefix_tokens, prompt - 1)
+        shared = text & (tokens > 0)
+        prefix_id[shared] = np.minimum((u[shared, 0] * cfg.shared_prefixes).astype(np.int64), cfg.shared_prefixes - 1)
+        prefix_tokens[shared] = tokens[shared]
+    if cfg.image_pool > 0 and per_image > 0:
+        shown = ~text
+        image = np.minimum((u[shown, 1] * cfg.image_pool).astype(np.int64), cfg.image_pool - 1)
+        prefix_id[shown] = cfg.shared_prefixes + image
+        prefix_tokens[shown] = per_image
+    return prefix_id, prefix_tokens
 
 
 def _lognormal(z: np.ndarray, mean: float, cv: float) -> np.ndarray:

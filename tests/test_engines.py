@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import invoke
-from simspec import config as configuration, costs, engines, policies
+from simspec import config as configuration, costs, engines, experiment, policies
 from simspec.acceptance import AcceptanceModel
 from simspec.costs.base import CostModel, TOKENS, frozen_table
 from simspec.scheduling import EngineConfig
@@ -279,3 +279,26 @@ def test_sglang_captures_batch_sizes_times_the_verify_width():
     # a 3000-token prefill: SGLang's prefill graphs reach the 8192-token chunk, piecewise and unpadded
     assert steps.graph_regime(t, 3000, False) == (steps.REGIME_PIECEWISE, 3000)
     assert steps.graph_regime(t, 9000, False) == (steps.REGIME_EAGER, 9000)
+
+
+def test_prefix_caching_serves_a_shared_system_prompt_from_the_cache():
+    """vLLM V1 caches prefixes by default (vllm/engine/arg_utils.py 0.33
+    l.3075-3076), SGLang too (RadixAttention; disable_radix_cache = False):
+    with one 800-token system prompt before prompts of 200 the prompts'
+    shared blocks are computed once, so TTFT falls; with nothing shared the
+    cache changes nothing."""
+    def run(engine: dict, workload: dict) -> dict:
+        config = configuration.build({}, {"engine": engine, "policies": ["linear:k=3"], "workload": {
+            "num_requests": 200, "rate_per_s": 4.0, "multimodal_share": 0.0, "prompt_mean_tokens": 200.0,
+            **workload}})
+        return experiment.run(config).metrics["linear:k=3"]
+
+    assert VLLM_H100.prefix_caching and configuration.build({}, {"engine": {"kind": "sglang"}}).engine.prefix_caching
+    assert not EngineConfig().prefix_caching
+    shared = {"shared_prefix_tokens": 800}
+    on, off = run({"kind": "vllm"}, shared), run({"kind": "vllm", "prefix_caching": False}, shared)
+    # 800 of every 1000 tokens are the prefix; its 50 full blocks of 16 (800 tokens) hit after the first request
+    assert on["prefix_cache_hit_rate"] == pytest.approx(0.8 * 199 / 200, rel=0.02) and off["prefix_cache_hit_rate"] == 0
+    assert on["total_token_throughput"] == pytest.approx(off["total_token_throughput"], rel=0.01)
+    assert on["mean_ttft_ms"] < 0.8 * off["mean_ttft_ms"]
+    assert run({"kind": "vllm"}, {}) == run({"kind": "vllm", "prefix_caching": False}, {})

@@ -426,9 +426,9 @@ def test_requests_csv_is_byte_identical_and_has_a_row_per_request(tmp_path):
     lines = first.decode().splitlines()
     assert lines[0] == (
         "id,policy,arrival_s,admitted_s,first_token_s,finish_s,"
-        "prompt_tokens,output_tokens,images,visual_tokens,preemptions"
+        "prompt_tokens,output_tokens,images,visual_tokens,preemptions,cached_tokens"
     )
-    assert lines[1] == "0,linear-3,0.000000000,0.125000000,0.500000000,1.500000000,10,5,1,576,1"
+    assert lines[1] == "0,linear-3,0.000000000,0.125000000,0.500000000,1.500000000,10,5,1,576,1,0"
     assert len(lines) == 1 + 2 * 2  # two requests, two policies
 
 

@@ -197,3 +197,99 @@ def test_the_encoder_budget_splits_a_multi_image_prefill():
     plain.admit()
     chunks = plain.prefill_chunks(np.zeros(0, np.int64))
     assert chunks == [(0, 64)] and plain.prefill(chunks).vision_tokens == 120  # all at the prefill's start
+
+
+def cached(context, output, prefix_id, prefix_tokens, *, kv=10_000, block=16, tokens=512, visual=None) -> Scheduler:
+    context = np.array(context)
+    visual = np.array(visual if visual is not None else [0] * len(context))
+    return Scheduler(context=context, visual=visual, output=np.array(output),
+                     max_num_seqs=8, max_num_batched_tokens=tokens, kv_budget_tokens=kv, reserve_tokens=1,
+                     block_size=block, prefixes=(np.array(prefix_id), np.array(prefix_tokens)))
+
+
+def run_prefill(s: Scheduler) -> Prefill:
+    chunks = s.prefill_chunks(s.decode_batch()[0])
+    work = s.prefill(chunks)
+    s.complete_prefill(chunks)
+    return work
+
+
+def test_a_cached_prefix_is_computed_once_and_its_blocks_are_held_once():
+    """Blocks of 16, a 40-token shared prefix: its 2 full blocks (32 tokens)
+    are cached once request 0 has computed them; request 1, admitted later,
+    starts with them computed and prefills only its other 68 tokens, as
+    after a 32-token context; the two hold 32 + 64 + 80 - 32 = 144 tokens."""
+    s = cached([60, 100, 50], [4, 4, 4], [7, 7, -1], [40, 40, 0])
+    s.arrive(0)
+    assert s.admit() == [0] and run_prefill(s).tokens == 60
+    assert s.prefixes.entries == {7: [32, 1]} and s.shared[0] == 32
+    s.arrive(1)
+    assert s.admit() == [1] and s.cache[1] == 32 and s.cached_tokens[1] == 32
+    work = run_prefill(s)
+    assert (work.tokens, work.max_context) == (68, 32)
+    assert work.attn_pairs == 68 * 32 + 68 * 69 // 2  # the chunk reads the cached prefix
+    assert s.kv_used() == 32 + (64 - 32) + (112 - 32)  # 60 -> 64 and 100 -> 112 in blocks, less the shared 32
+    s.arrive(2)
+    s.admit()
+    assert s.cache[2] == 0 and s.cached_tokens[2] == 0  # nothing shared
+
+
+def test_a_hit_leaves_the_last_prompt_token_to_compute():
+    """vLLM recomputes at least the prompt's last token (kv_cache_manager.py
+    0.33 l.296-302): a 32-token prompt that is all a cached 32-token prefix
+    finds only 16 (the full blocks within 31 = 32 - 1); a 33-token one all 32."""
+    s = cached([40, 32, 33], [2, 2, 2], [1, 1, 1], [32, 32, 32])
+    s.arrive(0)
+    s.admit()
+    run_prefill(s)
+    s.arrive(1)
+    s.arrive(2)
+    s.admit()
+    assert s.cache[1] == 16 and s.cache[2] == 32 and run_prefill(s).tokens == 16 + 1
+
+
+def test_unused_prefixes_stay_cached_until_their_room_is_needed_least_recent_first():
+    # Three prefixes of 32 tokens, each used by one 40-token request that
+    # finishes (output 1): all three stay cached (free), newest last.
+    s = cached([40, 40, 40, 40, 200], [1] * 5, [0, 1, 2, 0, -1], [32] * 4 + [0], kv=220)
+    for i in range(3):
+        s.arrive(i)
+        s.admit()
+        run_prefill(s)
+        assert s.retire() == [i]
+    assert list(s.prefixes.entries) == [0, 1, 2] and s.prefixes.free == 96 and s.kv_used() == 0
+    s.arrive(3)  # prefix 0 hits and becomes used again (and most recent)
+    s.admit()
+    assert s.cache[3] == 32 and list(s.prefixes.entries) == [1, 2, 0] and s.prefixes.in_use == 32
+    run_prefill(s)
+    assert s.retire() == [3]
+    # 208 tokens for request 4 (200 + 1, in blocks) leave 12 of 220: every free entry goes, oldest first
+    s.arrive(4)
+    s.admit()
+    assert s.prefixes.entries == {} and s.prefixes.free == 0
+
+
+def test_the_newest_preempted_with_a_hit_recomputes_and_one_never_started_is_requeued():
+    s = cached([40, 40], [8, 8], [3, 3], [32, 32], kv=10_000)
+    s.arrive(0)
+    s.admit()
+    run_prefill(s)
+    s.arrive(1)
+    s.admit()  # a hit: 32 tokens computed, none prefilled yet
+    s.kv_budget = 40  # shrink the cache: 1 cannot stay
+    _, preempted, requeued = s.decode_batch()
+    assert (preempted, requeued) == ([], [1])  # sent back before its prefill ran: not a preemption
+    assert s.prefixes.entries[3] == [32, 1] and s.shared[1] == 0 and s.cache[1] == 0
+
+
+def test_a_cached_image_is_not_encoded_again():
+    """Two requests show the same 64-token image first (image_pool): the
+    second finds its blocks cached and its prefill runs no vision encoder."""
+    s = cached([80, 90], [2, 2], [5, 5], [64, 64], visual=[64, 64])
+    s.arrive(0)
+    s.admit()
+    assert run_prefill(s).vision_tokens == 64
+    s.arrive(1)
+    s.admit()
+    work = run_prefill(s)
+    assert s.cached_tokens[1] == 64 and (work.tokens, work.vision_tokens) == (26, 0)

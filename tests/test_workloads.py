@@ -121,6 +121,24 @@ def test_image_share_changes_only_images():
     assert all(h.images == lo.images for lo, h in zip(low, high) if lo.images)
 
 
+def test_shared_prefixes_and_repeated_images_change_nothing_else():
+    plain = build(WorkloadConfig(num_requests=2_000, multimodal_share=0.4))
+    shared = build(WorkloadConfig(num_requests=2_000, multimodal_share=0.4, shared_prefix_tokens=100,
+                                  shared_prefixes=3, image_pool=5))
+    strip = lambda reqs: [(r.arrival_s, r.image_tokens, r.output_tokens) for r in reqs]  # noqa: E731
+    assert strip(plain) == strip(shared)
+    # the system prompt comes before each text request's own prompt
+    assert [s.prompt_tokens - p.prompt_tokens for p, s in zip(plain, shared)] == [0 if p.images else 100 for p in plain]
+    assert all(r.prefix_id == -1 and r.prefix_tokens == 0 for r in plain)
+    text = [r for r in shared if not r.images]
+    assert all(0 <= r.prefix_id < 3 and r.prefix_tokens == 100 for r in text)
+    assert {r.prefix_id for r in text} == {0, 1, 2}
+    shown = [r for r in shared if r.images]
+    assert all(3 <= r.prefix_id < 8 and r.prefix_tokens == 576 for r in shown)  # the first image, at the start
+    counts = np.bincount([r.prefix_id - 3 for r in shown], minlength=5)
+    assert counts.min() > len(shown) / 5 - SIGMAS * math.sqrt(len(shown) / 5)  # uniform over the pool
+
+
 @pytest.mark.parametrize("share,images_min,images_max", [(0.0, 1, 1), (0.3, 1, 1), (0.7, 2, 5), (1.0, 3, 3)])
 def test_image_mix(share, images_min, images_max):
     n = 10_000

@@ -21,6 +21,15 @@ def number(kind: type, flag: str):
     return convert
 
 
+def on_off(flag: str):
+    """An argparse type: ``on`` is True, ``off`` False, else an error naming ``flag``."""
+    def convert(text: str) -> bool:
+        if text not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"{flag} must be on or off (got {text!r})")
+        return text == "on"
+    return convert
+
+
 def add_scenario_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE.toml", help="config file; flags override it")
     parser.add_argument("--policy", action="append", metavar="NAME[:k=v,...]",
@@ -31,8 +40,9 @@ def add_scenario_flags(parser: argparse.ArgumentParser) -> None:
                              "each family's best at the nearest load (after --policy / the config's, else after ar)")
     parser.add_argument("--cv", type=number(float, "--cv"), help="inter-arrival CV (sets --burstiness)")
     for flag in FLAGS:
-        kind = flag.type if flag.type is str else number(flag.type, flag.name)
-        parser.add_argument(flag.name, type=kind, default=None, help=f"{flag.help} (default: {flag.default})")
+        kind = flag.type if flag.type is str else on_off(flag.name) if flag.type is bool else number(flag.type, flag.name)
+        default = {True: "on", False: "off"}.get(flag.default, flag.default) if flag.type is bool else flag.default
+        parser.add_argument(flag.name, type=kind, default=None, help=f"{flag.help} (default: {default})")
 
 
 def scenario_config(args: argparse.Namespace) -> SimConfig:

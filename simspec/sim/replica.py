@@ -160,6 +160,14 @@ class _LogBuffers:
         fill[:] = 0
 
 
+def _prefixes(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each request's (prefix_id, prefix_tokens); None when nothing is shared."""
+    prefix_id = np.array([r.prefix_id for r in requests], dtype=np.int64)
+    if not (prefix_id >= 0).any():
+        return None
+    return prefix_id, np.array([r.prefix_tokens for r in requests], dtype=np.int64)
+
+
 class Replica:
     """State of one replica over one run; ``simulate`` drives it."""
 
@@ -179,7 +187,7 @@ class Replica:
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
             images=[r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None,
-            block_size=engine.block_size)
+            block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
         self.state = steps.RequestState(
@@ -306,7 +314,8 @@ class Replica:
             first_token_s=self.first_token_s, finish_s=self.finish_s,
             prompt_tokens=np.array([r.prompt_tokens for r in requests], np.int64),
             output_tokens=self.state.emitted.copy(), images=np.array([r.images for r in requests], np.int64),
-            visual_tokens=self.state.visual.copy(), preemptions=self.preemptions)
+            visual_tokens=self.state.visual.copy(), preemptions=self.preemptions,
+            cached_tokens=self.scheduler.cached_tokens.copy())
         return self.logs.builder.finish(policy=label, table=table, complete=self.finished == len(requests))
 
 
