@@ -47,9 +47,10 @@ def test_constant_and_affine_closed_forms():
 
 
 def with_attention_terms(model):
-    """``model`` with per-sequence and per-query attention terms (a fitted model's form)."""
+    """``model`` with more per-sequence and per-query attention terms (a fitted model's form)."""
     a = model.attention.copy()
-    a[:, costs.base.A_REQUEST], a[:, costs.base.A_QUERY] = 3e-5, 2e-6
+    a[:, costs.base.A_REQUEST] += 3e-5
+    a[:, costs.base.A_QUERY] += 2e-6
     return dataclasses.replace(model, attention=costs.base.attention_table(*a), kv_s_per_padded_token=1e-8)
 
 
@@ -106,7 +107,9 @@ def test_each_kind_of_attention_is_priced_by_its_own_coefficients(roofline, veri
 
 
 def test_one_set_of_coefficients_prices_every_split_alike(roofline):
-    model = with_attention_terms(roofline)
+    one = roofline.attention[costs.base.DECODE].copy()
+    one[costs.base.A_FLOOR] = 0.0  # a floor is paid per kind of call in the step
+    model = with_attention_terms(dataclasses.replace(roofline, attention=costs.base.attention_table(one, one, one)))
     whole = model.step_s(StepShape(**{k: v for k, v in SPLIT.items() if not k.startswith("prefill")}))
     for verifying in (False, True):
         assert model.step_s(StepShape(**SPLIT, verifying=verifying)) == pytest.approx(whole, rel=1e-12)

@@ -11,7 +11,8 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs
 from simspec.costs import attention, curves, fitted, profiles
-from simspec.costs.base import A_QUERY, A_REQUEST, DECODE, PREFILL, VERIFY, blend
+from simspec.costs.base import (A_PAIR, A_PAIR_KNEE, A_PAIR_OVER, A_QUERY, A_REQUEST, DECODE, PREFILL, VERIFY,
+                                blend)
 from simspec.types import InputError, StepShape
 
 TOKENS = [1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
@@ -256,8 +257,11 @@ def test_an_attention_kind_the_profile_lacks_is_priced_as_a_measured_one_and_sai
     del tables["attn_tree_verify"]
     write_profile(tmp_path / "h100-sxm" / "Llama-2-7B", {**layer_ops(), **tables})
     model = costs.build("auto", LLAVA, H100, profiles_root=tmp_path)
-    assert model.attention[VERIFY] == pytest.approx(model.attention[DECODE])
-    assert "verify attention priced as decode" in model.label
+    pairs = [A_PAIR, A_PAIR_OVER, A_PAIR_KNEE]  # a verifying kernel computes its pairs as prefill does
+    others = [k for k in range(model.attention.shape[1]) if k not in pairs]
+    assert model.attention[VERIFY, others] == pytest.approx(model.attention[DECODE, others])
+    assert model.attention[VERIFY, pairs] == pytest.approx(model.attention[PREFILL, pairs])
+    assert "verify attention priced as decode plus prefill's pair compute" in model.label
 
 
 def test_a_gpu_gemm_is_fitted_in_whole_row_tiles():

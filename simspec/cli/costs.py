@@ -20,7 +20,8 @@ def cmd_costs_report(args: argparse.Namespace) -> int:
     if repeat is not None:
         print(f"repeat: {repeat.folder} (difference: |repeat - profile| / profile at the points both measured)")
     print()
-    print(report.table(result, report.repeat_differences(found, repeat) if repeat else None))
+    print(report.table(result, report.repeat_differences(found, repeat) if repeat else None,
+                       report.prior_attention(result, model, device)))
     png = Path(args.png) if args.png else found[0].folder / "fit_report.png"
     png.parent.mkdir(parents=True, exist_ok=True)
     write_png(png, report.figure(found, result))

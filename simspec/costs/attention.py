@@ -6,17 +6,21 @@ simspec.costs.curves (held-out splits), simspec.costs.profiles.
 
 Each kind is c + blend(kv x alpha, pairs x beta) + requests x rho + queries
 x gamma, all coefficients >= 0, with a cache knee on kv and on pairs where
-Akaike's criterion says it pays.
+Akaike's criterion says it pays. Held out: every fourth distinct pair count
+of each kind (costs.curves._split); :func:`judge` scores any cost model's
+attention (a fit's, the roofline prior's) on the same points.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import optimize
 
-from simspec.costs.base import ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, VERIFY, attention_row, attention_table
+from simspec.costs.base import (A_FLOOR, A_KV, A_KV_KNEE, A_KV_OVER, A_PAIR, A_PAIR_KNEE, A_PAIR_OVER, A_QUERY,
+                                A_REQUEST, ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, VERIFY, attention_row,
+                                attention_table)
 from simspec.costs.curves import OpFit, _ape, _split, _terms
 from simspec.costs.profiles import Profile
 
@@ -71,6 +75,16 @@ class AttentionFit:
         compute = a.pairs * self.pair_ms + np.maximum(a.pairs - self.pair_knee, 0.0) * self.pair_over_ms
         return (self.floor_ms + (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P)
                 + a.requests * self.request_ms + a.queries * self.query_ms)
+
+    @classmethod
+    def from_row(cls, row: np.ndarray, scale: float) -> "AttentionFit":
+        """The inverse of :meth:`row`: a costs.base coefficient row (seconds
+        for the whole model) as ms per layer, ``scale`` being ms per layer to s."""
+        knee = lambda k: NO_KNEE if k == 0 else float(k)  # noqa: E731 (row() writes no knee as 0)
+        return cls(floor_ms=row[A_FLOOR] / scale, kv_ms=row[A_KV] / scale, pair_ms=row[A_PAIR] / scale,
+                   request_ms=row[A_REQUEST] / scale, query_ms=row[A_QUERY] / scale,
+                   kv_over_ms=row[A_KV_OVER] / scale, kv_knee=knee(row[A_KV_KNEE]),
+                   pair_over_ms=row[A_PAIR_OVER] / scale, pair_knee=knee(row[A_PAIR_KNEE]))
 
     def row(self, scale: float) -> np.ndarray:
         """costs.base's coefficient row, times ``scale`` (ms per layer to s per model)."""
@@ -191,19 +205,36 @@ def _fit_attention(a: AttentionTerms) -> AttentionFit:
     return fit
 
 
+def split(a: AttentionTerms, kind: int) -> tuple[AttentionTerms, np.ndarray]:
+    """One kind's points and the mask of those held out of its fit."""
+    rows = a[a.which == kind]
+    return rows, _split(rows.pairs)
+
+
 def fit_attention(a: AttentionTerms) -> tuple[dict[int, AttentionFit], list[OpFit]]:
     """A fit for each kind of attention among a profile's points (keyed
     by ATTENTION_OPS index: prefill, decode, tree verification), and its
     held-out error."""
     found, fits = {}, []
     for k in np.unique(a.which):
-        rows = a[a.which == k]
-        held = _split(rows.pairs)
+        rows, held = split(a, int(k))
         errors = _ape(_fit_attention(rows[~held])(rows[held]), rows.ms[held]) if held.any() else np.zeros(0)
         found[int(k)] = _fit_attention(rows)
         fits.append(OpFit(ATTENTION_OPS[k], "attention" + (" + cache knee" if _has_knee(found[int(k)]) else ""),
                           len(rows.ms), errors))
     return found, fits
+
+
+def judge(a: AttentionTerms, table: np.ndarray, layers: int, label: str) -> list[OpFit]:
+    """How a cost model's attention (``table``: costs.base's [3, 9]
+    coefficients, whole model) predicts each kind's held-out points, per
+    layer; ``label`` names the model in each OpFit's kind."""
+    fits = []
+    for k in np.unique(a.which):
+        rows, held = split(a, int(k))
+        model = AttentionFit.from_row(table[int(k)], MS * layers)
+        fits.append(OpFit(ATTENTION_OPS[k], label, len(rows.ms), _ape(model(rows[held]), rows.ms[held])))
+    return fits
 
 
 def _has_knee(fit: AttentionFit) -> bool:
@@ -213,12 +244,21 @@ def _has_knee(fit: AttentionFit) -> bool:
 def attention_by_kind(found: dict[int, AttentionFit], layers: int) -> tuple[np.ndarray, list[str]]:
     """[3, 9] coefficients (costs.base) from the kinds measured; a kind not
     measured takes the nearest measured one (verification <-> decode,
-    prefill <- decode), named in the second value."""
+    prefill <- decode), named in the second value. Verification borrowed
+    from decode also takes prefill's pair terms where prefill is measured:
+    a verifying kernel reads each sequence's keys once as decode does, and
+    computes its several query rows' pairs as prefill does
+    (simspec.costs.roofline says why)."""
     borrow = {PREFILL: (DECODE, VERIFY), DECODE: (VERIFY, PREFILL), VERIFY: (DECODE, PREFILL)}
     rows, notes = [], []
     for kind in (PREFILL, DECODE, VERIFY):
         source = kind if kind in found else next(k for k in borrow[kind] if k in found)
-        if source != kind:
+        fit = found[source]
+        if kind == VERIFY and source == DECODE and PREFILL in found:
+            pairs = found[PREFILL]
+            fit = replace(fit, pair_ms=pairs.pair_ms, pair_over_ms=pairs.pair_over_ms, pair_knee=pairs.pair_knee)
+            notes.append("verify attention priced as decode plus prefill's pair compute")
+        elif source != kind:
             notes.append(f"{ATTENTION_KINDS[kind]} attention priced as {ATTENTION_KINDS[source]}")
-        rows.append(found[source].row(MS * layers))
+        rows.append(fit.row(MS * layers))
     return attention_table(*rows), notes

@@ -2,7 +2,10 @@
 profiles (held-out error per operator and for the composed decoder layer),
 and measured-vs-fitted curves as a PNG. With a second profile of the same
 device and model (``--repeat``), each operator's run-to-run difference too:
-the floor below which no fit's held-out error can be judged.
+the floor below which no fit's held-out error can be judged. Where the
+profile measures attention and the device has a datasheet, the roofline
+prior's attention (datasheet plus its fixed terms, simspec.costs.roofline)
+is judged on the same held-out points, so the two can be compared.
 
 Imports: numpy, matplotlib (Agg canvas), simspec.costs.
 """
@@ -17,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simspec.costs import attention, curves, fitted, profiles
+from simspec.costs.roofline import roofline
 from simspec.costs.specs import MODELS, GpuSpec, ModelSpec
 from simspec.types import InputError
 
@@ -84,17 +88,27 @@ def repeat_differences(found: list[profiles.Profile], repeat: profiles.Profile) 
     return out
 
 
+def prior_attention(result: fitted.Fitted, model: ModelSpec, device: GpuSpec) -> list[curves.OpFit]:
+    """The roofline prior's attention judged on the held-out points of each
+    measured kind (none without measured attention or a datasheet)."""
+    if result.attention_points is None or device.hbm_bytes_per_s <= 0 or device.bf16_flops <= 0:
+        return []
+    return attention.judge(result.attention_points, roofline(model, device).attention, model.layers, "roofline prior")
+
+
 def _pct(v: float) -> str:
     return "-" if math.isnan(v) else f"{100 * v:.1f}%"
 
 
-def table(result: fitted.Fitted, repeat: dict[str, np.ndarray] | None = None) -> str:
-    """Held-out error per operator and for the composed layer; with
-    ``repeat`` (:func:`repeat_differences`), the run-to-run difference too."""
+def table(result: fitted.Fitted, repeat: dict[str, np.ndarray] | None = None,
+          prior: list[curves.OpFit] = ()) -> str:
+    """Held-out error per operator and for the composed layer, then the
+    prior's on the same points (:func:`prior_attention`); with ``repeat``
+    (:func:`repeat_differences`), the run-to-run difference too."""
     rows = [("operator", "points", "fit", "held-out median APE", "held-out p95 APE")]
     if repeat is not None:
         rows[0] += ("repeat median diff", "repeat p95 diff")
-    for fit in (*result.fits, *([result.layer] if result.layer else [])):
+    for fit in (*result.fits, *([result.layer] if result.layer else []), *prior):
         row = (fit.op, str(fit.points), fit.kind, _pct(fit.median_ape), _pct(fit.p95_ape))
         if repeat is not None:
             diff = repeat.get(fit.op, np.zeros(0))

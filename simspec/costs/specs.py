@@ -84,6 +84,9 @@ class GpuSpec:
     memory_bytes: float
     hbm_bytes_per_s: float
     bf16_flops: float
+    # Streaming multiprocessors (CUDA cores / cores per SM on the datasheet): the attention kernels' blocks
+    # per sequence and head spread over them (simspec.costs.roofline); 0 for a device known only from its profiles.
+    sms: int = 0
 
 
 _GB = 1e9
@@ -91,6 +94,8 @@ _CLIP_L_336 = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
 _QWEN2_VIT = dict(vision_layers=32, vision_hidden=1280, vision_mlp_hidden=5120)
 _VICUNA_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=32, mlp_hidden=11008, vocab=32000)
 _VICUNA_13B = dict(layers=40, hidden=5120, heads=40, kv_heads=40, mlp_hidden=13824, vocab=32000)
+# Meta's Llama 3 8B shapes (config.json of meta-llama/Meta-Llama-3-8B and Llama-3.1-8B).
+_LLAMA3_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, vocab=128256)
 _QWEN2_7B = dict(layers=28, hidden=3584, heads=28, kv_heads=4, mlp_hidden=18944, vocab=152064)
 
 MODELS: dict[str, ModelSpec] = {
@@ -116,6 +121,10 @@ MODELS: dict[str, ModelSpec] = {
         # Text-only language models (LLaVA-1.5-7B's LM; Vidur's profiled shape).
         ModelSpec(name="Vicuna-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
         ModelSpec(name="Llama-2-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
+        # Vidur's A100 attention profile of Llama 3 (grouped-query attention, 32 query / 8 KV heads); 3.1 is
+        # the same decoder with a 128k context (max_position_embeddings 131072), the most common EAGLE-3 target.
+        ModelSpec(name="Llama-3-8B", **_LLAMA3_8B, max_context_tokens=8192, visual_tokens_per_image=0),
+        ModelSpec(name="Llama-3.1-8B", **_LLAMA3_8B, max_context_tokens=131072, visual_tokens_per_image=0),
         # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
         ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
                   max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,
@@ -123,17 +132,24 @@ MODELS: dict[str, ModelSpec] = {
     )
 }
 
+# SMs: H100 SXM5 and H200 132 (16,896 CUDA cores), A100 108 (6,912), L40S 142 (18,176), A40 84 (10,752);
+# NVIDIA's H100 and A100 architecture whitepapers and the L40S and A40 datasheets.
 GPUS: dict[str, GpuSpec] = {
     spec.slug: spec
     for spec in (
         GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", slug="h100-sxm", memory_bytes=80 * _GB,
-                hbm_bytes_per_s=3.35e12, bf16_flops=989e12),
+                hbm_bytes_per_s=3.35e12, bf16_flops=989e12, sms=132),
         GpuSpec(name="NVIDIA H200 141GB HBM3e", slug="h200", memory_bytes=141 * _GB,
-                hbm_bytes_per_s=4.8e12, bf16_flops=989e12),
+                hbm_bytes_per_s=4.8e12, bf16_flops=989e12, sms=132),
         GpuSpec(name="NVIDIA A100 80GB (SXM)", slug="a100-80gb", memory_bytes=80 * _GB,
-                hbm_bytes_per_s=2.039e12, bf16_flops=312e12),
+                hbm_bytes_per_s=2.039e12, bf16_flops=312e12, sms=108),
         GpuSpec(name="NVIDIA L40S 48GB", slug="l40s", memory_bytes=48 * _GB,
-                hbm_bytes_per_s=0.864e12, bf16_flops=362e12),
+                hbm_bytes_per_s=0.864e12, bf16_flops=362e12, sms=142),
+        # NVIDIA A40 product brief (PB-09976-001_v04, January 2021) and datasheet: 48 GB GDDR6 with ECC,
+        # 696 GB/s; BF16 / FP16 tensor 149.7 TFLOPS dense (299.4 with sparsity), as tabulated at
+        # https://hmc-tech.com/gpu/nvidia-a100-vs-nvidia-a40 (84 SMs, 6 MB L2). Vidur's A40 profiles.
+        GpuSpec(name="NVIDIA A40", slug="a40", memory_bytes=48 * _GB,
+                hbm_bytes_per_s=0.696e12, bf16_flops=149.7e12, sms=84),
     )
 }
 
