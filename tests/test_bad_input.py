@@ -198,6 +198,7 @@ CASES = [
     case("dashboard-port-0", "dashboard --port 0", "--port", "1..65535"),
     case("dashboard-port-big", "dashboard --port 70000", "--port", "65535"),
     case("dashboard-port-word", "dashboard --port http", "--port"),
+    case("vllm-models-not-ours", "vllm-models {in}", "not empty", "simspec-models.json", notes__txt="mine"),
 ]
 
 

@@ -1,0 +1,188 @@
+"""simspec.vllm_models: the checkpoints `vllm serve` loads, read back by the
+formats' own rules (no vLLM, safetensors or tokenizers needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import invoke
+from simspec.types import InputError
+from simspec.vllm_models import (EOS_ID, MANIFEST, MODELS, SIZES, SPECIAL_TOKENS, LlamaShape, VllmModelsConfig,
+                                 bf16_bytes, build, parameters, tensors, weight)
+
+TINY = VllmModelsConfig(size="tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("models") / "m"
+    build(folder, TINY)
+    return folder
+
+
+def read_safetensors(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The header and each tensor as float32, by the format's definition."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        bits = np.frombuffer(body[begin:end], "<u2").astype(np.uint32) << 16
+        out[name] = bits.view(np.float32).reshape(entry["shape"])
+    return header, out
+
+
+def test_the_safetensors_file_holds_every_llama_weight_in_order_with_its_shape(built):
+    shape = SIZES["tiny"]
+    path = built / "target" / "model.safetensors"
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    assert n % 8 == 0
+    header, _ = read_safetensors(path)
+    assert header.pop("__metadata__") == {"format": "pt"}
+    specs = tensors(shape)
+    assert list(header) == [t.name for t in specs]
+    offset = 0
+    for t in specs:
+        entry = header[t.name]
+        assert entry["dtype"] == "BF16" and tuple(entry["shape"]) == t.shape
+        assert entry["data_offsets"] == [offset, offset + 2 * int(np.prod(t.shape))]
+        offset = entry["data_offsets"][1]
+    assert len(data) == 8 + n + offset
+    assert sum(int(np.prod(t.shape)) for t in specs) == parameters(shape)
+    assert {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+            "model.layers.1.mlp.down_proj.weight"} <= set(header)
+    assert header["model.layers.0.self_attn.k_proj.weight"]["shape"] == [shape.kv_heads * shape.head_dim,
+                                                                          shape.hidden]
+
+
+def test_the_values_are_the_seeded_weights_in_bf16(built):
+    _, values = read_safetensors(built / "target" / "model.safetensors")
+    for spec in tensors(SIZES["tiny"]):
+        exact = weight(spec, TINY.seed)
+        np.testing.assert_allclose(values[spec.name], exact, rtol=2.0 ** -8, atol=0)
+    assert np.all(values["model.norm.weight"] == 1)
+    std = float(values["model.layers.0.mlp.up_proj.weight"].std())
+    assert 0.019 < std < 0.021
+
+
+@pytest.mark.parametrize(("value", "bits"), [
+    (1.0, 0x3F80),
+    (1.0 + 2.0 ** -7, 0x3F81),  # exact in bf16
+    (1.0 + 2.0 ** -8, 0x3F80),  # half way: to even (down)
+    (1.0 + 3 * 2.0 ** -8, 0x3F82),  # half way: to even (up)
+    (1.0 + 2.0 ** -8 + 2.0 ** -20, 0x3F81),  # above half way: up
+    (-2.0, 0xC000),
+    (0.0, 0x0000),
+], ids=["one", "exact", "tie-down", "tie-up", "above-half", "minus-two", "zero"])
+def test_bf16_rounds_to_nearest_even(value, bits):
+    assert bf16_bytes(np.array([value], np.float32)) == bits.to_bytes(2, "little")
+
+
+def test_the_same_seed_gives_the_same_bytes_and_another_seed_other_weights(built, tmp_path):
+    again, other = tmp_path / "again", tmp_path / "other"
+    build(again, TINY)
+    build(other, VllmModelsConfig(size="tiny", seed=1))
+    files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    for f in files:
+        assert (built / f).read_bytes() == (again / f).read_bytes(), f
+    weights = Path("target") / "model.safetensors"
+    assert (built / weights).read_bytes() != (other / weights).read_bytes()
+    assert (built / "target" / "tokenizer.json").read_bytes() == (other / "target" / "tokenizer.json").read_bytes()
+
+
+def test_the_drafts_are_the_targets_weights_whole_and_cut_to_one_layer(built):
+    target = (built / "target" / "model.safetensors").read_bytes()
+    assert (built / "draft_same" / "model.safetensors").read_bytes() == target
+    _, big = read_safetensors(built / "target" / "model.safetensors")
+    _, small = read_safetensors(built / "draft_1layer" / "model.safetensors")
+    assert set(small) < set(big) and not [n for n in small if n.startswith("model.layers.1.")]
+    for name, value in small.items():
+        np.testing.assert_array_equal(value, big[name])
+    config = json.loads((built / "draft_1layer" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1
+    manifest = json.loads((built / MANIFEST).read_text())
+    assert list(manifest["models"]) == list(MODELS) and manifest["seed"] == 0 and manifest["size"] == "tiny"
+
+
+def test_the_config_matches_the_weights_and_the_tokenizer(built):
+    shape = SIZES["tiny"]
+    config = json.loads((built / "target" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["model_type"] == "llama"
+    assert (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]) == (
+        shape.layers, shape.hidden, shape.intermediate)
+    assert config["head_dim"] * config["num_attention_heads"] == config["hidden_size"]
+    vocab = json.loads((built / "target" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert config["vocab_size"] == len(vocab) == shape.vocab_tokens
+    assert config["eos_token_id"] == vocab["</s>"] == EOS_ID
+    tok_config = json.loads((built / "target" / "tokenizer_config.json").read_text())
+    assert [tok_config[k] for k in ("unk_token", "bos_token", "eos_token")] == list(SPECIAL_TOKENS)
+
+
+def test_the_tokenizer_decodes_and_encodes_back_to_the_same_ids(built):
+    """By tokenizer.json's own pipeline: the WordPiece decoder joins words with
+    a space (none starts with its prefix, clean-up off); the WhitespaceSplit
+    pre-tokenizer splits them; WordLevel maps each word to its id."""
+    tok = json.loads((built / "target" / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "WordLevel" and tok["pre_tokenizer"] == {"type": "WhitespaceSplit"}
+    assert tok["decoder"] == {"type": "WordPiece", "prefix": "##", "cleanup": False}
+    assert tok["normalizer"] is None and tok["post_processor"] is None  # no special tokens added
+    vocab = tok["model"]["vocab"]
+    words = {i: w for w, i in vocab.items()}
+    assert sorted(words) == list(range(len(vocab)))  # ids are 0..V-1, each once
+    assert not [w for w in vocab if not w.isprintable() or w.split() != [w] or w.startswith("##")]
+    assert [(t["id"], t["content"], t["special"]) for t in tok["added_tokens"]] == [
+        (i, s, True) for i, s in enumerate(SPECIAL_TOKENS)]
+    ids = np.random.default_rng(0).integers(len(SPECIAL_TOKENS), len(vocab), 500).tolist()
+    text = " ".join(words[i] for i in ids)
+    assert [vocab[w] for w in text.split()] == ids
+    sequential = [(7 + i) % len(vocab) for i in range(64)]  # as `vllm bench serve --dataset-name random` samples
+    sequential = [i for i in sequential if i >= len(SPECIAL_TOKENS)]
+    assert [vocab[w] for w in " ".join(words[i] for i in sequential).split()] == sequential
+
+
+def test_the_engine_dominated_size_has_about_120m_parameters():
+    shape = SIZES["120m"]
+    assert (shape.layers, shape.hidden) == (12, 768)
+    assert 115e6 < parameters(shape) < 125e6
+    assert parameters(shape) == shape.vocab_tokens * shape.hidden * 2 + shape.hidden + shape.layers * (
+        4 * shape.hidden ** 2 + 3 * shape.hidden * shape.intermediate + 2 * shape.hidden)
+
+
+def test_a_folder_it_did_not_make_is_refused_and_one_it_made_is_replaced(built, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match="not empty"):
+        build(foreign, TINY)
+    assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+    ours = tmp_path / "ours"
+    build(ours, VllmModelsConfig(size="tiny", seed=3))
+    build(ours, TINY)
+    assert (ours / "target" / "model.safetensors").read_bytes() == (built / "target" / "model.safetensors").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign", "ours"]  # no staging folder left
+
+
+@pytest.mark.parametrize(("field", "value"), [("layers", 0), ("heads", 5), ("kv_heads", 3), ("vocab_tokens", 3)])
+def test_a_bad_shape_names_the_field(field, value):
+    fields = dict(layers=2, hidden=128, heads=4, kv_heads=4, intermediate=512, vocab_tokens=4096)
+    fields[field] = value
+    with pytest.raises(InputError, match=f"LlamaShape.{field}|{field}"):
+        LlamaShape(**fields)
+
+
+def test_the_command_builds_the_tiny_models_and_says_what_it_wrote(tmp_path):
+    code, out, err = invoke(["vllm-models", tmp_path / "m", "--size", "tiny", "--seed", "2"])
+    assert code == 0, err
+    assert "draft_same: LlamaForCausalLM, 1.6M parameters" in out
+    assert "draft_1layer: LlamaForCausalLM, 1.3M parameters (1 layer," in out
+    assert json.loads((tmp_path / "m" / MANIFEST).read_text())["seed"] == 2
