@@ -185,8 +185,7 @@ def safetensors_header(specs: list[TensorSpec], dtype: str = "BF16", itemsize: i
 def write_safetensors(path: Path, specs: list[TensorSpec], seed: int) -> None:
     def write(f: BinaryIO) -> None:
         f.write(safetensors_header(specs))
-        for t in specs:
-            f.write(bf16_bytes(weight(t, seed)))
+        f.writelines(bf16_bytes(weight(t, seed)) for t in specs)
 
     write_atomic(path, write)
 

@@ -8,11 +8,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import invoke
+
 from simspec.types import InputError
-from simspec.vllm_models import (EOS_ID, MANIFEST, MODELS, SIZES, SPECIAL_TOKENS, LlamaShape, VllmModelsConfig,
-                                 bf16_bytes, build, parameters, tensors, weight)
+from simspec.vllm_models import (
+    EOS_ID,
+    MANIFEST,
+    MODELS,
+    SIZES,
+    SPECIAL_TOKENS,
+    LlamaShape,
+    VllmModelsConfig,
+    bf16_bytes,
+    build,
+    parameters,
+    tensors,
+    weight,
+)
 
 TINY = VllmModelsConfig(size="tiny", seed=0)
 
@@ -174,7 +186,7 @@ def test_a_folder_it_did_not_make_is_refused_and_one_it_made_is_replaced(built, 
 
 @pytest.mark.parametrize(("field", "value"), [("layers", 0), ("heads", 5), ("kv_heads", 3), ("vocab_tokens", 3)])
 def test_a_bad_shape_names_the_field(field, value):
-    fields = dict(layers=2, hidden=128, heads=4, kv_heads=4, intermediate=512, vocab_tokens=4096)
+    fields = {"layers": 2, "hidden": 128, "heads": 4, "kv_heads": 4, "intermediate": 512, "vocab_tokens": 4096}
     fields[field] = value
     with pytest.raises(InputError, match=f"LlamaShape.{field}|{field}"):
         LlamaShape(**fields)
