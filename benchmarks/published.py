@@ -68,11 +68,19 @@ import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import dataclasses
+import importlib
+import math
+
+import numpy as np
 from scipy import optimize
 
 from simspec import config as configuration
+from simspec import costs as cost_models
 from simspec import experiment
 from simspec.costs import GPUS, MODELS
+
+prior = importlib.import_module("simspec.costs.roofline")  # the module (simspec.costs.roofline is also its function)
 
 TABLE = Path(__file__).resolve().parents[1] / "validation" / "published" / "speculative_decoding.csv"
 SPLITS = ("fit", "held_out")
@@ -213,10 +221,15 @@ def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, 
                 "num_requests": max(min_requests, requests_per_seq * batch), "multimodal_share": 0.0,
                 "prompt_mean_tokens": prompt, "prompt_cv": LENGTH_CV,
                 "output_mean_tokens": output, "output_cv": LENGTH_CV}
-    flags = {"model": row.model, "device": row.gpu.lower(), "cost_model": cost_model,
+    flags = {"model": row.model, "device": row.gpu.lower(), "cost_model": cost_model, "drafter": drafter(row),
              "acceptance": f"iid:{iid_alpha(tau, k)!r}", "seed": seed, "policies": ["ar", f"linear:k={k}"],
              "workload": workload, "engine": {"kind": ENGINES[row.engine], "max_num_seqs": batch}}
     return configuration.build({}, flags)
+
+
+def drafter(row: Row) -> str:
+    """The draft head simspec prices for the row's method (EAGLE-1 and EAGLE-2 share EAGLE-1's head)."""
+    return "eagle3" if row.method == "eagle3" else "eagle1"
 
 
 def speedup_of(metrics: dict[str, dict[str, float]], spec: str, metric: str) -> float:
@@ -227,9 +240,12 @@ def speedup_of(metrics: dict[str, dict[str, float]], spec: str, metric: str) -> 
 
 
 def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq: int = REQUESTS_PER_SEQ,
-            min_requests: int = MIN_REQUESTS, seed: int = 0, cost_model: str = "auto") -> list[Prediction]:
+            min_requests: int = MIN_REQUESTS, seed: int = 0, cost_model: str = "auto",
+            ar_cache: dict | None = None) -> list[Prediction]:
     """Predict each row's speedup over AR. ``table`` (default: ``rows``) is
-    where acceptance proxies are looked up."""
+    where acceptance proxies are looked up; ``ar_cache`` (row id -> AR
+    metrics) keeps AR runs across calls that change only the speculation
+    round's terms (which AR never pays)."""
     by_id = {r.id: r for r in (table if table is not None else rows)}
     out = []
     for row in rows:
@@ -240,8 +256,13 @@ def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq
         tau = _acceptance(row, by_id)
         cfg = scenario(row, tau, requests_per_seq=requests_per_seq, min_requests=min_requests, seed=seed,
                        cost_model=cost_model)
-        metrics = experiment.run(cfg).metrics
         spec = cfg.policies[1]
+        if ar_cache is not None and row.id in ar_cache:
+            metrics = {"ar": ar_cache[row.id], **experiment.run(dataclasses.replace(cfg, policies=(spec,))).metrics}
+        else:
+            metrics = experiment.run(cfg).metrics
+            if ar_cache is not None:
+                ar_cache[row.id] = metrics["ar"]
         out.append(Prediction(row=row, speedup=speedup_of(metrics, spec, row.speedup_metric), acceptance_length=tau,
                               simulated_acceptance_length=metrics[spec]["spec_decode_acceptance_length"]))
     return out
@@ -276,15 +297,50 @@ def table_text(predictions: list[Prediction]) -> str:
     return "\n".join(lines)
 
 
+FITTED = ("draft_step_s", "draft_round_s", "draft_round_request_s")  # the prior's terms --fit refits
+
+
+def with_fixed(values: dict[str, float]) -> None:
+    """Make the prior price with these FITTED terms (and forget models built before)."""
+    prior.FIXED = dataclasses.replace(prior.FIXED, **values)
+    cost_models._build.cache_clear()
+
+
+def fit(rows: list[Row], table: list[Row], seed: int, cost_model: str) -> dict[str, float]:
+    """The FITTED terms (seconds, >= 0) minimising the mean squared log error
+    of predicted speedups over ``rows`` (the fit split): Nelder-Mead over
+    log10 seconds from 10 us each, AR runs kept (they pay none of the terms)."""
+    ar_cache: dict = {}
+    start = prior.FIXED
+
+    def loss(x: np.ndarray) -> float:
+        with_fixed(dict(zip(FITTED, 10.0 ** x)))
+        done = [p for p in predict(rows, table=table, seed=seed, cost_model=cost_model, ar_cache=ar_cache)
+                if p.speedup is not None]
+        return float(np.mean([math.log(p.speedup / p.row.speedup) ** 2 for p in done]))
+
+    result = optimize.minimize(loss, np.full(len(FITTED), -5.0), method="Nelder-Mead",
+                               options={"xatol": 0.02, "fatol": 1e-5, "maxfev": 150})
+    prior.FIXED = start
+    cost_models._build.cache_clear()
+    return dict(zip(FITTED, 10.0 ** result.x))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=(*SPLITS, "all"), default="all", help="which rows to predict")
     parser.add_argument("--cost-model", default="auto", help="simspec cost model (default: auto)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--table", type=Path, default=TABLE, help="the CSV of published measurements")
+    parser.add_argument("--fit", action="store_true", help="refit the prior's speculation-round terms "
+                        f"({', '.join(FITTED)}) on the fit split, print them, then predict with them")
     args = parser.parse_args()
     started = time.perf_counter()
     table = read_rows(args.table)
+    if args.fit:
+        found = fit([r for r in table if r.split == "fit"], table, args.seed, args.cost_model)
+        print("fitted on the fit split: " + ", ".join(f"{k} = {v * 1e6:.1f} us" for k, v in found.items()))
+        with_fixed(found)
     rows = [r for r in table if args.split == "all" or r.split == args.split]
     predictions = predict(rows, table=table, seed=args.seed, cost_model=args.cost_model)
     print(table_text(predictions))

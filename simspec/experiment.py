@@ -59,7 +59,7 @@ class Results:
 
 
 def resolve(config: SimConfig) -> Scenario:
-    model = costs.model_spec(config.model)
+    model = costs.model_spec(config.model, config.drafter)
     gpu = costs.gpu_spec(config.device)
     ss = np.random.SeedSequence(config.seed, spawn_key=(0,))
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),

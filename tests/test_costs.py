@@ -60,7 +60,10 @@ def test_compiled_step_cost_equals_the_sum_of_its_parts(roofline, terms):
     shape = StepShape(forward_tokens=300, kv_read_tokens=9000, attn_pairs=90000, logit_tokens=40, attn_requests=12,
                       padded_kv_tokens=12 * 1500, vision_tokens=1152, draft_level_tokens=(4, 16, 16), draft_kept_visual_tokens=32,
                       select_visual_tokens=2304, select_requests=4)
-    parts = (model.overhead_s + model.forward_s(300, 9000, 90000, 40, 12, 18000) + model.vision_s(1152)
+    # the CPU part per step and per sequence; a drafted step's round costs, per round and per decoding request
+    cpu = model.overhead_s + 12 * model.overhead_s_per_request
+    rounds = model.draft_s_per_round + 12 * model.draft_s_per_round_request
+    parts = (cpu + model.forward_s(300, 9000, 90000, 40, 12, 18000) + model.vision_s(1152) + rounds
              + sum(model.draft_level_s(t, 32) for t in (4, 16, 16)) + model.select_s(4, 2304))
     assert model.step_s(shape) == pytest.approx(parts, rel=1e-12)
     tables = model.tables

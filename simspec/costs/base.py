@@ -20,10 +20,11 @@ spends on each sequence and each query row besides reading keys and
 computing scores (setup, softmax rows), the floor what a call costs at
 all; the knees are where the data a call touches outgrows a cache, past
 which each token or pair costs the extra ``*_over`` (a CPU's last-level
-cache, a GPU's L2). The roofline prior, closed forms and live-step fits
+cache, a GPU's L2). Closed forms and live-step fits
 give every kind the same coefficients and leave floors, knees and the
 per-sequence and per-query terms 0 where they do not measure them; then
-the kinds price exactly as one call. K is the step's
+the kinds price exactly as one call (the roofline prior has a floor,
+per-sequence and per-query terms per kind: simspec.costs.roofline). K is the step's
 attention rows times its longest cached context: an engine that gathers
 the batch's caches into one dense, padded tensor each step (simspec's live
 engine) pays for every slot of it; paged attention does not, and profiles
@@ -118,7 +119,8 @@ class CostModel:
     label: str  # shown with every result, e.g. "roofline prior: H100 / LLaVA-1.5-7B"
     calibrated: bool  # True only for models fitted to measurements of this device
     partly_calibrated: bool = False  # some pieces measured, the rest from the roofline prior
-    overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches)
+    overhead_s: float = 0.0  # fixed per step (scheduling, sampling, launches): the engine's CPU part
+    overhead_s_per_request: float = 0.0  # ... and per sequence the step runs (input preparation, output processing)
     # Tables, [TABLE_TOKENS]: all decoder layers by query tokens T; the LM head by logit rows.
     layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
@@ -129,6 +131,8 @@ class CostModel:
     vision_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     draft_s_table: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     draft_s_per_kept: float = 0.0  # a drafter step reading one kept visual token
+    draft_s_per_round: float = 0.0  # a step that drafts at all: fixed (proposer set-up, rejection sampling)
+    draft_s_per_round_request: float = 0.0  # ... and per request that drafts in it
     draft_s_cross_call: float = 0.0  # a drafter step that cross-attends (kept tokens > 0): fixed
     draft_s_cross_row: float = 0.0  # ... and per draft row
     select_launch_s: float = 0.0  # visual-token selection: fixed per step that selects
@@ -197,7 +201,8 @@ class CostModel:
         """The model as compiled loops read it."""
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.attention, self.kv_s_per_padded_token,
                           self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.draft_s_cross_call,
-                          self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq)
+                          self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq,
+                          self.overhead_s_per_request, self.draft_s_per_round, self.draft_s_per_round_request)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
@@ -237,6 +242,15 @@ class CostTables(NamedTuple):
     select_launch_s: float
     select_s_per_key: float
     select_s_per_key_sq: float
+    overhead_per_request: float
+    draft_round_s: float
+    draft_round_request_s: float
+
+
+@jit
+def cpu_s(t: CostTables, requests: int) -> float:
+    """The engine's CPU part of a step over ``requests`` sequences."""
+    return t.overhead_s + requests * t.overhead_per_request
 
 
 @jit
@@ -325,9 +339,11 @@ def select_cost(t: CostTables, requests: int, keys: int) -> float:
 @jit
 def step_cost(t: CostTables, s: Step) -> float:
     """Seconds for one engine step: overhead + vision + forward + drafting + selection."""
-    total = t.overhead_s + forward_cost(t, s.forward)
+    total = cpu_s(t, s.forward.requests) + forward_cost(t, s.forward)
     if s.vision_tokens > 0:
         total += table_at(t.vision_s, s.vision_tokens)
+    if len(s.level_tokens) > 0:
+        total += t.draft_round_s + (s.forward.requests - s.forward.prefill_requests) * t.draft_round_request_s
     for level in range(len(s.level_tokens)):
         total += draft_cost(t, s.level_tokens[level], s.kept)
     return total + select_cost(t, s.select_requests, s.select_keys)

@@ -36,7 +36,7 @@ from simspec.costs.attention import AttentionFit, AttentionTerms, attention_by_k
 from simspec.costs.base import TOKENS, CostModel, frozen_table
 from simspec.costs.curves import OpFit, _ape, _split, _terms, fit_curve, fit_line
 from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
-from simspec.costs.roofline import STEP_OVERHEAD_S, roofline
+from simspec.costs.roofline import FIXED, roofline
 from simspec.costs.specs import GpuSpec, ModelSpec
 from simspec.types import InputError
 
@@ -155,9 +155,19 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     where = ", ".join(sorted({s for s in sources.values()}))
     label = (f"fitted profile: {profiles[0].meta.get('device', gpu.name)} / {model.name} ({where})"
              + (f"; roofline prior for {', '.join(used_prior)}" if used_prior else "")
-             + (f"; {', '.join(borrowed)}" if borrowed else ""))
+             + (f"; {', '.join(borrowed)}" if borrowed else "")
+             + ("; the prior's fixed costs (engine CPU time, CUDA-graph regimes, speculation rounds; "
+                "the round terms fitted to published results)" if prior is not None else ""))
+    # Operator profiles time kernels alone: what a GPU engine pays around
+    # them (its CPU part, eager launches, a speculation round's fixed costs)
+    # is the prior's (simspec.costs.roofline.FixedCosts); a device without a
+    # datasheet (a CPU) keeps only the fixed CPU part per step.
+    fixed = prior if prior is not None else CostModel(label="", calibrated=False, overhead_s=FIXED.cpu_step_s)
     cost = CostModel(label=label, calibrated=not used_prior, partly_calibrated=bool(used_prior),
-                     overhead_s=STEP_OVERHEAD_S,
+                     overhead_s=fixed.overhead_s, overhead_s_per_request=fixed.overhead_s_per_request,
+                     draft_s_per_round=fixed.draft_s_per_round,
+                     draft_s_per_round_request=fixed.draft_s_per_round_request,
+                     graph_piecewise_s=fixed.graph_piecewise_s, graph_eager_s=fixed.graph_eager_s,
                      layers_s=frozen_table(layers), head_s=frozen_table(head), attention=by_kind,
                      vision_s_table=frozen_table(vision), draft_s_table=frozen_table(draft),
                      draft_s_per_kept=per_kept, draft_s_cross_call=cross_call, draft_s_cross_row=cross_row,

@@ -19,6 +19,20 @@ Vidur's A100 Llama-2-7B attention profile (FlashAttention-2,
 profiles/a100-80gb/Llama-2-7B) on three quarters of its points and judged
 on the rest, on Vidur's A40 profile and on its A100 Llama-3-8B one
 (FlashInfer, grouped-query attention): docs/profiling.md.
+
+Fixed costs (:class:`FixedCosts`, each a named term with its unit and
+source): the kernels a decoder layer, the LM head and the sampler launch,
+priced per kernel as a replayed CUDA graph's node, with the graph regimes'
+extra (``graph_piecewise_s``: attention launched eagerly between graph
+pieces; ``graph_eager_s``: every kernel launched eagerly) for engines
+with CUDA graphs (simspec.engines); the sampler's pass over the
+vocabulary per logit row; the engine's CPU time per step and per sequence
+(overlapped with the GPU under async scheduling); and a speculation
+round's fixed costs, which are what real engines pay beyond the drafter's
+arithmetic: a fixed cost per draft step, per drafted round and per request
+of a drafted round. The last three were fitted to the ``fit`` rows of the
+published measurements (validation/published/, ``python
+benchmarks/published.py --fit``), never to the held-out rows.
 """
 
 from __future__ import annotations
@@ -34,9 +48,60 @@ from simspec.types import require
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights (KV: below)
 GEMM_EFFICIENCY = 0.55  # achievable share of dense bf16 FLOPs for large GEMMs
 ATTENTION_EFFICIENCY = 0.35  # attention kernels reach less of peak than GEMMs
-STEP_OVERHEAD_S = 0.8e-3  # scheduler, sampling and launch overhead of one engine step
-KERNEL_LAUNCH_S = 0.02e-3  # a small kernel's floor (drafter level, selection)
+KERNEL_LAUNCH_S = 0.02e-3  # a small kernel's floor (selection)
 SELECT_LAYERS = 4  # verifier layers that vote in visual-token selection
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixedCosts:
+    """What an engine step pays besides moving weights, keys and FLOPs."""
+
+    # Kernels: a replayed CUDA graph's node (the GPU's gap between kernels)
+    # and an eager launch (the CPU's launch path), seconds per kernel. An
+    # assumption of the order NVIDIA's CUDA-graphs post shows (launch
+    # overheads of a few microseconds that graphs cut to about one;
+    # developer.nvidia.com/blog/cuda-graphs), not measured here.
+    graph_node_s: float = 1.0e-6
+    launch_s: float = 4.0e-6
+    # Kernels per decoder layer as vLLM runs a Llama layer: fused
+    # residual-add RMSNorm, QKV GEMM, rotary, KV-cache write, attention,
+    # O GEMM, fused residual-add RMSNorm, gate-up GEMM, SiLU-and-mul, down
+    # GEMM (vllm/model_executor/models/llama.py); 2 of them (cache write,
+    # attention) run eagerly between a piecewise graph's pieces.
+    kernels_per_layer: int = 10
+    attention_kernels_per_layer: int = 2
+    # The final norm and LM head GEMM, and the sampler's kernels (logits
+    # processing, softmax / argmax, gathering); per logit row the sampler
+    # reads and writes the float32 logits a few times.
+    head_kernels: int = 2
+    sampler_kernels: int = 6
+    sampler_passes: int = 3
+    # The engine's CPU part of a step: scheduling, input preparation and
+    # output processing, fixed and per running sequence (the prior's former
+    # fixed 0.8 ms kept as the fixed part). With async scheduling it
+    # overlaps the GPU part (simspec.sim.steps.engine_step_s).
+    cpu_step_s: float = 0.8e-3
+    cpu_per_request_s: float = 0.0
+    # One draft step's kernels: fc, a decoder layer, the head's norm, GEMM
+    # and top-k.
+    draft_kernels: int = 14
+    # Fitted to the published rows' fit split (module docstring; 17 rows,
+    # `python benchmarks/published.py --fit`, 2026-12-01): a draft step's
+    # fixed cost beyond its kernels' arithmetic (the proposer's per-step
+    # input and attention-metadata preparation: vLLM's time per token at
+    # batch 1 rises 0.7-1.0 ms per extra draft token, github.com/vllm-
+    # project/vllm/issues/20780, where the head's weights take 0.3-0.6 ms),
+    # a drafted round's (rejection sampling, the proposer's set-up: the fit
+    # finds almost none) and one per request of a drafted round (SGLang's
+    # EAGLE speedups fall to about 1 at batch 64, EAGLE-3 paper Table 3: a
+    # cost that grows with the batch beyond the arithmetic; the fit puts it
+    # at 120 us a request, which no source measures directly).
+    draft_step_s: float = 578e-6
+    draft_round_s: float = 0.7e-6
+    draft_round_request_s: float = 120e-6
+
+
+FIXED = FixedCosts()
 
 # Attention's memory side: the share of HBM bandwidth a decode kernel streams
 # keys and values at once the batch fills the GPU. Fitted (with the decode
@@ -80,26 +145,39 @@ ATTENTION_FIXED = {
 }
 
 
-def roofline(model: ModelSpec, gpu: GpuSpec) -> CostModel:
-    """The datasheet prior for ``model`` on ``gpu`` (uncalibrated)."""
+def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) -> CostModel:
+    """The datasheet prior for ``model`` on ``gpu`` (uncalibrated), with the
+    fixed costs ``fixed`` (default: this module's :data:`FIXED`, read at the
+    call, which benchmarks/published.py --fit varies to refit its terms)."""
+    fixed = fixed if fixed is not None else FIXED
     bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
     flops = gpu.bf16_flops * GEMM_EFFICIENCY
+    node, eager_extra = fixed.graph_node_s, fixed.launch_s - fixed.graph_node_s
 
     def gemm(params: float, tokens=TOKENS):
         return blend(params * model.dtype_bytes / bw, 2.0 * params * tokens / flops)
 
-    head = gemm(model.lm_head_params)
+    sampler = (fixed.sampler_kernels * node
+               + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
+    head = gemm(model.lm_head_params) + fixed.head_kernels * node + sampler
     vision = 0.0 * TOKENS
     if model.multimodal:
         vision = gemm(model.vision_params, TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image)
+    draft_step = (gemm(model.drafter_params) + gemm(model.drafter_head_params) + fixed.draft_kernels * node
+                  + fixed.draft_step_s)
     return CostModel(
-        label=f"roofline prior: {gpu.name} / {model.name}", calibrated=False, overhead_s=STEP_OVERHEAD_S,
-        layers_s=frozen_table(model.layers * gemm(model.layer_params)), head_s=frozen_table(head),
-        attention=attention_prior(model, gpu),
+        label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published results)",
+        calibrated=False, overhead_s=fixed.cpu_step_s,
+        overhead_s_per_request=fixed.cpu_per_request_s,
+        layers_s=frozen_table(model.layers * (gemm(model.layer_params) + fixed.kernels_per_layer * node)),
+        head_s=frozen_table(head), attention=attention_prior(model, gpu),
         vision_s_table=frozen_table(vision),
-        # An EAGLE drafter step: fc + one decoder layer, then the shared LM head.
-        draft_s_table=frozen_table(KERNEL_LAUNCH_S + gemm(model.drafter_params) + head),
+        draft_s_table=frozen_table(draft_step),
         draft_s_per_kept=2 * model.hidden * model.dtype_bytes / bw,
+        draft_s_per_round=fixed.draft_round_s, draft_s_per_round_request=fixed.draft_round_request_s,
+        graph_piecewise_s=model.layers * fixed.attention_kernels_per_layer * eager_extra,
+        graph_eager_s=(model.layers * fixed.kernels_per_layer + fixed.head_kernels + fixed.sampler_kernels)
+        * eager_extra,
         # Selection is memory-bound: each int8 key is read once per voting layer.
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
 

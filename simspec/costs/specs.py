@@ -7,9 +7,9 @@ per-layer costs are scaled to whole models from these shapes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from simspec.types import InputError
+from simspec.types import InputError, require
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +30,15 @@ class ModelSpec:
     vision_mlp_hidden: int = 0
     vision_patches_per_image: int = 0  # tokens through the vision encoder per image
     dtype_bytes: int = 2
+    # The draft head (DRAFTERS): "eagle1" (EAGLE-1/2: fc over [feature,
+    # embedding] + one decoder layer, the target's LM head) or "eagle3"
+    # (EAGLE-3: fc over three of the target's layers' features, one decoder
+    # layer whose attention takes [embedding, feature], and its own LM head
+    # over a draft vocabulary of min(vocab, EAGLE3_DRAFT_VOCAB) tokens).
+    drafter: str = "eagle1"
+
+    def __post_init__(self):
+        require(self.drafter in DRAFTERS, f"drafter must be one of {', '.join(DRAFTERS)} (got {self.drafter!r})")
 
     @property
     def head_dim(self) -> int:
@@ -56,9 +65,20 @@ class ModelSpec:
 
     @property
     def drafter_params(self) -> int:
-        """EAGLE drafter: fc over [feature, embedding] + one decoder layer; it
-        shares the target's LM head (counted in the drafter step's cost)."""
+        """The draft head's weights besides its LM head: EAGLE-1's fc over
+        [feature, embedding] + one decoder layer; EAGLE-3's fc over three
+        features + a layer whose Q, K and V projections read 2 x hidden."""
+        if self.drafter == "eagle3":
+            kv = self.kv_heads * self.head_dim
+            return 3 * self.hidden * self.hidden + self.layer_params + self.hidden * (self.hidden + 2 * kv)
         return 2 * self.hidden * self.hidden + self.layer_params
+
+    @property
+    def drafter_head_params(self) -> int:
+        """The LM head a draft step runs: the target's (EAGLE-1, shared) or
+        EAGLE-3's own over its draft vocabulary."""
+        vocab = min(self.vocab, EAGLE3_DRAFT_VOCAB) if self.drafter == "eagle3" else self.vocab
+        return vocab * self.hidden
 
     @property
     def weight_bytes(self) -> int:
@@ -67,6 +87,7 @@ class ModelSpec:
             + 2 * self.lm_head_params  # embeddings + LM head
             + self.vision_params
             + self.drafter_params
+            + (self.drafter_head_params if self.drafter == "eagle3" else 0)  # EAGLE-1 shares the target's
         )
         return total * self.dtype_bytes
 
@@ -88,6 +109,12 @@ class GpuSpec:
     # per sequence and head spread over them (simspec.costs.roofline); 0 for a device known only from its profiles.
     sms: int = 0
 
+
+DRAFTERS = ("eagle1", "eagle3")
+# EAGLE-3 heads predict over the 32,000 most frequent target tokens
+# (draft_vocab_size 32000 in the released Llama-3.1-8B EAGLE-3 head's config,
+# EAGLE-3 paper arXiv 2503.01840).
+EAGLE3_DRAFT_VOCAB = 32000
 
 _GB = 1e9
 _CLIP_L_336 = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
@@ -161,8 +188,10 @@ def _lookup(table: dict, key: str, field: str):
     return folded[key.lower()]
 
 
-def model_spec(name: str) -> ModelSpec:
-    return _lookup(MODELS, name, "model")
+def model_spec(name: str, drafter: str | None = None) -> ModelSpec:
+    """The spec named ``name`` (any case), with ``drafter`` as its draft head where given."""
+    spec = _lookup(MODELS, name, "model")
+    return spec if drafter is None or drafter == spec.drafter else replace(spec, drafter=drafter)
 
 
 def gpu_spec(slug: str) -> GpuSpec:

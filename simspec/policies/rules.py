@@ -30,7 +30,7 @@ import numpy as np
 
 from simspec import trees
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, Forward, draft_cost, forward_cost, select_cost, table_at
+from simspec.costs.base import CostTables, Forward, cpu_s, draft_cost, forward_cost, select_cost, table_at
 from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
@@ -91,7 +91,7 @@ def _pricing(batch: Batch, costs: CostTables, width: int) -> Pricing:
     tokens0, logits0 = batch.prefill_tokens + b, batch.prefill_requests + b
     kv, pairs0 = batch.prefill_kv_tokens + ctx, batch.prefill_attn_pairs + ctx
     vision = table_at(costs.vision_s, batch.vision_tokens) if batch.vision_tokens > 0 else 0.0
-    fixed = costs.overhead_s + vision
+    fixed = cpu_s(costs, batch.prefill_requests + b) + vision
     padded = logits0 * max(batch.prefill_max_context, batch.context_tokens.max() if b > 0 else 0)
     rate0 = b / (fixed + forward_cost(costs, Forward(tokens0, kv, pairs0, logits0, logits0, padded,
                                                      batch.prefill_tokens, batch.prefill_kv_tokens,
@@ -121,7 +121,8 @@ def _draft_table(batch: Batch, costs: CostTables, width: int) -> np.ndarray:
             keys += batch.visual_tokens[i]
             selecting += 1
     out = np.zeros(MAX_DEPTH + 1)
-    first = select_cost(costs, selecting, keys) + draft_cost(costs, b, kept)
+    first = (select_cost(costs, selecting, keys) + draft_cost(costs, b, kept) + costs.draft_round_s
+             + b * costs.draft_round_request_s)
     later = draft_cost(costs, b * width, kept)
     for d in range(1, MAX_DEPTH + 1):
         out[d] = first + later * (d - 1)

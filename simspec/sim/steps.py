@@ -23,7 +23,7 @@ import numpy as np
 
 from simspec.acceptance.model import Draws, Randoms, draw_round
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, Forward, Step, step_cost
+from simspec.costs.base import CostTables, Forward, Step, cpu_s, step_cost
 from simspec.policies import rules
 from simspec.scheduling import NO_PREFILL, Prefill, after_round
 from simspec import trees
@@ -234,7 +234,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
         forward = Forward(padded_tokens, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs, pf.requests + verify,
                           pf.requests + b, (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0),
                           pf.tokens, pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b)
-        duration = engine_step_s(engine, costs.overhead_s, step_cost(costs, Step(
+        duration = engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, Step(
             forward, pf.vision_tokens, level_tokens, drafted_kept, select_requests, select_keys)), regime)
         if first:
             duration += wake_s
