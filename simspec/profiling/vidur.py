@@ -156,16 +156,21 @@ def _cells(shape: tuple[int, ...], timing: tuple[float, float, float]) -> list[s
     return [*(str(v) for v in shape), repr(median), repr(low), repr(high), "", ""]
 
 
+def _header(path: Path, reader: csv.DictReader, required, expected: str) -> list[str]:
+    """The file's columns, or a one-line error naming the ``required`` ones it lacks and what was ``expected``."""
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected {expected}")
+    return list(header)
+
+
 def _read_tokens(path: Path, model: ModelSpec) -> Imported:
     """A token-level (``mlp``) file: per operator, one row per token count."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        missing = [c for c in SHAPE_COLUMNS if c not in header]
-        if missing:
-            raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected Vidur's token-level "
-                             "profile (time_stats.<op>.{min,max,mean,median,std}, num_tokens, "
-                             "num_tensor_parallel_workers)")
+        header = _header(path, reader, SHAPE_COLUMNS, "Vidur's token-level profile (time_stats.<op>.{min,max,mean,"
+                                                      "median,std}, num_tokens, num_tensor_parallel_workers)")
         ops = [op for op in VIDUR_OPS if all(f"time_stats.{op}.{s}" in header for s in STATS)]
         if not ops:
             raise InputError(f"{path}: no time_stats.<op>.{{min,median,max}} columns for any of "
@@ -189,12 +194,9 @@ def _read_attention(path: Path, model: ModelSpec) -> Imported:
     """An ``attention`` file: decode rows -> attn_decode, prefill rows -> attn_prefill (module docstring)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        missing = [c for c in ATTENTION_COLUMNS if c not in header]
-        if missing:
-            raise InputError(f"{path}: missing column(s) {', '.join(missing)}; expected Vidur's attention profile "
-                             f"(time_stats.{{attn_prefill,attn_decode}}.{{min,max,mean,median,std}}, "
-                             f"{', '.join(ATTENTION_COLUMNS)})")
+        header = _header(path, reader, ATTENTION_COLUMNS, "Vidur's attention profile (time_stats.{attn_prefill,"
+                                                          f"attn_decode}}.{{min,max,mean,median,std}}, "
+                                                          f"{', '.join(ATTENTION_COLUMNS)})")
         tables: dict[str, list[tuple[tuple[int, ...], list[str]]]] = {op: [] for op in ATTENTION_OPS.values()}
         backends: set[str] = set()
         settings: set[tuple[int, int]] = set()
