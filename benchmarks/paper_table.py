@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from simspec import config as configuration, experiment, tune  # noqa: E402
+from simspec.files import write_text  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "paper_table"
 MARGIN = 0.02  # non-inferiority margin, share of the best fixed strategy's mean latency
@@ -205,9 +206,10 @@ def main() -> None:
             cells_s.append(wall_s)
             bar.update()
     wall_s = time.perf_counter() - started
-    tune.write_text(out / "cells.csv", to_csv(rows))
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "cells.csv", to_csv(rows))
     summary = summarize(rows, grid, wall_s, args.jobs, cost_models)
-    tune.write_text(out / "summary.md", summary)
+    write_text(out / "summary.md", summary)
     print(summary)
     print(f"cell tuning: mean {np.mean(cells_s):.1f} s, max {np.max(cells_s):.1f} s; wrote {out}/cells.csv, summary.md")
 
