@@ -199,6 +199,9 @@ CASES = [
     case("dashboard-port-big", "dashboard --port 70000", "--port", "65535"),
     case("dashboard-port-word", "dashboard --port http", "--port"),
     case("vllm-models-not-ours", "vllm-models {in}", "not empty", "simspec-models.json", notes__txt="mine"),
+    case("calibrate-vllm-log-without-iterations", "calibrate vllm --log {in}/serve.log --metrics {in}/serve.log "
+         "--model Llama-2-7B --device h100-sxm --out cal", "serve.log", "--enable-logging-iteration-details",
+         serve__log="(APIServer pid=1) INFO 12-01 18:23:42 [api_server.py:1] vLLM API server version 0.32.0\n"),
 ]
 
 

@@ -16,10 +16,10 @@ import sys
 import threading
 
 from simspec import __version__
-from simspec.cli import costs, dashboard, export, live, profile, report, simulate, sweep, tune, vllm_models
+from simspec.cli import calibrate, costs, dashboard, export, live, profile, report, simulate, sweep, tune, vllm_models
 from simspec.types import InputError
 
-COMMANDS = (simulate, costs, live, profile, sweep, report, tune, export, dashboard, vllm_models)
+COMMANDS = (simulate, costs, live, profile, sweep, report, tune, export, dashboard, vllm_models, calibrate)
 """The modules that register subcommands, in the order ``--help`` lists them."""
 
 

@@ -220,3 +220,62 @@ def load_step_costs(path: str | Path, *, model: str | None = None, device: str |
         require(want is None or want == have, f"step-cost file {path} was fitted to {have} ({what}); the run "
                                               f"asks for {want} (choose --{what} {have})")
     return fit.cost_model()
+
+
+# --- engine steps known only by their totals (a vLLM server's iteration log) --------------------------
+
+ITERATION_FEATURES = ("overhead", "target_token", "attn_request")
+"""The terms :func:`fit_iteration_costs` fits; the other FEATURES are 0 in its model."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldOutError:
+    """How a fit prices steps it was not fitted to: every ``every``-th step
+    held out, relative error |predicted / measured - 1| in %."""
+
+    every: int
+    fitted_steps: int
+    held_out_steps: int
+    median_pct: float
+    p90_pct: float
+    max_pct: float
+
+
+def fit_iteration_costs(tokens: np.ndarray, requests: np.ndarray, elapsed_s: np.ndarray, label: str, *,
+                        model: str, device: str, hold_out_every: int = 5
+                        ) -> tuple[CostModel, StepCostFit, HeldOutError]:
+    """Fit the per-step, per-target-token and per-sequence terms
+    (:data:`ITERATION_FEATURES`) to S engine steps known only by their
+    totals: ``tokens`` [S] query tokens through the target (prefill chunks +
+    decode rounds with their draft tokens), ``requests`` [S] sequences in the
+    step, ``elapsed_s`` [S] its time. Non-negative least squares of relative
+    error, as :func:`fit_step_costs`, on all steps but every
+    ``hold_out_every``-th (the 0-based indices ``hold_out_every - 1``,
+    ``2 * hold_out_every - 1``, ...), which give the held-out error.
+
+    What such totals cannot tell apart is left to these three terms: the
+    attention's per-context cost (no context lengths: it is in the
+    per-token and per-sequence terms at the contexts the steps had), the LM
+    head (one logit row per decode token and per prefill request: in the
+    per-token term), and a drafter's cost (in the terms it grows with)."""
+    tokens, requests, elapsed_s = (np.asarray(a, dtype=float) for a in (tokens, requests, elapsed_s))
+    require(len(tokens) == len(requests) == len(elapsed_s), "tokens, requests and elapsed_s must have one entry a step")
+    require(hold_out_every >= 2, f"hold_out_every must be >= 2 (got {hold_out_every})")
+    held = np.arange(len(elapsed_s)) % hold_out_every == hold_out_every - 1
+    require((~held).sum() >= 10 and held.sum() >= 3,
+            f"the fit needs >= 10 steps to fit and >= 3 held out (got {(~held).sum()} and {held.sum()} of "
+            f"{len(elapsed_s)} steps, every {hold_out_every}th held out)")
+    require(bool(np.all(elapsed_s > 0)), "every step's elapsed time must be > 0")
+    x = np.stack([np.ones_like(tokens), tokens, requests], axis=1)
+    coef = _nnls_relative(x[~held], elapsed_s[~held])
+    c = dict.fromkeys(FEATURES, 0.0) | dict(zip(ITERATION_FEATURES, coef.tolist()))
+    error = np.abs(x @ coef - elapsed_s) / elapsed_s * 100
+    fitted, test = error[~held], error[held]
+    cost = cost_model_from(c, label)
+    fit = StepCostFit(label=label, model=model, device=device, coefficients_s=c, wake=WakeFit(),
+                      steps=int((~held).sum()), median_abs_pct_error=float(np.median(fitted)),
+                      p95_abs_pct_error=float(np.percentile(fitted, 95)),
+                      total_time_error_pct=float(((x @ coef)[~held].sum() / elapsed_s[~held].sum() - 1) * 100))
+    return cost, fit, HeldOutError(every=hold_out_every, fitted_steps=int((~held).sum()),
+                                   held_out_steps=int(held.sum()), median_pct=float(np.median(test)),
+                                   p90_pct=float(np.percentile(test, 90)), max_pct=float(test.max()))

@@ -1,0 +1,88 @@
+"""``simspec calibrate vllm``: step costs and acceptance of a real vLLM server,
+from its log, its /metrics and its benchmarks (simspec.calibrate_vllm)."""
+
+from __future__ import annotations
+
+import argparse
+
+from simspec.cli.scenario import number
+
+LIVE_VS_SIM = (("mean_e2el_ms", "mean E2EL ms"), ("mean_tpot_ms", "mean TPOT ms"), ("mean_ttft_ms", "mean TTFT ms"),
+               ("p95_e2el_ms", "p95 E2EL ms"), ("output_throughput", "output tok/s"),
+               ("spec_decode_acceptance_length", "accept length"))
+
+
+def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
+    from simspec import calibrate_vllm as cv
+    from simspec.runfolder import check_target
+
+    cfg = cv.CalibrateVllmConfig(log=args.log, metrics=args.metrics, benches=tuple(args.bench or ()), model=args.model,
+                                 device=args.device, warmup_steps=args.warmup_steps,
+                                 hold_out_every=args.hold_out_every, sim_seeds=args.sim_seeds)
+    replacing = check_target(args.out)  # a bad --out fails before any work
+    cal = cv.calibrate(cfg)
+    log, fit, held = cal.log, cal.fit, cal.held_out
+    print(f"vLLM {log.version or '?'} serving {log.model} ({log.dtype}, speculation: "
+          f"{log.speculative_method or 'none'}{f', K={log.num_speculative_tokens}' if log.speculative_method else ''})")
+    c = fit.coefficients_s
+    print(f"step costs: {len(log.steps)} iteration lines, {cfg.warmup_steps} warm-up left out, {held.fitted_steps} "
+          f"fitted, {held.held_out_steps} held out (every {held.every}th): {c['overhead'] * 1e3:.2f} ms a step + "
+          f"{c['target_token'] * 1e3:.3f} ms a target token + {c['attn_request'] * 1e3:.3f} ms a sequence")
+    print(f"held-out error: median {held.median_pct:.1f}%, p90 {held.p90_pct:.1f}%, max {held.max_pct:.1f}% "
+          f"(fitted steps: median {fit.median_abs_pct_error:.1f}%)")
+    print("  not identified by the log: attention's per-context term, the LM head, the drafter's own terms "
+          "(folded into the three above)")
+    if cal.acceptance is None:
+        print("acceptance: none (the server runs without speculation: no acceptance.json)")
+    else:
+        a = cal.acceptance
+        print(f"acceptance: {a.counters.num_drafts} drafts, {a.draft_tokens_per_draft:.2f} draft tokens a draft "
+              f"(K={a.k}), acceptance length {a.counters.acceptance_length:.3f}; per position "
+              f"{', '.join(f'{r:.3f}' for r in a.rates)} (model: {', '.join(f'{r:.3f}' for r in a.model_rates)})")
+    if cal.comparisons:
+        print("\nreplayed benchmarks (their own arrivals and lengths; live / simulated, simulated - live in %):")
+        print(f"{'bench':28s} {'policy':11s} " + " ".join(f"{name:>24s}" for _, name in LIVE_VS_SIM))
+        for row in cal.comparisons:
+            cells = []
+            for key, _ in LIVE_VS_SIM:
+                live, sim = row.live[key], row.simulated[key]
+                cells.append(f"{live:8.1f} / {sim:7.1f} {(sim / live - 1) * 100:+5.0f}%")
+            print(f"{row.bench.rsplit('/', 1)[-1][:28]:28s} {row.policy:11s} " + " ".join(f"{c:>24s}" for c in cells))
+    files = cv.write(args.out, cal)
+    print(f"\nwrote {args.out}: {', '.join(files)}" + (f" ({replacing})" if replacing else ""))
+    print(f"use it: {cv.simulate_command(args.out, cal)}")
+    return 0
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    """Register ``calibrate vllm``."""
+    from simspec.calibrate_vllm import CalibrateVllmConfig
+
+    d = CalibrateVllmConfig(log="", metrics="", model="", device="")
+    cal = sub.add_parser("calibrate", help="calibrate simspec from a real serving engine's output")
+    cal_sub = cal.add_subparsers(dest="calibrate_command", metavar="ENGINE", required=True)
+    p = cal_sub.add_parser("vllm", help="step costs and acceptance of a vLLM server, from its iteration log, "
+                                        "/metrics and `vllm bench serve` results",
+                           description="Fit simspec's step-cost model to a vLLM server's iteration log (held-out "
+                                       "error shown) and its acceptance model to the server's speculative "
+                                       "counters; write OUT/step_costs.json and OUT/acceptance.json for "
+                                       "`simspec simulate --engine vllm --cost-model steps:... --acceptance ...`, "
+                                       "and replay each benchmark's own arrivals into the simulator.")
+    p.add_argument("--log", required=True, metavar="SERVER.log",
+                   help="`vllm serve` stdout+stderr, run with --enable-logging-iteration-details")
+    p.add_argument("--metrics", required=True, metavar="METRICS.txt",
+                   help="the server's GET /metrics after its traffic (Prometheus text)")
+    p.add_argument("--bench", action="append", metavar="RESULT.json",
+                   help="`vllm bench serve --save-result --save-detailed` file of the served model (repeat); "
+                        "replayed into the simulator and compared")
+    p.add_argument("--model", required=True,
+                   help="the model spec `simspec simulate --model` will name (stands in for the served model)")
+    p.add_argument("--device", required=True, help="the device slug `simspec simulate --device` will name")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (new, empty, or one simspec wrote)")
+    p.add_argument("--warmup-steps", type=number(int, "--warmup-steps"), default=d.warmup_steps,
+                   help=f"first engine steps left out of the fit (default: {d.warmup_steps})")
+    p.add_argument("--hold-out-every", type=number(int, "--hold-out-every"), default=d.hold_out_every,
+                   help=f"hold every k-th step out of the fit, for its held-out error (default: {d.hold_out_every})")
+    p.add_argument("--sim-seeds", type=number(int, "--sim-seeds"), default=d.sim_seeds,
+                   help=f"simulator seeds averaged in each benchmark's replay (default: {d.sim_seeds})")
+    p.set_defaults(handler=cmd_calibrate_vllm)

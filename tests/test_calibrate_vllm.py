@@ -1,0 +1,126 @@
+"""``simspec calibrate vllm`` on the committed vLLM fixtures (tests/data/vllm/,
+no vLLM needed): the step fit's held-out error, the acceptance file against
+the counters, the folder used by ``simspec simulate``, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import invoke
+from simspec.acceptance import load_acceptance
+from simspec.costs.steps import fit_iteration_costs
+from simspec.vllm_logs import read_metrics, read_server_log
+
+DATA = Path(__file__).resolve().parent / "data" / "vllm"
+LOG, METRICS = DATA / "serve_ngram.log", DATA / "metrics_ngram.txt"
+BENCHES = [DATA / "bench_ngram.json", DATA / "bench_ar.json"]
+DEVICE = "cpu-amd-epyc"  # the fixtures' machine (AMD EPYC, 2 vCPUs); simspec knows it from a profile meta.json only
+STAND_IN = "Llama-2-7B"  # a text-only spec whose 4096-token context holds the fixtures' 128-token requests
+
+
+@pytest.fixture
+def device(tmp_path, monkeypatch):
+    """The fixtures' CPU as simspec knows a device without a datasheet: a
+    profiles folder with its meta.json (name and memory; the KV cache is the
+    server's own, --kv-cache-tokens)."""
+    root = tmp_path / "profiles"
+    (root / DEVICE / STAND_IN).mkdir(parents=True)
+    (root / DEVICE / STAND_IN / "meta.json").write_text(json.dumps(
+        {"device": "AMD EPYC", "device_slug": DEVICE, "memory_bytes": 25275990016, "model": STAND_IN}))
+    monkeypatch.setenv("SIMSPEC_PROFILES", str(root))
+    return DEVICE
+
+
+def calibrate(out: Path, *extra) -> tuple[int, str, str]:
+    argv = ["calibrate", "vllm", "--log", LOG, "--metrics", METRICS, "--model", STAND_IN, "--device", DEVICE,
+            "--out", out, "--sim-seeds", "1", *extra]
+    return invoke(argv + [a for b in BENCHES for a in ("--bench", b)])
+
+
+def test_the_fit_recovers_its_own_terms_exactly():
+    rng = np.random.default_rng(0)
+    tokens, requests = rng.integers(1, 400, 60), rng.integers(1, 30, 60)
+    elapsed = 0.04 + 0.0035 * tokens + 0.001 * requests
+    _, fit, held = fit_iteration_costs(tokens, requests, elapsed, "synthetic", model="m", device="d")
+    for name, want in (("overhead", 0.04), ("target_token", 0.0035), ("attn_request", 0.001)):
+        assert fit.coefficients_s[name] == pytest.approx(want, rel=1e-9)
+    assert held.held_out_steps == 12 and held.median_pct < 1e-6
+
+
+def test_held_out_error_is_printed_stored_and_within_what_the_log_allows(tmp_path, device):
+    code, out, err = calibrate(tmp_path / "cal")
+    assert code == 0, err
+    stored = json.loads((tmp_path / "cal" / "calibration.json").read_text())["step_fit"]["held_out"]
+    printed = re.search(r"held-out error: median ([\d.]+)%, p90 ([\d.]+)%", out)
+    assert printed and float(printed[1]) == pytest.approx(stored["median_pct"], abs=0.05)
+    assert float(printed[2]) == pytest.approx(stored["p90_pct"], abs=0.05)
+    assert json.loads((tmp_path / "cal" / "step_costs.json").read_text())["held_out"] == stored
+    # What the data allows: steps of one shape (tokens, sequences) differ by this much among themselves ...
+    a = read_server_log(LOG).arrays()
+    shape = list(zip((a.prefill_tokens + a.decode_tokens)[1:], (a.prefill_requests + a.decode_requests)[1:]))
+    ms = a.elapsed_ms[1:]
+    spread = [abs(m / np.median([x for s, x in zip(shape, ms) if s == key]) - 1) * 100
+              for key, m in zip(shape, ms) if shape.count(key) > 1]
+    floor = float(np.median(spread))
+    # ... and pricing every held-out step at the fitted steps' median time errs by this much.
+    held = np.arange(len(ms)) % 5 == 4
+    constant = float(np.median(np.abs(np.median(ms[~held]) / ms[held] - 1)) * 100)
+    assert stored["held_out_steps"] == held.sum() and stored["fitted_steps"] == (~held).sum()
+    assert stored["median_pct"] < constant / 3, (stored, constant)
+    assert stored["median_pct"] < 3 * floor + 2, (stored, floor)
+    assert stored["p90_pct"] >= stored["median_pct"]
+
+
+def test_the_acceptance_file_holds_the_counters_ratios(tmp_path, device):
+    assert calibrate(tmp_path / "cal")[0] == 0
+    counters = read_metrics(METRICS).spec_decode
+    record = json.loads((tmp_path / "cal" / "acceptance.json").read_text())
+    ratios = [a / counters.num_drafts for a in counters.accepted_per_position]
+    assert record["source"]["per_position_rates"] == ratios
+    assert record["source"]["draft_tokens_per_draft"] == counters.draft_tokens / counters.num_drafts
+    assert record["source"]["acceptance_length"] == 1 + counters.accepted_tokens / counters.num_drafts
+    # The model's own chain rates (checked by drawing from it, not by the fit's formula) are the counters' ratios.
+    model = load_acceptance(tmp_path / "cal" / "acceptance.json", STAND_IN)
+    rng = np.random.default_rng(1)
+    z = model.top1_logit + model.request_sigma * rng.standard_normal(200_000)
+    p = 1 / (1 + np.exp(-(z[:, None] - model.depth_decay_logit * np.arange(3))))
+    chains = np.cumprod(rng.random(p.shape) < p, axis=1).mean(axis=0)
+    assert np.max(np.abs(chains - ratios)) < 0.02, (chains, ratios)
+
+
+def test_the_folder_runs_in_simulate(tmp_path, device):
+    code, out, err = calibrate(tmp_path / "cal")
+    assert code == 0, err
+    line = re.search(r"use it: simspec (simulate .*)", out)[1]
+    code, sim_out, sim_err = invoke(line.split() + ["--num-requests", "30", "--rate", "1", "--quiet"])
+    assert code == 0, sim_err
+    assert "fitted to vLLM 0.32.0 iteration log" in sim_out and "calibrated:vllm-ngram" in sim_out
+    assert re.search(r"linear:k=3 .* 2\.\d\d ", sim_out), sim_out
+
+
+def test_same_inputs_same_bytes(tmp_path, device):
+    out = tmp_path / "cal"
+    assert calibrate(out)[0] == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert calibrate(out)[0] == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+    assert sorted(first) == ["acceptance.json", "calibration.json", "simspec-run.json", "step_costs.json"]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, device):
+    no_spec = tmp_path / "metrics.txt"
+    no_spec.write_text("\n".join(line for line in METRICS.read_text().splitlines() if "spec_decode" not in line))
+    other = tmp_path / "bench.json"
+    other.write_text(json.dumps({**json.loads(BENCHES[0].read_text()), "model_id": "another/model"}))
+    for argv, says in ((["--metrics", no_spec], "no vllm:spec_decode_* counters"),
+                       (["--bench", other], "a benchmark of model 'another/model'")):
+        args = ["calibrate", "vllm", "--log", LOG, "--metrics", METRICS, "--model", STAND_IN, "--device", DEVICE,
+                "--out", tmp_path / "cal", *argv]
+        code, _, err = invoke(args)
+        assert code == 2 and err.startswith("simspec: error: ") and err.count("\n") == 1 and says in err, err
+        assert not (tmp_path / "cal").exists()
