@@ -32,10 +32,12 @@ RULES = (  # vLLM's fields, added one at a time to the simspec engine (docs/engi
     ("batch limits 1024 seqs / 8192 tokens", {"max_num_seqs": 1024, "max_num_batched_tokens": 8192}),
     ("drafter sees the full image", {"drafter_context": "full"}),
     ("drafter runs over prefill chunks", {"drafter_over_prefill": True}),
-    ("CUDA graphs: padded to captured sizes", {"cudagraph_mode": "full_and_piecewise"}),
+    ("CUDA graphs: padding and graph regimes", {"cudagraph_mode": "full_and_piecewise"}),
     ("vLLM's scheduling order, budget, lookahead", {"scheduler": "vllm"}),
     ("encoder budget per step", {"encoder_budget": "vllm"}),
     ("KV in 16-token blocks + drafter's KV layer", {"block_size": 16, "drafter_kv_layers": 1}),
+    ("KV sized as vLLM's memory profile", {"memory": "vllm"}),
+    ("prefix caching (this workload shares nothing)", {"prefix_caching": True}),
     ("async scheduling", {"async_scheduling": True}),
 )
 
