@@ -217,3 +217,15 @@ def test_the_venv_script_refuses_bad_arguments_in_one_line_before_installing_any
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("vllm-cpu-venv: error: ") and done.stderr.count("\n") == 1 and says in done.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["foreign", "notes.txt"]
+
+
+@pytest.mark.parametrize("size", ["120m", "tiny"])
+def test_each_size_has_the_model_spec_simulate_prices(size):
+    """`simspec simulate --model vllm-models-120m` describes the checkpoint vllm-models writes."""
+    from simspec.costs import MODELS
+    from simspec.vllm_models import SIZES
+
+    shape, spec = SIZES[size], MODELS[f"vllm-models-{size}"]
+    assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.mlp_hidden, spec.vocab,
+            spec.max_context_tokens) == (shape.layers, shape.hidden, shape.heads, shape.kv_heads,
+                                         shape.intermediate, shape.vocab_tokens, shape.max_positions)

@@ -152,6 +152,13 @@ MODELS: dict[str, ModelSpec] = {
         # the same decoder with a 128k context (max_position_embeddings 131072), the most common EAGLE-3 target.
         ModelSpec(name="Llama-3-8B", **_LLAMA3_8B, max_context_tokens=8192, visual_tokens_per_image=0),
         ModelSpec(name="Llama-3.1-8B", **_LLAMA3_8B, max_context_tokens=131072, visual_tokens_per_image=0),
+        # The Llama checkpoints `simspec vllm-models` builds for validating
+        # against a real vLLM (simspec/vllm_models.py SIZES), served in
+        # float32 on this project's CPU machine (docs/vllm.md).
+        ModelSpec(name="vllm-models-120m", layers=12, hidden=768, heads=12, kv_heads=12, mlp_hidden=3072, vocab=4096,
+                  max_context_tokens=2048, visual_tokens_per_image=0, dtype_bytes=4),
+        ModelSpec(name="vllm-models-tiny", layers=2, hidden=128, heads=4, kv_heads=4, mlp_hidden=512, vocab=4096,
+                  max_context_tokens=2048, visual_tokens_per_image=0, dtype_bytes=4),
         # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
         ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
                   max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,
