@@ -272,13 +272,21 @@ class Scheduler:
         """KV tokens each request holds or will once prefilled, in whole
         blocks, besides the shared prefix blocks it uses (counted once, in
         :meth:`kv_used`)."""
-        tokens = np.maximum(self.cache[ids], self.target[ids]) - self.shared[ids]
+        return self._blocks(np.maximum(self.cache[ids], self.target[ids]) - self.shared[ids])
+
+    def _blocks(self, tokens):
+        """``tokens`` (an int or an array) rounded up to whole KV blocks."""
         b = self.block_size
         return tokens if b == 1 else -(-tokens // b) * b
 
+    @property
+    def shared_in_use(self) -> int:
+        """KV tokens of cached prefixes some running request uses (held once)."""
+        return self.prefixes.in_use if self.prefixes is not None else 0
+
     def kv_used(self) -> int:
-        shared = self.prefixes.in_use if self.prefixes is not None else 0
-        return (int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0) + shared
+        running = int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
+        return running + self.shared_in_use
 
     def admit(self, token_budget: int | None = None) -> list[int]:
         """Step 1: the requests admitted now, in order. With
@@ -293,7 +301,7 @@ class Scheduler:
         while self.waiting and len(self.running) < self.max_num_seqs and (left is None or left > 0):
             i = self.waiting[0]
             hit, extra = self.prefixes.lookup(i, int(self.target[i])) if self.prefixes is not None else (0, 0)
-            need = -(-(int(self.target[i]) + 1 - hit) // self.block_size) * self.block_size + extra
+            need = self._blocks(int(self.target[i]) + 1 - hit) + extra
             if used + need > self.kv_budget:
                 break
             self.waiting.popleft()
@@ -323,8 +331,7 @@ class Scheduler:
         while True:
             ids = np.array(self.running, dtype=np.int64)
             decoding = self.cache[ids] >= self.target[ids]
-            shared = self.prefixes.in_use if self.prefixes is not None else 0
-            need = int(self.held(ids).sum() + decoding.sum() * self.reserve) + shared
+            need = int(self.held(ids).sum() + decoding.sum() * self.reserve) + self.shared_in_use
             if need <= self.kv_budget or len(self.running) == 1:
                 if self.prefixes is not None:
                     self.prefixes.evict(self.kv_budget - need)
