@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simspec.costs.attention import AttentionFit, AttentionTerms, attention_by_kind, attention_terms, fit_attention
+from simspec.costs.attention import (AttentionFit, AttentionTerms, attention_by_kind, attention_terms, fit_attention,
+                                    prefill_waves)
 from simspec.costs.base import TOKENS, CostModel, frozen_table
 from simspec.costs.curves import OpFit, _ape, _split, _terms, fit_curve, fit_line
 from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
@@ -132,7 +133,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     borrowed: list[str] = []
     found: dict[int, AttentionFit] = {}
     if points is not None:
-        found, attention_fits = fit_attention(points)
+        found, attention_fits = fit_attention(points, prefill_waves(model.heads, model.kv_heads, gpu.sms))
         fits.extend(attention_fits)
         by_kind, borrowed = attention_by_kind(found, model.layers)
     else:

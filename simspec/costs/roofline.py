@@ -240,7 +240,7 @@ def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[n
 
 def attention_prior(model: ModelSpec, gpu: GpuSpec, fixed: dict[str, AttentionFixed] = ATTENTION_FIXED,
                     bandwidth_efficiency: float = ATTENTION_BANDWIDTH_EFFICIENCY) -> np.ndarray:
-    """[3, 9] attention coefficients (costs.base) of the datasheet prior:
+    """[3, 11] attention coefficients (costs.base) of the datasheet prior:
     per kind, the roofline of keys read and pairs computed plus its
     ``fixed`` costs, every layer (other ``fixed`` and efficiency: to refit them)."""
     require(gpu.sms > 0, f"device {gpu.slug}: the roofline prior's attention needs the GPU's SM count (got {gpu.sms})")
