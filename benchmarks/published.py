@@ -20,15 +20,25 @@ How a row becomes a simulation (assumptions of this script, not of the rows):
   (simspec's modes follow vLLM 0.33 and SGLang 0.5.23, whatever version the
   row measured), ``paper/hf`` (research code on Hugging Face transformers,
   eager PyTorch) -> ``--engine simspec`` (no CUDA-graph or overlap terms).
-- Drafter: simspec prices an EAGLE-style head (one decoder layer plus the
-  target's LM head per draft step) and nothing else, so EAGLE-1/2/3 rows are
-  simulated with it and Medusa, separate draft model and n-gram rows are
-  skipped (simspec has no drafter kind to price them).
+- Drafter (``--drafter``, simspec.costs.roofline.drafting says how each
+  is priced): EAGLE-1 and EAGLE-2 rows -> ``eagle1`` (one decoder layer
+  plus the target's LM head a draft step), EAGLE-3 -> ``eagle3``, Medusa
+  -> ``medusa`` (its heads in one pass a round), a separate draft model
+  ``draft=NAME`` -> ``draft-model:NAME`` (its own layers and LM head a draft
+  step; a NAME simspec has no spec of is skipped), n-gram / prompt lookup
+  -> ``ngram`` (no GPU work).
 - Draft shape: a chain ``k=K`` is ``linear:k=K``. A tree (``steps=S`` in
   SGLang's terms, ``depth=D`` for a static tree) is simulated as a chain as
   deep as the tree (K = S or D) with the same acceptance length: trees'
   extra verify tokens are not priced, which at batch 1 is nearly free on a
-  memory-bound GPU and is not at large batches.
+  memory-bound GPU and is not at large batches. Where a row gives no K, the
+  defaults of the code that measured it stand in (ASSUMED_DEPTH): Spec-Bench's
+  SpS runs Hugging Face assisted generation, whose draft starts at
+  num_assistant_tokens = 5 and then adapts (+2 after a fully accepted draft,
+  -1 otherwise; the adaptation is not simulated: a fixed 5-chain with the
+  row's acceptance length); its PLD proposes draft_num_candidate_tokens = 10
+  (evaluation/inference_pld.py), simulated as a 10-chain (a round without
+  an n-gram match verifies one placeholder token there, a 10-chain here).
 - Acceptance: i.i.d. per position with probability a solving
   tau = (1 - a^(K+1)) / (1 - a), tau the acceptance length the row reports
   (bonus token included, as every source entered counts it; a source that
@@ -85,7 +95,11 @@ prior = importlib.import_module("simspec.costs.roofline")  # the module (simspec
 TABLE = Path(__file__).resolve().parents[1] / "validation" / "published" / "speculative_decoding.csv"
 SPLITS = ("fit", "held_out")
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "paper/hf": "simspec"}
-EAGLE_METHODS = ("eagle1", "eagle2", "eagle3")
+DRAFTERS = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa": "medusa", "ngram": "ngram",
+            "draft_model": "draft-model"}  # method -> simspec drafter kind (EAGLE-2 runs an EAGLE-1 head)
+# Draft positions where a row states none, by (engine, method): the defaults
+# of the code that measured it (module docstring).
+ASSUMED_DEPTH = {("paper/hf", "draft_model"): 5, ("paper/hf", "ngram"): 10}
 METRICS = ("tpot", "throughput")
 DATASETS = {"mt-bench": (100.0, 256.0), "spec-bench": (300.0, 300.0)}  # (prompt, output) mean tokens, assumed
 LENGTH_CV = 0.5
@@ -195,11 +209,13 @@ def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
         return f"GPU {row.gpu} has no datasheet in simspec.costs.specs"
     if row.engine not in ENGINES:
         return f"engine {row.engine} has no simspec mode"
-    if row.method not in EAGLE_METHODS:
-        return f"method {row.method}: simspec prices only an EAGLE-style draft head"
+    if row.method not in DRAFTERS:
+        return f"method {row.method} has no simspec drafter kind"
+    if row.method == "draft_model" and draft_model_name(row) is None:
+        return f"draft model of {row.draft!r} has no spec in simspec.costs.specs"
     if row.speedup_metric not in METRICS:
         return f"speedup metric {row.speedup_metric} is not one of {', '.join(METRICS)}"
-    depth = draft_depth(row.draft)
+    depth = row_depth(row)
     if depth is None:
         return "draft shape not reported"
     tau = _acceptance(row, table)
@@ -214,7 +230,7 @@ def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
 
 def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, seed: int, cost_model: str):
     """The simspec config of ``row``: AR and a K-chain at the row's batch."""
-    k = draft_depth(row.draft)
+    k = row_depth(row)
     batch = int(row.batch)
     prompt, output = DATASETS[row.dataset]
     workload = {"arrival": "poisson", "rate_per_s": ARRIVAL_RATE_PER_S,
@@ -227,9 +243,23 @@ def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, 
     return configuration.build({}, flags)
 
 
+def row_depth(row: Row) -> int | None:
+    """The row's draft positions per round, or ASSUMED_DEPTH's where it states none."""
+    depth = draft_depth(row.draft)
+    return depth if depth is not None else ASSUMED_DEPTH.get((row.engine, row.method))
+
+
+def draft_model_name(row: Row) -> str | None:
+    """simspec's spec name of the row's separate draft model (``draft=NAME``, any case), or None."""
+    match = re.search(r"\bdraft=([\w.-]+)", row.draft)
+    names = {m.lower(): m for m in MODELS}
+    return names.get(match.group(1).lower()) if match else None
+
+
 def drafter(row: Row) -> str:
-    """The draft head simspec prices for the row's method (EAGLE-1 and EAGLE-2 share EAGLE-1's head)."""
-    return "eagle3" if row.method == "eagle3" else "eagle1"
+    """The drafter simspec prices for the row's method (DRAFTERS; a draft model by its spec)."""
+    kind = DRAFTERS[row.method]
+    return f"{kind}:{draft_model_name(row)}" if kind == "draft-model" else kind
 
 
 def speedup_of(metrics: dict[str, dict[str, float]], spec: str, metric: str) -> float:

@@ -23,7 +23,7 @@ import tomli_w
 from simspec import engines
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
-from simspec.costs.specs import DRAFTERS
+from simspec.costs.specs import check_drafter
 from simspec.files import read_toml
 from simspec.scheduling import EngineConfig
 from simspec.types import InputError, check_types, checked, field_types, require
@@ -41,7 +41,7 @@ class SimConfig:
     model: str = "LLaVA-1.5-7B"
     device: str = "h100-sxm"
     cost_model: str = "auto"
-    drafter: str = "eagle1"  # the draft head the cost model prices: eagle1 or eagle3 (simspec.costs.specs.DRAFTERS)
+    drafter: str = "eagle1"  # what the cost model prices as drafting (simspec.costs.specs.DRAFTER_FORMS)
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -60,7 +60,7 @@ class SimConfig:
         for spec in self.policies:
             engines.check_policy(self.engine.kind, spec)  # parses it too
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
-        require(self.drafter in DRAFTERS, f"drafter must be one of {', '.join(DRAFTERS)} (got {self.drafter!r})")
+        check_drafter(self.drafter)
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
@@ -211,8 +211,10 @@ FLAGS = (
     Flag("--model", ("model",), str, f"model spec: {', '.join(MODELS)}"),
     Flag("--device", ("device",), str, f"GPU: {', '.join(GPUS)}"),
     Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
-    Flag("--drafter", ("drafter",), str, "the draft head priced: eagle1 (EAGLE-1/2, the target's LM head) or eagle3 "
-         "(EAGLE-3: three-feature fc, its own 32k-token head)"),
+    Flag("--drafter", ("drafter",), str, "what drafts, as priced: eagle1 (EAGLE-1/2, the target's LM head), eagle3 "
+         "(EAGLE-3: three-feature fc, its own 32k-token head), medusa (4 heads over the last hidden state, one pass "
+         "a round), ngram (prompt lookup: no GPU work) or draft-model:NAME (a separate draft model, e.g. "
+         "draft-model:Vicuna-68M)"),
     Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),

@@ -6,6 +6,7 @@ shapes do, and the prior reproduces what published measurements show
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -67,10 +68,66 @@ def test_the_eagle3_head_is_priced_by_its_own_shape():
                                                               + EAGLE3_DRAFT_VOCAB * h)
     # A 128k-vocabulary target: EAGLE-3's 32k head makes its draft step cheaper than EAGLE-1's.
     assert roofline(eagle3, H100).draft_s_table[1] < roofline(LLAMA31, H100).draft_s_table[1]
-    with pytest.raises(InputError, match="drafter must be one of eagle1, eagle3"):
-        configuration.build({}, {"drafter": "medusa"})
-    code, _, err = invoke(["simulate", "--drafter", "eagle2", "--num-requests", "5"])
-    assert code == 2 and "drafter must be one of eagle1, eagle3 (got 'eagle2')" in err
+
+
+@pytest.mark.parametrize("drafter,message", [
+    ("eagle2", "drafter must be one of eagle1, eagle3, medusa, ngram or draft-model:NAME (got 'eagle2')"),
+    ("medusa:3", "drafter must be one of"), ("draft-model", "drafter must be one of"),
+    ("draft-model:Vicuna-1M", "the draft model must be one of"),
+    ("draft-model:LLaVA-1.5-7B", "the draft model must be a text-only model")])
+def test_unknown_drafters_are_refused_in_one_line(drafter, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        configuration.build({}, {"drafter": drafter})
+    code, _, err = invoke(["simulate", "--drafter", drafter, "--num-requests", "5"])
+    assert code == 2 and message in err
+
+
+VICUNA = costs.model_spec("Vicuna-7B")
+A100 = costs.gpu_spec("a100-80gb")
+
+
+def test_a_draft_model_step_is_its_own_layers_head_and_kernels():
+    """A draft model's step pays its decoder layers' and LM head's weights,
+    kernels_per_layer kernels a layer plus draft_model_kernels, and
+    draft_step_s; twelve layers cost more than two of the same width."""
+    small, large = (costs.model_spec("Vicuna-7B", f"draft-model:{name}") for name in ("Vicuna-68M", "Llama-160M"))
+    draft = small.draft_model
+    assert (draft.layers, draft.hidden, draft.vocab) == (2, 768, 32000)  # double7/vicuna-68m's config.json
+    assert small.drafter_params == 2 * draft.layer_params and small.drafter_head_params == 32000 * 768
+    assert small.weight_bytes - costs.model_spec("Vicuna-7B", "ngram").weight_bytes == 2 * (
+        2 * draft.layer_params + 2 * 32000 * 768)  # layers, embeddings and LM head in float16
+    extra = roofline(small, A100).draft_s_table - roofline(small, A100, NONE).draft_s_table
+    assert extra[3] == pytest.approx((2 * FIXED.kernels_per_layer + FIXED.draft_model_kernels)
+                                     * FIXED.graph_node_s + FIXED.draft_step_s)
+    for rows in (1, 8, 300):
+        assert roofline(large, A100).draft_s_table[rows] > roofline(small, A100).draft_s_table[rows]
+    ten_layers = roofline(large, A100, NONE).draft_s_table[1] - roofline(small, A100, NONE).draft_s_table[1]
+    assert ten_layers > 10 * draft.layer_params * 2 / (A100.hbm_bytes_per_s * 0.8)  # at least their weights' reads
+    assert roofline(small, A100).draft_s_per_round == FIXED.draft_round_s
+
+
+def test_medusa_pays_the_proposer_once_a_round_and_ngram_no_gpu_work():
+    """Three draft levels: EAGLE pays draft_step_s three times, Medusa once
+    (its heads run in one pass), n-gram lookup never and no drafter
+    arithmetic; all pay the round's terms."""
+    verify = StepShape(forward_tokens=4, kv_read_tokens=300, attn_pairs=4 * 300, attn_requests=1,
+                       logit_tokens=4, verifying=True, draft_level_tokens=(2, 1, 1))
+    undrafted = dataclasses.replace(verify, draft_level_tokens=())
+    medusa, ngram = (costs.model_spec("Vicuna-7B", d) for d in ("medusa", "ngram"))
+    h = VICUNA.hidden
+    assert medusa.drafter_params == h * h + h and medusa.drafter_head_params == VICUNA.vocab * h
+    assert medusa.weight_bytes - ngram.weight_bytes == 2 * 4 * (h * h + h + VICUNA.vocab * h)  # MEDUSA_HEADS = 4
+    step = roofline(medusa, A100).step_s(verify) - roofline(medusa, A100).step_s(undrafted)
+    bare = roofline(medusa, A100, NONE)
+    heads = sum(bare.draft_s_table[rows] for rows in (2, 1, 1))
+    assert step == pytest.approx(heads + 3 * FIXED.medusa_head_kernels * FIXED.graph_node_s + FIXED.draft_step_s
+                                 + FIXED.draft_round_s + FIXED.draft_round_request_s)
+    eagle = roofline(VICUNA, A100).step_s(verify) - roofline(VICUNA, A100).step_s(undrafted)
+    assert eagle > step + FIXED.draft_step_s  # two more proposer steps and heavier calls
+    priced = roofline(ngram, A100)
+    assert not priced.draft_s_table.any()
+    assert priced.step_s(verify) - priced.step_s(undrafted) == pytest.approx(
+        FIXED.draft_round_s + FIXED.draft_round_request_s + FIXED.ngram_lookup_s)
 
 
 def _speedup(k: int, batch: int, engine: str = "vllm", alpha: float = 0.6) -> float:

@@ -150,7 +150,34 @@ def test_higher_acceptance_predicts_a_higher_speedup(bench):
 
 def test_rows_simspec_cannot_price_are_skipped_with_a_reason(bench):
     rows = [_row(bench, id="gpu", gpu="rtx3090"), _row(bench, id="model", model="Vicuna-13B"),
-            _row(bench, id="medusa", method="medusa"), _row(bench, id="no-tau", acceptance_length=None),
+            _row(bench, id="lookahead", method="lookahead"), _row(bench, id="no-tau", acceptance_length=None),
+            _row(bench, id="draft", method="draft_model", draft="draft=vicuna-1m", engine="paper/hf"),
             dataclasses.replace(_row(bench, id="proxy", acceptance_length=None), acceptance_proxy="absent")]
     for p in bench.predict(rows):
         assert p.speedup is None and p.skipped, p.row.id
+
+
+def test_other_drafters_are_predicted_with_their_kinds(bench):
+    """Medusa, a separate draft model and prompt lookup are predicted (not
+    skipped) with their drafter kinds, K from the row or the measuring
+    code's default; at one acceptance length a 12-layer draft model
+    predicts a lower speedup than a 2-layer one."""
+    rows = {"medusa": _row(bench, id="medusa", method="medusa", draft="tree:nodes=63,depth=4", engine="paper/hf"),
+            "sps": _row(bench, id="sps", method="draft_model", draft="draft=vicuna-68m", engine="paper/hf"),
+            "sps160": _row(bench, id="sps160", method="draft_model", draft="draft=llama-160m", engine="paper/hf"),
+            "pld": _row(bench, id="pld", method="ngram", draft="prompt lookup", engine="paper/hf",
+                        acceptance_length=1.7)}
+    assert [bench.drafter(r) for r in rows.values()] == ["medusa", "draft-model:Vicuna-68M",
+                                                         "draft-model:Llama-160M", "ngram"]
+    assert [bench.row_depth(r) for r in rows.values()] == [4, 5, 5, 10]
+    got = {key: p for key, p in zip(rows, bench.predict(list(rows.values()), min_requests=4))}
+    for p in got.values():
+        assert p.skipped is None and math.isfinite(p.speedup) and p.speedup > 0, p.row.id
+    assert got["sps160"].speedup < got["sps"].speedup
+
+
+def test_the_table_rows_of_every_drafter_kind_are_predicted(bench):
+    table = bench.read_rows(TABLE)
+    by_id = {r.id: r for r in table}
+    for row_id in ("sb-a100-medusa", "sb-a100-sps", "sb-a100-pld"):
+        assert bench.skip_reason(by_id[row_id], by_id) is None, row_id

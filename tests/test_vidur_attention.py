@@ -19,7 +19,7 @@ import pytest
 from scipy import optimize
 
 from conftest import shared
-from simspec import cli
+from simspec import cli, costs
 from simspec.costs import GPUS, MODELS, attention, profiles, report
 from simspec.costs.base import A_FLOOR, A_QUERY, A_REQUEST, DECODE, PREFILL
 from simspec.costs.curves import _ape
@@ -219,17 +219,54 @@ def heldout(found, op: str) -> np.ndarray:
     return fit.heldout
 
 
-# The FlashInfer Llama-3 prefill sample misses 10%: 14 points, 3 held out,
-# and its kernel's times are not one smooth form (a 64-token chunk costs
-# 45 us after 1024 cached tokens and 46 us after 2048). docs/profiling.md.
-FITTED_BOUND = {("a100-80gb", "Llama-3-8B", "attn_prefill"): 0.20}
-
-
 @pytest.mark.parametrize("case", FILES, ids="/".join)
 @pytest.mark.parametrize("op", ["attn_prefill", "attn_decode"])
 def test_the_fitted_model_predicts_held_out_attention_within_10_percent(fits, case, op):
     errors = heldout(fits[case][0].fits, op)
-    assert np.median(errors) <= FITTED_BOUND.get((*case, op), 0.10)
+    assert np.median(errors) <= 0.10
+
+
+def test_wave_quantisation_is_chosen_on_training_points_where_it_pays():
+    """The FlashInfer Llama-3 prefill (grouped-query heads packed four to a
+    128-row tile: 8 blocks a tile on 108 SMs) takes the wave form on its
+    training points, and it moves the held-out 608-token chunk after 15200
+    cached tokens from 17% low to within 5%; the A100 FlashAttention-2
+    file keeps the plain form (Akaike's criterion: no gain)."""
+    terms = {case: attention.attention_terms(profiles.load(REPO / "profiles" / case[0] / case[1])) for case in FILES}
+    chosen = {}
+    for case, a in terms.items():
+        spec, gpu = MODELS[case[1]], GPUS[case[0]]
+        rows, held = attention.split(a, PREFILL)
+        fit = attention._fit_attention(rows[~held], attention.prefill_waves(spec.heads, spec.kv_heads, gpu.sms))
+        chosen[case] = (fit.wave_tokens, fit.wave_share)
+        if case == ("a100-80gb", "Llama-3-8B"):
+            long = held & (rows.queries == 608)
+            assert long.sum() == 1
+            assert abs(fit(rows[long])[0] / rows.ms[long][0] - 1) < 0.05
+            plain = attention._fit_attention(rows[~held])
+            assert plain(rows[long])[0] / rows.ms[long][0] - 1 < -0.15
+    assert chosen[("a100-80gb", "Llama-3-8B")] == (128 / 4, 8 / 108)
+    assert chosen[("a100-80gb", "Llama-2-7B")] == attention.NO_WAVE
+
+
+def test_the_cost_model_prices_prefill_with_the_fitted_waves():
+    """The compiled forward prices a prefill chunk as the fit does (waves
+    included), every layer; a chunk just past a whole wave of thread blocks
+    costs more per pair than one that fills its waves."""
+    spec, gpu = MODELS["Llama-3-8B"], GPUS["a100-80gb"]
+    result = report.fit_for(gpu, spec)[1]
+    fit, model = result.attention[PREFILL], result.cost_model
+    assert fit.wave_tokens > 0
+    for q, ctx in ((608, 15200), (7424, 0), (64, 2048)):
+        a = attention.AttentionTerms(np.array([ctx + q], float), np.array([q * ctx + q * (q + 1) / 2]),
+                                     np.ones(1), np.array([q], float), np.ones(1), np.zeros(1, int))
+        pairs = int(a.pairs[0])
+        bare = (model.forward_s(q, ctx + q, pairs, 0, 1, prefill=(q, ctx + q, pairs, 1))
+                - model.layers_s[q] - model.head_s[0])
+        assert bare == pytest.approx(fit(a)[0] * 1e-3 * spec.layers, rel=1e-6)
+    assert costs.base.wave_factor(np.array([27.0 * 32, 28.0 * 32]), 32.0, 8 / 108)[0] == pytest.approx(1.0)
+    assert costs.base.wave_factor(28.0 * 32, 32.0, 8 / 108) == pytest.approx(np.ceil(28 * 8 / 108) / (28 * 8 / 108))
+    assert costs.base.wave_factor(600.0, 0.0, 0.0) == 1.0
 
 
 @pytest.mark.parametrize("op", ["attn_prefill", "attn_decode"])

@@ -4,9 +4,11 @@ the cost model's own form (simspec.costs.base).
 Imports: numpy, scipy (least squares), simspec.costs.base,
 simspec.costs.curves (held-out splits), simspec.costs.profiles.
 
-Each kind is c + blend(kv x alpha, pairs x beta) + requests x rho + queries
-x gamma, all coefficients >= 0, with a cache knee on kv and on pairs where
-Akaike's criterion says it pays. Held out: every fourth distinct pair count
+Each kind is c + blend(kv x alpha, pairs x beta x W) + requests x rho +
+queries x gamma, all coefficients >= 0, with a cache knee on kv and on
+pairs, and for prefill a wave quantisation W of its thread blocks
+(:func:`prefill_waves`, costs.base.wave_factor; otherwise 1), where
+Akaike's criterion says they pay. Held out: every fourth distinct pair count
 of each kind (costs.curves._split); :func:`judge` scores any cost model's
 attention (a fit's, the roofline prior's) on the same points.
 """
@@ -19,8 +21,8 @@ import numpy as np
 from scipy import optimize
 
 from simspec.costs.base import (A_FLOOR, A_KV, A_KV_KNEE, A_KV_OVER, A_PAIR, A_PAIR_KNEE, A_PAIR_OVER, A_QUERY,
-                                A_REQUEST, ATTENTION_KINDS, BLEND_P, DECODE, PREFILL, VERIFY, attention_row,
-                                attention_table)
+                                A_REQUEST, A_WAVE_SHARE, A_WAVE_TOKENS, ATTENTION_KINDS, BLEND_P, DECODE, PREFILL,
+                                VERIFY, attention_row, attention_table, wave_factor)
 from simspec.costs.curves import OpFit, _ape, _split, _terms
 from simspec.costs.profiles import Profile
 
@@ -50,6 +52,7 @@ class AttentionTerms:
 
 
 NO_KNEE = np.inf
+NO_WAVE = (0.0, 0.0)  # (wave_tokens, wave_share) of a fit without wave quantisation
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +72,13 @@ class AttentionFit:
     kv_knee: float = NO_KNEE
     pair_over_ms: float = 0.0
     pair_knee: float = NO_KNEE
+    wave_tokens: float = 0.0  # query tokens per thread block (0: no wave quantisation; costs.base.wave_factor)
+    wave_share: float = 0.0  # thread blocks per query tile / SMs
 
     def __call__(self, a: AttentionTerms) -> np.ndarray:
         memory = a.kv * self.kv_ms + np.maximum(a.kv - self.kv_knee, 0.0) * self.kv_over_ms
-        compute = a.pairs * self.pair_ms + np.maximum(a.pairs - self.pair_knee, 0.0) * self.pair_over_ms
+        compute = ((a.pairs * self.pair_ms + np.maximum(a.pairs - self.pair_knee, 0.0) * self.pair_over_ms)
+                   * wave_factor(a.queries, self.wave_tokens, self.wave_share))
         return (self.floor_ms + (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P)
                 + a.requests * self.request_ms + a.queries * self.query_ms)
 
@@ -84,7 +90,8 @@ class AttentionFit:
         return cls(floor_ms=row[A_FLOOR] / scale, kv_ms=row[A_KV] / scale, pair_ms=row[A_PAIR] / scale,
                    request_ms=row[A_REQUEST] / scale, query_ms=row[A_QUERY] / scale,
                    kv_over_ms=row[A_KV_OVER] / scale, kv_knee=knee(row[A_KV_KNEE]),
-                   pair_over_ms=row[A_PAIR_OVER] / scale, pair_knee=knee(row[A_PAIR_KNEE]))
+                   pair_over_ms=row[A_PAIR_OVER] / scale, pair_knee=knee(row[A_PAIR_KNEE]),
+                   wave_tokens=float(row[A_WAVE_TOKENS]), wave_share=float(row[A_WAVE_SHARE]))
 
     def row(self, scale: float) -> np.ndarray:
         """costs.base's coefficient row, times ``scale`` (ms per layer to s per model)."""
@@ -92,7 +99,8 @@ class AttentionFit:
         return attention_row(kv_s=self.kv_ms * scale, pair_s=self.pair_ms * scale, request_s=self.request_ms * scale,
                              query_s=self.query_ms * scale, floor_s=self.floor_ms * scale,
                              kv_over_s=self.kv_over_ms * scale, kv_knee=knee(self.kv_knee),
-                             pair_over_s=self.pair_over_ms * scale, pair_knee=knee(self.pair_knee))
+                             pair_over_s=self.pair_over_ms * scale, pair_knee=knee(self.pair_knee),
+                             wave_tokens=self.wave_tokens, wave_share=self.wave_share)  # shapes, not times
 
 
 def attention_terms(profile: Profile) -> AttentionTerms | None:
@@ -128,15 +136,17 @@ def _knees(sizes: np.ndarray) -> list[float]:
     return [NO_KNEE, *np.unique(inner).tolist()]
 
 
-def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
-                    move_knees: bool = False) -> tuple[float, AttentionFit]:
+def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float, move_knees: bool = False,
+                    wave: tuple[float, float] = NO_WAVE) -> tuple[float, AttentionFit]:
     """Least squares in log time with the knees fixed (or, with
-    ``move_knees``, starting from them and free within the measured sizes);
+    ``move_knees``, starting from them and free within the measured sizes)
+    and the thread blocks' ``wave`` shape (wave_tokens, wave_share);
     (sum of squares, fit). Starts from the additive form's non-negative
     least squares (memory plus compute instead of their smooth maximum)."""
     # Terms in AttentionFit's order: floor, kv, pair, request, query, kv over, pair over.
-    columns = np.column_stack([np.ones_like(a.kv), a.kv, a.pairs, a.requests, a.queries,
-                               np.maximum(a.kv - kv_knee, 0.0), np.maximum(a.pairs - pair_knee, 0.0)])
+    waves = wave_factor(a.queries, *wave)
+    columns = np.column_stack([np.ones_like(a.kv), a.kv, a.pairs * waves, a.requests, a.queries,
+                               np.maximum(a.kv - kv_knee, 0.0), np.maximum(a.pairs - pair_knee, 0.0) * waves])
     # A table that cannot tell two terms apart keeps the first: one
     # sequence per prefill call (the floor); one query per decode request,
     # reading its context once (kv, memory-bound; no pair knee is tried).
@@ -155,7 +165,8 @@ def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float,
         kv = next(moved) if moving[0] else kv_knee
         pair = next(moved) if moving[1] else pair_knee
         return AttentionFit(*(float(v) for v in full[:5]), kv_over_ms=float(full[5]), kv_knee=float(kv),
-                            pair_over_ms=float(full[6]), pair_knee=float(pair))
+                            pair_over_ms=float(full[6]), pair_knee=float(pair), wave_tokens=wave[0],
+                            wave_share=wave[1])
 
     def residual(theta):
         return np.log(np.maximum(fit_of(theta)(a), 1e-300) / a.ms)
@@ -182,24 +193,27 @@ def _pairs_are_kv(a: AttentionTerms) -> bool:
     return bool(np.array_equal(a.pairs, a.kv))
 
 
-def _fit_attention(a: AttentionTerms) -> AttentionFit:
+def _fit_attention(a: AttentionTerms, waves: tuple[tuple[float, float], ...] = ()) -> AttentionFit:
     """One kind's fit: the knees (none, or one at a quantile of the
-    measured sizes, for memory and for compute) chosen by Akaike's
-    criterion on log time, so a knee must pay for its two parameters
-    (residuals below 0.01% count as 0.01%: timing precision)."""
+    measured sizes, for memory and for compute) and the thread blocks' wave
+    shape (none, or one of ``waves``: :func:`prefill_waves`) chosen by
+    Akaike's criterion on log time, so a knee must pay for its two
+    parameters and a wave shape for one (residuals below 0.01% count as
+    0.01%: timing precision)."""
     best = None
     n = len(a.ms)
     pair_knees = [NO_KNEE] if _pairs_are_kv(a) else _knees(a.pairs)
-    for kv_knee in _knees(a.kv):
-        for pair_knee in pair_knees:
-            ss, fit = _fit_with_knees(a, kv_knee, pair_knee)
-            params = 5 + 2 * (kv_knee != NO_KNEE) + 2 * (pair_knee != NO_KNEE)
-            score = n * np.log(max(ss / n, PRECISION ** 2)) + 2 * params
-            if best is None or score < best[0]:
-                best = (score, fit, ss, kv_knee, pair_knee)
-    _, fit, ss, kv_knee, pair_knee = best
+    for wave in (NO_WAVE, *waves):
+        for kv_knee in _knees(a.kv):
+            for pair_knee in pair_knees:
+                ss, fit = _fit_with_knees(a, kv_knee, pair_knee, wave=wave)
+                params = 5 + 2 * (kv_knee != NO_KNEE) + 2 * (pair_knee != NO_KNEE) + (wave != NO_WAVE)
+                score = n * np.log(max(ss / n, PRECISION ** 2)) + 2 * params
+                if best is None or score < best[0]:
+                    best = (score, fit, ss, kv_knee, pair_knee, wave)
+    _, fit, ss, kv_knee, pair_knee, wave = best
     if kv_knee != NO_KNEE or pair_knee != NO_KNEE:  # the knees between the candidates
-        moved_ss, moved = _fit_with_knees(a, kv_knee, pair_knee, move_knees=True)
+        moved_ss, moved = _fit_with_knees(a, kv_knee, pair_knee, move_knees=True, wave=wave)
         if moved_ss < ss:
             return moved
     return fit
@@ -211,22 +225,50 @@ def split(a: AttentionTerms, kind: int) -> tuple[AttentionTerms, np.ndarray]:
     return rows, _split(rows.pairs)
 
 
-def fit_attention(a: AttentionTerms) -> tuple[dict[int, AttentionFit], list[OpFit]]:
+def fit_attention(a: AttentionTerms, waves: tuple[tuple[float, float], ...] = ()
+                  ) -> tuple[dict[int, AttentionFit], list[OpFit]]:
     """A fit for each kind of attention among a profile's points (keyed
     by ATTENTION_OPS index: prefill, decode, tree verification), and its
-    held-out error."""
+    held-out error; prefill may take one of the wave shapes ``waves``
+    (:func:`prefill_waves`), chosen on the points it is fitted to."""
     found, fits = {}, []
     for k in np.unique(a.which):
         rows, held = split(a, int(k))
-        errors = _ape(_fit_attention(rows[~held])(rows[held]), rows.ms[held]) if held.any() else np.zeros(0)
-        found[int(k)] = _fit_attention(rows)
-        fits.append(OpFit(ATTENTION_OPS[k], "attention" + (" + cache knee" if _has_knee(found[int(k)]) else ""),
+        shapes = waves if int(k) == PREFILL else ()
+        errors = (_ape(_fit_attention(rows[~held], shapes)(rows[held]), rows.ms[held]) if held.any()
+                  else np.zeros(0))
+        found[int(k)] = _fit_attention(rows, shapes)
+        form = "attention" + (" + cache knee" if _has_knee(found[int(k)]) else "")
+        fits.append(OpFit(ATTENTION_OPS[k], form + (" + waves" if found[int(k)].wave_tokens > 0 else ""),
                           len(rows.ms), errors))
     return found, fits
 
 
+# Query rows per thread block that FlashAttention-2's and FlashInfer's
+# prefill kernels tile by (kBlockM 64 or 128 in flash-attention's
+# kernel_traits; FlashInfer's CTA_TILE_Q 64 or 128, chosen by the query
+# length and head dim).
+WAVE_TILES = (64, 128)
+
+
+def prefill_waves(heads: int, kv_heads: int, sms: int) -> tuple[tuple[float, float], ...]:
+    """Candidate wave shapes (wave_tokens, wave_share: costs.base.wave_factor)
+    of a prefill kernel: a thread block per tile of query rows and head,
+    the rows one query head's (FlashAttention-2: a block per query head)
+    or, under grouped-query attention, the query heads of a group packed
+    into the tile (FlashInfer: a block per KV head, heads / kv_heads query
+    rows per token). None where the SM count is unknown."""
+    if sms <= 0:
+        return ()
+    group = heads // kv_heads
+    shapes = [(float(tile), heads / sms) for tile in WAVE_TILES]
+    if group > 1:
+        shapes += [(tile / group, kv_heads / sms) for tile in WAVE_TILES]
+    return tuple(shapes)
+
+
 def judge(a: AttentionTerms, table: np.ndarray, layers: int, label: str) -> list[OpFit]:
-    """How a cost model's attention (``table``: costs.base's [3, 9]
+    """How a cost model's attention (``table``: costs.base's [3, 11]
     coefficients, whole model) predicts each kind's held-out points, per
     layer; ``label`` names the model in each OpFit's kind."""
     fits = []
@@ -242,7 +284,7 @@ def _has_knee(fit: AttentionFit) -> bool:
 
 
 def attention_by_kind(found: dict[int, AttentionFit], layers: int) -> tuple[np.ndarray, list[str]]:
-    """[3, 9] coefficients (costs.base) from the kinds measured; a kind not
+    """[3, 11] coefficients (costs.base) from the kinds measured; a kind not
     measured takes the nearest measured one (verification <-> decode,
     prefill <- decode), named in the second value. Verification borrowed
     from decode also takes prefill's pair terms where prefill is measured:

@@ -8,13 +8,14 @@ for attention, whose cost depends on the context it reads:
     forward(T, L, K, work) = layers[T] + head[L] + blend(sum_k mem_k, sum_k compute_k)
                              + sum_k (floor_k + R_k * request_k + Q_k * query_k) + K * padded_s
     mem_k     = kv_k * kv_s_k + max(kv_k - kv_knee_k, 0) * kv_over_k
-    compute_k = P_k * pair_s_k + max(P_k - pair_knee_k, 0) * pair_over_k
+    compute_k = (P_k * pair_s_k + max(P_k - pair_knee_k, 0) * pair_over_k) * W_k(Q_k)
 
 with T query tokens, L logit rows, and for each kind k of attention call
 (prefill chunks; the decode requests' rounds, or their verification when
 any of them verifies drafts, as SGLang runs a batch in its decode or its
 target-verify mode) kv_k context tokens read, P_k query x key pairs, R_k
-sequences and Q_k query tokens; ``blend`` is the smooth maximum of memory
+sequences and Q_k query tokens, W_k the wave quantisation of the call's
+thread blocks (:func:`wave_factor`; 1 where a model has no such term); ``blend`` is the smooth maximum of memory
 and compute time. The per-sequence and per-query terms are what a kernel
 spends on each sequence and each query row besides reading keys and
 computing scores (setup, softmax rows), the floor what a call costs at
@@ -85,19 +86,22 @@ TOKENS = np.arange(TABLE_TOKENS, dtype=float)
 PREFILL, DECODE, VERIFY = 0, 1, 2  # kinds of attention call: rows of CostModel.attention
 ATTENTION_KINDS = ("prefill", "decode", "verify")
 # Columns of CostModel.attention (whole model, every layer; knees in tokens / pairs).
-A_FLOOR, A_KV, A_KV_OVER, A_KV_KNEE, A_PAIR, A_PAIR_OVER, A_PAIR_KNEE, A_REQUEST, A_QUERY = range(9)
+A_FLOOR, A_KV, A_KV_OVER, A_KV_KNEE, A_PAIR, A_PAIR_OVER, A_PAIR_KNEE, A_REQUEST, A_QUERY, A_WAVE_TOKENS, \
+    A_WAVE_SHARE = range(11)
 ATTENTION_TERMS = ("floor_s", "kv_s", "kv_over_s", "kv_knee", "pair_s", "pair_over_s", "pair_knee", "request_s",
-                   "query_s")
+                   "query_s", "wave_tokens", "wave_share")
 
 
 def attention_row(kv_s=0.0, pair_s=0.0, request_s=0.0, query_s=0.0, floor_s=0.0, kv_over_s=0.0, kv_knee=0.0,
-                  pair_over_s=0.0, pair_knee=0.0) -> np.ndarray:
-    """One kind's coefficients in the column order of ``ATTENTION_TERMS``."""
-    return np.array([floor_s, kv_s, kv_over_s, kv_knee, pair_s, pair_over_s, pair_knee, request_s, query_s])
+                  pair_over_s=0.0, pair_knee=0.0, wave_tokens=0.0, wave_share=0.0) -> np.ndarray:
+    """One kind's coefficients in the column order of ``ATTENTION_TERMS``
+    (``wave_tokens`` 0: no wave quantisation, :func:`wave_factor`)."""
+    return np.array([floor_s, kv_s, kv_over_s, kv_knee, pair_s, pair_over_s, pair_knee, request_s, query_s,
+                     wave_tokens, wave_share])
 
 
 def attention_table(prefill: np.ndarray, decode: np.ndarray, verify: np.ndarray) -> np.ndarray:
-    """[3, 9] read-only: a CostModel's ``attention`` from one row per kind."""
+    """[3, 11] read-only: a CostModel's ``attention`` from one row per kind."""
     table = np.ascontiguousarray(np.stack([prefill, decode, verify]), dtype=float)
     table.flags.writeable = False
     return table
@@ -124,7 +128,7 @@ class CostModel:
     # Tables, [TABLE_TOKENS]: all decoder layers by query tokens T; the LM head by logit rows.
     layers_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
     head_s: np.ndarray = field(default_factory=lambda: ZERO_TABLE, repr=False, compare=False)
-    # [3, 9] attention by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS; module docstring)
+    # [3, 11] attention by kind (rows PREFILL, DECODE, VERIFY; columns ATTENTION_TERMS; module docstring)
     attention: np.ndarray = field(default_factory=lambda: ZERO_ATTENTION, repr=False, compare=False)
     kv_s_per_padded_token: float = 0.0  # one slot of a dense, padded cache batch (module docstring); 0: paged
     # Tables, [TABLE_TOKENS]: the vision encoder by visual tokens; one drafter step by its tokens.
@@ -232,7 +236,7 @@ class CostTables(NamedTuple):
     overhead_s: float
     layers_s: np.ndarray
     head_s: np.ndarray
-    attn: np.ndarray  # [3, 9] CostModel.attention
+    attn: np.ndarray  # [3, 11] CostModel.attention
     kv_s_per_padded: float
     vision_s: np.ndarray
     draft_s: np.ndarray
@@ -262,11 +266,27 @@ def table_at(table: np.ndarray, tokens: int) -> float:
     return table[last] + (tokens - last) * (table[last] - table[last - 1])
 
 
+def wave_factor(queries, wave_tokens, wave_share):
+    """Wave quantisation of a call's thread blocks: ceil(B / SMs) / (B / SMs)
+    with B / SMs = ceil(queries / wave_tokens) x wave_share (a block per
+    ``wave_tokens`` query tokens, ``wave_share`` = blocks per query tile /
+    SMs), so a last, partial wave costs a whole one; 1 under one wave (the
+    kernel then splits keys across blocks to fill the GPU) and where
+    ``wave_tokens`` is 0 (no such term). NumPy, on floats and arrays; the
+    compiled :func:`attention_parts` computes the same."""
+    waves = np.ceil(queries / np.maximum(wave_tokens, 1.0)) * wave_share
+    return np.where((wave_tokens > 0) & (waves > 1.0), np.ceil(waves) / np.maximum(waves, 1.0), 1.0)
+
+
 @jit
 def attention_parts(a: np.ndarray, kind: int, kv: int, pairs: int, requests: int, queries: int):
     """(memory s, compute s, linear s) of one kind's attention call (module docstring)."""
     memory = kv * a[kind, A_KV] + max(kv - a[kind, A_KV_KNEE], 0.0) * a[kind, A_KV_OVER]
     compute = pairs * a[kind, A_PAIR] + max(pairs - a[kind, A_PAIR_KNEE], 0.0) * a[kind, A_PAIR_OVER]
+    if a[kind, A_WAVE_TOKENS] > 0 and queries > 0:
+        waves = np.ceil(queries / a[kind, A_WAVE_TOKENS]) * a[kind, A_WAVE_SHARE]
+        if waves > 1.0:
+            compute *= np.ceil(waves) / waves
     linear = requests * a[kind, A_REQUEST] + queries * a[kind, A_QUERY]
     if queries > 0:
         linear += a[kind, A_FLOOR]

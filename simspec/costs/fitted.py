@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simspec.costs.attention import AttentionFit, AttentionTerms, attention_by_kind, attention_terms, fit_attention
+from simspec.costs.attention import (AttentionFit, AttentionTerms, attention_by_kind, attention_terms, fit_attention,
+                                    prefill_waves)
 from simspec.costs.base import TOKENS, CostModel, frozen_table
 from simspec.costs.curves import OpFit, _ape, _split, _terms, fit_curve, fit_line
 from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
 from simspec.costs.roofline import FIXED, roofline
-from simspec.costs.specs import GpuSpec, ModelSpec
+from simspec.costs.specs import EAGLE_KINDS, GpuSpec, ModelSpec
 from simspec.types import InputError
 
 MS = 1e-3
@@ -132,7 +133,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
     borrowed: list[str] = []
     found: dict[int, AttentionFit] = {}
     if points is not None:
-        found, attention_fits = fit_attention(points)
+        found, attention_fits = fit_attention(points, prefill_waves(model.heads, model.kv_heads, gpu.sms))
         fits.extend(attention_fits)
         by_kind, borrowed = attention_by_kind(found, model.layers)
     else:
@@ -149,7 +150,7 @@ def fit_profiles(profiles: list[Profile], model: ModelSpec, gpu: GpuSpec) -> Fit
 
     head = table("lm_head", "tokens", "LM head", "head_s")
     vision = _vision_table(profile, model, need_prior, fits)
-    draft, per_kept, cross_call, cross_row = _drafter(profile, need_prior, fits)
+    draft, per_kept, cross_call, cross_row = _drafter(profile, need_prior, fits, model.drafter_kind in EAGLE_KINDS)
     select_launch, per_key, per_key_sq = _select(profile, need_prior, fits)
     measured = tuple(sorted(set(merged)))
     where = ", ".join(sorted({s for s in sources.values()}))
@@ -203,12 +204,14 @@ def _drafter_columns(tokens: np.ndarray, kept: np.ndarray, least: float) -> np.n
     return np.column_stack([on, tokens * on, tokens * (kept - least)])
 
 
-def _drafter(profile: Profile, need_prior, fits):
+def _drafter(profile: Profile, need_prior, fits, eagle: bool):
     """A drafter step: a curve in rows at the grid's least K, plus
     cross-attention terms (:func:`_drafter_columns`) fitted to what the
-    other K add. Held out: every fourth distinct rows x (K + 1)."""
+    other K add. Held out: every fourth distinct rows x (K + 1). A profile
+    times simspec's EAGLE-style drafter, so other drafter kinds (not
+    ``eagle``) take the prior's."""
     t = profile.tables.get("drafter_step")
-    if t is None:
+    if t is None or not eagle:
         base = need_prior("drafter")
         return base.draft_s_table, base.draft_s_per_kept, base.draft_s_cross_call, base.draft_s_cross_row
     tokens, kept = t["tokens"].to_numpy(float), t["kept_tokens"].to_numpy(float)

@@ -32,7 +32,10 @@ round's fixed costs, which are what real engines pay beyond the drafter's
 arithmetic: a fixed cost per draft step, per drafted round and per request
 of a drafted round. The last three were fitted to the ``fit`` rows of the
 published measurements (validation/published/, ``python
-benchmarks/published.py --fit``), never to the held-out rows.
+benchmarks/published.py --fit``), never to the held-out rows. What a
+drafter call and a drafted round cost besides them depends on what drafts
+(:func:`drafting`): an EAGLE head, a separate draft model, Medusa heads or
+an n-gram lookup.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simspec.costs.base import ATTENTION_KINDS, TOKENS, CostModel, attention_row, attention_table, blend, frozen_table
-from simspec.costs.specs import GpuSpec, ModelSpec
+from simspec.costs.specs import DRAFT_MODEL, GpuSpec, ModelSpec
 from simspec.types import require
 
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights (KV: below)
@@ -83,8 +86,21 @@ class FixedCosts:
     cpu_step_s: float = 0.8e-3
     cpu_per_request_s: float = 0.0
     # One draft step's kernels: fc, a decoder layer, the head's norm, GEMM
-    # and top-k.
+    # and top-k (EAGLE heads).
     draft_kernels: int = 14
+    # A separate draft model's step: kernels_per_layer for each of its
+    # decoder layers (a Llama layer, as the target's) plus its embedding
+    # gather, final norm, LM head GEMM and argmax.
+    draft_model_kernels: int = 4
+    # One Medusa head: its residual block's linear, SiLU and add, its LM
+    # head GEMM and the top-k over its logits (Medusa's medusa_model.py
+    # ResBlock and generate_candidates).
+    medusa_head_kernels: int = 5
+    # An n-gram (prompt-lookup) proposal, per request of a drafted round: a
+    # lookup over the request's token ids on the CPU (vLLM's NgramProposer)
+    # or a few small tensor ops (Spec-Bench's PLD); no source measures it,
+    # so 0 until measured, like cpu_per_request_s.
+    ngram_lookup_s: float = 0.0
     # Fitted to the published rows' fit split (module docstring; 17 rows,
     # `python benchmarks/published.py --fit`, 2026-12-01): a draft step's
     # fixed cost beyond its kernels' arithmetic (the proposer's per-step
@@ -154,8 +170,8 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
     flops = gpu.bf16_flops * GEMM_EFFICIENCY
     node, eager_extra = fixed.graph_node_s, fixed.launch_s - fixed.graph_node_s
 
-    def gemm(params: float, tokens=TOKENS):
-        return blend(params * model.dtype_bytes / bw, 2.0 * params * tokens / flops)
+    def gemm(params: float, tokens=TOKENS, dtype_bytes: int = model.dtype_bytes):
+        return blend(params * dtype_bytes / bw, 2.0 * params * tokens / flops)
 
     sampler = (fixed.sampler_kernels * node
                + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
@@ -163,8 +179,7 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
     vision = 0.0 * TOKENS
     if model.multimodal:
         vision = gemm(model.vision_params, TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image)
-    draft_step = (gemm(model.drafter_params) + gemm(model.drafter_head_params) + fixed.draft_kernels * node
-                  + fixed.draft_step_s)
+    draft_step, draft_round_s, draft_round_request_s = drafting(model, gpu, fixed, gemm)
     return CostModel(
         label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published results)",
         calibrated=False, overhead_s=fixed.cpu_step_s,
@@ -174,7 +189,7 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
         vision_s_table=frozen_table(vision),
         draft_s_table=frozen_table(draft_step),
         draft_s_per_kept=2 * model.hidden * model.dtype_bytes / bw,
-        draft_s_per_round=fixed.draft_round_s, draft_s_per_round_request=fixed.draft_round_request_s,
+        draft_s_per_round=draft_round_s, draft_s_per_round_request=draft_round_request_s,
         graph_piecewise_s=model.layers * fixed.attention_kernels_per_layer * eager_extra,
         graph_eager_s=(model.layers * fixed.kernels_per_layer + fixed.head_kernels + fixed.sampler_kernels)
         * eager_extra,
@@ -182,9 +197,50 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
 
 
+def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[np.ndarray, float, float]:
+    """(one drafter call's seconds by its rows, a drafted round's fixed
+    seconds, and per request) for ``model.drafter``: the simulator runs one
+    drafter call per draft level, the first over the tokens accepted since
+    the request last drafted.
+
+    - EAGLE heads: the head's weights and kernels, and ``draft_step_s``, each call.
+    - A draft model (``draft-model:NAME``): its decoder layers and LM head
+      (at its own dtype), its kernels (``kernels_per_layer`` a layer plus
+      ``draft_model_kernels``), its attention's floor per layer and
+      prefill's per-query cost per row (:data:`ATTENTION_FIXED`; its key
+      reads are left out: a call's table knows its rows, not their
+      context, and a 68M model's keys are a few MB), and ``draft_step_s``,
+      each call.
+    - Medusa: all heads run in one pass a round over the target's last
+      hidden state; a K-deep draft is priced as K calls of one head each
+      (the same weights read), and the proposer's ``draft_step_s`` once a
+      round, not per call.
+    - n-gram: no GPU work; ``ngram_lookup_s`` per request a round.
+
+    ``gemm(params, tokens, dtype_bytes)`` is the roofline of a GEMM."""
+    node, kind = fixed.graph_node_s, model.drafter_kind
+    arithmetic = gemm(model.drafter_params) + gemm(model.drafter_head_params)
+    if kind == "ngram":
+        return 0.0 * TOKENS, fixed.draft_round_s, fixed.draft_round_request_s + fixed.ngram_lookup_s
+    if kind == "medusa":
+        return (arithmetic + fixed.medusa_head_kernels * node, fixed.draft_round_s + fixed.draft_step_s,
+                fixed.draft_round_request_s)
+    if kind == DRAFT_MODEL:
+        draft = model.draft_model
+        weights = (gemm(model.drafter_params, dtype_bytes=draft.dtype_bytes)
+                   + gemm(model.drafter_head_params, dtype_bytes=draft.dtype_bytes))
+        prefill = ATTENTION_FIXED["prefill"]
+        attention = draft.layers * (prefill.floor_s + TOKENS * prefill.query_block_s * draft.heads / gpu.sms)
+        kernels = draft.layers * fixed.kernels_per_layer + fixed.draft_model_kernels
+        return (weights + attention + kernels * node + fixed.draft_step_s, fixed.draft_round_s,
+                fixed.draft_round_request_s)
+    return (arithmetic + fixed.draft_kernels * node + fixed.draft_step_s, fixed.draft_round_s,
+            fixed.draft_round_request_s)
+
+
 def attention_prior(model: ModelSpec, gpu: GpuSpec, fixed: dict[str, AttentionFixed] = ATTENTION_FIXED,
                     bandwidth_efficiency: float = ATTENTION_BANDWIDTH_EFFICIENCY) -> np.ndarray:
-    """[3, 9] attention coefficients (costs.base) of the datasheet prior:
+    """[3, 11] attention coefficients (costs.base) of the datasheet prior:
     per kind, the roofline of keys read and pairs computed plus its
     ``fixed`` costs, every layer (other ``fixed`` and efficiency: to refit them)."""
     require(gpu.sms > 0, f"device {gpu.slug}: the roofline prior's attention needs the GPU's SM count (got {gpu.sms})")

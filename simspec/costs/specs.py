@@ -30,15 +30,29 @@ class ModelSpec:
     vision_mlp_hidden: int = 0
     vision_patches_per_image: int = 0  # tokens through the vision encoder per image
     dtype_bytes: int = 2
-    # The draft head (DRAFTERS): "eagle1" (EAGLE-1/2: fc over [feature,
-    # embedding] + one decoder layer, the target's LM head) or "eagle3"
-    # (EAGLE-3: fc over three of the target's layers' features, one decoder
-    # layer whose attention takes [embedding, feature], and its own LM head
-    # over a draft vocabulary of min(vocab, EAGLE3_DRAFT_VOCAB) tokens).
+    # What drafts (DRAFTERS, :func:`check_drafter`): "eagle1" (EAGLE-1/2: fc
+    # over [feature, embedding] + one decoder layer, the target's LM head),
+    # "eagle3" (EAGLE-3: fc over three of the target's layers' features, one
+    # decoder layer whose attention takes [embedding, feature], and its own
+    # LM head over a draft vocabulary of min(vocab, EAGLE3_DRAFT_VOCAB)
+    # tokens), "medusa" (MEDUSA_HEADS heads over the target's last hidden
+    # state, each a residual block and its own LM head), "ngram" (prompt
+    # lookup: no weights) or "draft-model:NAME" (a separate draft model,
+    # NAME one of MODELS, run as its own decoder layers and LM head).
     drafter: str = "eagle1"
 
     def __post_init__(self):
-        require(self.drafter in DRAFTERS, f"drafter must be one of {', '.join(DRAFTERS)} (got {self.drafter!r})")
+        check_drafter(self.drafter)
+
+    @property
+    def drafter_kind(self) -> str:
+        """The drafter's kind: one of DRAFTERS (``draft-model`` for ``draft-model:NAME``)."""
+        return self.drafter.partition(":")[0]
+
+    @property
+    def draft_model(self) -> "ModelSpec | None":
+        """The separate draft model's spec (``draft-model:NAME``), else None."""
+        return MODELS_BY_KEY[self.drafter.partition(":")[2].lower()] if self.drafter_kind == DRAFT_MODEL else None
 
     @property
     def head_dim(self) -> int:
@@ -65,20 +79,47 @@ class ModelSpec:
 
     @property
     def drafter_params(self) -> int:
-        """The draft head's weights besides its LM head: EAGLE-1's fc over
-        [feature, embedding] + one decoder layer; EAGLE-3's fc over three
-        features + a layer whose Q, K and V projections read 2 x hidden."""
-        if self.drafter == "eagle3":
+        """The weights one drafter call runs besides an LM head: EAGLE-1's
+        fc over [feature, embedding] + one decoder layer; EAGLE-3's fc over
+        three features + a layer whose Q, K and V projections read 2 x
+        hidden; one Medusa head's residual block (a hidden x hidden linear
+        with its bias); a draft model's decoder layers; none for n-grams."""
+        kind = self.drafter_kind
+        if kind == "eagle3":
             kv = self.kv_heads * self.head_dim
             return 3 * self.hidden * self.hidden + self.layer_params + self.hidden * (self.hidden + 2 * kv)
+        if kind == "medusa":
+            return self.hidden * self.hidden + self.hidden
+        if kind == DRAFT_MODEL:
+            return self.draft_model.layers * self.draft_model.layer_params
+        if kind == "ngram":
+            return 0
         return 2 * self.hidden * self.hidden + self.layer_params
 
     @property
     def drafter_head_params(self) -> int:
-        """The LM head a draft step runs: the target's (EAGLE-1, shared) or
-        EAGLE-3's own over its draft vocabulary."""
-        vocab = min(self.vocab, EAGLE3_DRAFT_VOCAB) if self.drafter == "eagle3" else self.vocab
+        """The LM head a drafter call runs: the target's (EAGLE-1, shared),
+        EAGLE-3's own over its draft vocabulary, one Medusa head's own, the
+        draft model's; none for n-grams."""
+        kind = self.drafter_kind
+        if kind == DRAFT_MODEL:
+            return self.draft_model.lm_head_params
+        if kind == "ngram":
+            return 0
+        vocab = min(self.vocab, EAGLE3_DRAFT_VOCAB) if kind == "eagle3" else self.vocab
         return vocab * self.hidden
+
+    @property
+    def drafter_weight_params(self) -> int:
+        """The drafter's weights in GPU memory besides the target's."""
+        kind = self.drafter_kind
+        if kind == "eagle1":
+            return self.drafter_params  # the target's LM head is shared
+        if kind == "medusa":
+            return MEDUSA_HEADS * (self.drafter_params + self.drafter_head_params)
+        if kind == DRAFT_MODEL:
+            return self.drafter_params + 2 * self.draft_model.lm_head_params  # embeddings + LM head
+        return self.drafter_params + self.drafter_head_params
 
     @property
     def weight_bytes(self) -> int:
@@ -86,10 +127,9 @@ class ModelSpec:
             self.layers * self.layer_params
             + 2 * self.lm_head_params  # embeddings + LM head
             + self.vision_params
-            + self.drafter_params
-            + (self.drafter_head_params if self.drafter == "eagle3" else 0)  # EAGLE-1 shares the target's
         )
-        return total * self.dtype_bytes
+        draft_bytes = self.draft_model.dtype_bytes if self.draft_model is not None else self.dtype_bytes
+        return total * self.dtype_bytes + self.drafter_weight_params * draft_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -110,11 +150,33 @@ class GpuSpec:
     sms: int = 0
 
 
-DRAFTERS = ("eagle1", "eagle3")
+DRAFT_MODEL = "draft-model"
+EAGLE_KINDS = ("eagle1", "eagle3")
+DRAFTERS = (*EAGLE_KINDS, "medusa", "ngram", DRAFT_MODEL)
+DRAFTER_FORMS = "eagle1, eagle3, medusa, ngram or draft-model:NAME"
 # EAGLE-3 heads predict over the 32,000 most frequent target tokens
 # (draft_vocab_size 32000 in the released Llama-3.1-8B EAGLE-3 head's config,
 # EAGLE-3 paper arXiv 2503.01840).
 EAGLE3_DRAFT_VOCAB = 32000
+# Medusa-1 heads as Spec-Bench runs them on Vicuna-7B (evaluation/
+# inference_medusa.py loads FasterDecoding/medusa-vicuna-7b-v1.3 with
+# medusa_num_heads = 4, one residual layer each; Cai et al., arXiv
+# 2401.10774: each head a residual block over the last hidden state and its
+# own LM head).
+MEDUSA_HEADS = 4
+
+
+def check_drafter(drafter: str) -> None:
+    """Raise InputError unless ``drafter`` names a drafter (DRAFTER_FORMS);
+    a draft model must be a text-only spec of MODELS."""
+    kind, _, name = drafter.partition(":")
+    require(kind in DRAFTERS and (kind == DRAFT_MODEL) == bool(name),
+            f"drafter must be one of {DRAFTER_FORMS} (got {drafter!r})")
+    if kind == DRAFT_MODEL:
+        spec = MODELS_BY_KEY.get(name.lower())
+        require(spec is not None, f"drafter {drafter!r}: the draft model must be one of {', '.join(MODELS)}")
+        require(not spec.multimodal, f"drafter {drafter!r}: the draft model must be a text-only model")
+
 
 _GB = 1e9
 _CLIP_L_336 = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
@@ -123,6 +185,7 @@ _VICUNA_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=32, mlp_hidden=1100
 _VICUNA_13B = dict(layers=40, hidden=5120, heads=40, kv_heads=40, mlp_hidden=13824, vocab=32000)
 # Meta's Llama 3 8B shapes (config.json of meta-llama/Meta-Llama-3-8B and Llama-3.1-8B).
 _LLAMA3_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, vocab=128256)
+_LLAMA_68M = dict(layers=2, hidden=768, heads=12, kv_heads=12, mlp_hidden=3072, vocab=32000)
 _QWEN2_7B = dict(layers=28, hidden=3584, heads=28, kv_heads=4, mlp_hidden=18944, vocab=152064)
 
 MODELS: dict[str, ModelSpec] = {
@@ -159,6 +222,13 @@ MODELS: dict[str, ModelSpec] = {
                   max_context_tokens=2048, visual_tokens_per_image=0, dtype_bytes=4),
         ModelSpec(name="vllm-models-tiny", layers=2, hidden=128, heads=4, kv_heads=4, mlp_hidden=512, vocab=4096,
                   max_context_tokens=2048, visual_tokens_per_image=0, dtype_bytes=4),
+        # Separate draft models (Llama shapes, config.json of each on the Hugging Face hub): JackFram/llama-68m
+        # and llama-160m (Miao et al., SpecInfer, arXiv 2305.09781) and double7/vicuna-68m (llama-68m fine-tuned
+        # on ShareGPT, the draft model of Spec-Bench's SpS row), served in float16 as Spec-Bench loads them.
+        ModelSpec(name="Llama-68M", **_LLAMA_68M, max_context_tokens=2048, visual_tokens_per_image=0),
+        ModelSpec(name="Vicuna-68M", **_LLAMA_68M, max_context_tokens=2048, visual_tokens_per_image=0),
+        ModelSpec(name="Llama-160M", **{**_LLAMA_68M, "layers": 12}, max_context_tokens=2048,
+                  visual_tokens_per_image=0),
         # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
         ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
                   max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,
@@ -186,6 +256,9 @@ GPUS: dict[str, GpuSpec] = {
                 hbm_bytes_per_s=0.696e12, bf16_flops=149.7e12, sms=84),
     )
 }
+
+
+MODELS_BY_KEY = {name.lower(): spec for name, spec in MODELS.items()}
 
 
 def _lookup(table: dict, key: str, field: str):
