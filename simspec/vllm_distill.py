@@ -15,8 +15,8 @@ deterministic algorithms, a seeded generator):
    position (teacher forcing), AdamW with a linear warm-up and decay;
 3. **evaluate**: on held-out sequences, with the draft's weights rounded to
    bf16 as the checkpoint stores them: the draft's top-1 agreement with the
-   target at each continuation position, and the chain acceptance a
-   K-token draft would get at depths 1..K under greedy verification.
+   target at each continuation position, and the acceptance at depths 1..K
+   of vLLM's rounds of K-token drafts replayed on them (:func:`agreement`).
 
 The forward (:func:`forward`) is Hugging Face's ``LlamaForCausalLM``, read
 from ``config.json`` and the checkpoint's tensor names: RMSNorm with the
@@ -30,7 +30,7 @@ Greedy verification accepts a draft token while it equals the target's own
 greedy token, and a held-out sequence *is* the target's greedy
 continuation, so the draft's chain from a start position t is accepted to
 depth j exactly when its teacher-forced argmax matches at t .. t+j-1: one
-forward per sequence gives every start's chain.
+forward per sequence gives every round's outcome.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ class Agreement:
     """A draft's greedy agreement with the target on held-out continuations."""
 
     top1: float  # P(draft argmax == target argmax), over every continuation position
-    chain: tuple[float, ...]  # [K]: P(the first j draft tokens all accepted), j = 1..K
-    starts: int  # draft start positions averaged over
+    chain: tuple[float, ...]  # [K]: per round, P(the first j draft tokens all accepted), j = 1..K
+    drafts: int  # rounds replayed
 
     @property
     def acceptance_length(self) -> float:
@@ -225,18 +225,33 @@ def bf16_rounded(weights: Weights) -> Weights:
 def agreement(weights: Weights, config: LlamaConfig, sequences: torch.Tensor, labels: torch.Tensor,
               prompt_tokens: int, depth_tokens: int) -> Agreement:
     """Greedy agreement on the continuations of held-out sequences [B, P + C] (labels alike).
-    A draft starts after every position from the prompt's last (its first draft
-    token is the continuation's first) to the last with K labels after it."""
+
+    ``top1`` counts every continuation position. ``chain`` replays what vLLM
+    does: the prefill emits the first token, then each round drafts K tokens
+    after the last one emitted, accepts them to the first mismatch and emits
+    the accepted + 1, until C tokens are out; rates are per round (vLLM's
+    ``accepted_tokens_per_pos / num_drafts``). Rounds are not positions: a
+    round that is accepted far moves on past the positions it covered, one
+    that is rejected moves one, so the per-round rates are below the rates
+    averaged over every start position."""
     match = torch.cat([forward(weights, config, part)[0].argmax(-1) == lab
                        for part, lab in zip(sequences.split(16), labels.split(16))])  # [B, P + C]
-    match = match[:, prompt_tokens - 1:].to(torch.float64)  # [B, C + 1]: continuation positions
-    starts = match.shape[1] - depth_tokens + 1
-    run = torch.ones(match.shape[0], starts, dtype=torch.float64)  # [B, S]
-    chain = []
-    for j in range(depth_tokens):
-        run = run * match[:, j: j + starts]  # accepted to depth j + 1 from each start
-        chain.append(float(run.mean()))
-    return Agreement(top1=float(match.mean()), chain=tuple(chain), starts=run.numel())
+    match = match[:, prompt_tokens - 1:]  # [B, C + 1]: match[:, i] predicts continuation token i
+    new_tokens = match.shape[1] - 1
+    accepted = [0] * depth_tokens
+    drafts = 0
+    for row in match.tolist():
+        emitted = 1  # the prefill's token
+        while emitted < new_tokens:
+            n = 0
+            while n < depth_tokens and emitted + n < new_tokens and row[emitted + n]:  # none past the C-th
+                n += 1
+            drafts += 1
+            for j in range(n):
+                accepted[j] += 1
+            emitted += n + 1
+    return Agreement(top1=float(match.to(torch.float64).mean()), chain=tuple(a / drafts for a in accepted),
+                     drafts=drafts)
 
 
 def distill(target: dict[str, np.ndarray], target_config: dict, draft: dict[str, np.ndarray],

@@ -348,6 +348,9 @@ def distill_prompts(count: int, prompt_tokens: int, vocab_tokens: int, seed: int
     return len(SPECIAL_TOKENS) + np.where((np.arange(count) % 2 == 0)[:, None], runs, uniform)
 
 
+UNTRAINED = "draft_distilled_untrained"
+"""The distilled draft's starting point (:func:`copying_draft`), measured beside it."""
+
 DRAFT_STREAM = "draft_distilled/"
 """The random stream of the distilled draft's initial weights (not the target's)."""
 
@@ -371,8 +374,9 @@ class HeldOut:
     """A draft's greedy agreement with the target on held-out continuations."""
 
     top1: float  # P(draft argmax == target's greedy token), continuation positions
-    chain: tuple[float, ...]  # [K]: P(first j draft tokens accepted), j = 1..K: vLLM's per-position rates
+    chain: tuple[float, ...]  # [K]: per round, P(first j draft tokens accepted), j = 1..K: vLLM's per-position rates
     acceptance_length: float  # 1 + sum(chain)
+    drafts: int  # vLLM's rounds of K-token drafts, replayed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -387,7 +391,7 @@ class Distillation:
     continuation_tokens: int
     train_tokens: int  # labelled positions the optimizer saw, over all steps
     final_loss: float  # nats, last 10 steps
-    heldout: dict[str, HeldOut]  # draft_distilled and draft_1layer, on the same held-out sequences
+    heldout: dict[str, HeldOut]  # draft_distilled, draft_1layer and UNTRAINED, on the same held-out sequences
     generate_s: float  # wall time: the target's continuations
     train_s: float  # wall time: training
 
@@ -411,12 +415,14 @@ def distill_draft(config: VllmModelsConfig) -> tuple[dict[str, np.ndarray], Dist
     one_layer = target_shape.with_layers(1)
     prompts = distill_prompts(size.train_sequences + size.heldout_sequences, size.prompt_tokens,
                               target_shape.vocab_tokens, config.seed)  # [N, P]
+    start = copying_draft(size.draft, config.seed)
     done = vllm_distill.distill(
-        served, model_config(target_shape), copying_draft(size.draft, config.seed), model_config(size.draft),
+        served, model_config(target_shape), start, model_config(size.draft),
         train_prompts=prompts[:size.train_sequences], heldout_prompts=prompts[size.train_sequences:],
         new_tokens=size.continuation_tokens, seed=config.seed, frozen=("model.embed_tokens.weight",),
         plan=vllm_distill.DistillPlan(steps=steps, batch_sequences=size.batch_sequences),
-        baselines={"draft_1layer": ({s.name: served[s.name] for s in tensors(one_layer)}, model_config(one_layer))})
+        baselines={"draft_1layer": ({s.name: served[s.name] for s in tensors(one_layer)}, model_config(one_layer)),
+                   UNTRAINED: ({k: bf16_rounded(w) for k, w in start.items()}, model_config(size.draft))})
     agreements = {"draft_distilled": done.agreement, **done.baselines}
     record = Distillation(
         steps=steps, batch_sequences=size.batch_sequences, train_sequences=done.train_sequences,
@@ -424,7 +430,7 @@ def distill_draft(config: VllmModelsConfig) -> tuple[dict[str, np.ndarray], Dist
         continuation_tokens=size.continuation_tokens, train_tokens=done.train_tokens,
         final_loss=round(done.final_loss, 4), generate_s=round(done.generate_s, 1), train_s=round(done.train_s, 1),
         heldout={name: HeldOut(top1=round(a.top1, 4), chain=tuple(round(c, 4) for c in a.chain),
-                                acceptance_length=round(a.acceptance_length, 4))
+                                acceptance_length=round(a.acceptance_length, 4), drafts=a.drafts)
                  for name, a in agreements.items()})
     return done.weights, record
 
