@@ -11,8 +11,11 @@ deterministic algorithms, a seeded generator):
 1. **generate**: the target's greedy continuation of every prompt, with a KV
    cache, and the target's argmax at every position of prompt +
    continuation (the labels);
-2. **train**: the draft, by cross-entropy on those argmaxes at every
-   position (teacher forcing), AdamW with a linear warm-up and decay;
+2. **train**: the draft, by cross-entropy on those argmaxes at the
+   continuation's positions (teacher forcing; from the prompt's last token,
+   whose argmax is the first token a draft proposes after the prefill),
+   AdamW with a linear warm-up and decay, each sequence's ordinary token ids
+   permuted at random (:func:`train` says why);
 3. **evaluate**: on held-out sequences, with the draft's weights rounded to
    bf16 as the checkpoint stores them: the draft's top-1 agreement with the
    target at each continuation position, and the acceptance at depths 1..K

@@ -1,10 +1,12 @@
 """Local Hugging Face-format Llama models that vLLM can serve (issue 20).
 
-Imports: the standard library, numpy and simspec.types / simspec.files. No
-transformers, tokenizers, safetensors or torch: every file is written by
-hand, deterministically from a seed, with no downloads.
+Imports: the standard library, numpy and simspec.types / simspec.files; torch
+only through ``simspec.vllm_distill``, imported inside :func:`distill_draft`.
+No transformers, tokenizers or safetensors: every file is written by hand,
+deterministically from a seed, with no downloads.
 
-``build(folder, config)`` writes three model folders, each a complete
+``build(folder, config)`` writes four model folders (three with
+``--no-distilled``), each a complete
 checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json``):
 
@@ -13,8 +15,16 @@ checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
   target accepts (an oracle for vLLM's draft-model speculation);
 - ``draft_1layer``: the target's embedding, first layer, final norm and LM
   head alone, a draft the target rarely agrees with;
+- ``draft_distilled``: a small Llama with a tied head (:data:`DISTILL`),
+  trained on the target's greedy continuations of prompts like
+  ``vllm bench serve --dataset-name random``'s (``simspec.vllm_distill``,
+  torch, imported only here), from a start that predicts its current token
+  again (:func:`copying_draft`); a partially accepted draft;
 
-plus ``simspec-models.json``, what was built (size, seed, parameter counts).
+plus ``simspec-models.json``, what was built (size, seed, parameter counts,
+and for the distilled draft what training saw and the held-out agreement of
+it, of its untrained start and of ``draft_1layer``, with the wall times:
+the one part that differs between two builds).
 
 Weights are random (normal, std 0.02 as Hugging Face's Llama initialises
 them; norms 1) and drawn per tensor name from ``(seed, crc32(name))``, so a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -380,3 +381,12 @@ def test_the_prompts_are_vllm_benchs_runs_and_uniform_ids_never_special():
     assert np.all(steps == 1)  # consecutive ids (wrapping past the last), as `--dataset-name random` sends
     assert not np.all(np.diff(prompts[1::2], axis=1) % 4093 == 1)
     np.testing.assert_array_equal(prompts, distill_prompts(6, 64, 4096, seed=0))
+
+
+def test_without_torch_the_distilled_draft_is_refused_in_one_line_and_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "simspec.vllm_distill", None)  # `import` raises ImportError
+    with pytest.raises(InputError, match="draft_distilled needs torch .*--no-distilled"):
+        build(tmp_path / "m", TINY)
+    assert list(tmp_path.iterdir()) == []
+    build(tmp_path / "m", VllmModelsConfig(size="tiny", distilled=False))
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted([*MODELS[:-1], MANIFEST])
