@@ -1,10 +1,12 @@
 """Local Hugging Face-format Llama models that vLLM can serve (issue 20).
 
-Imports: the standard library, numpy and simspec.types / simspec.files. No
-transformers, tokenizers, safetensors or torch: every file is written by
-hand, deterministically from a seed, with no downloads.
+Imports: the standard library, numpy and simspec.types / simspec.files; torch
+only through ``simspec.vllm_distill``, imported inside :func:`distill_draft`.
+No transformers, tokenizers or safetensors: every file is written by hand,
+deterministically from a seed, with no downloads.
 
-``build(folder, config)`` writes three model folders, each a complete
+``build(folder, config)`` writes four model folders (three with
+``--no-distilled``), each a complete
 checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json``):
 
@@ -13,8 +15,16 @@ checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
   target accepts (an oracle for vLLM's draft-model speculation);
 - ``draft_1layer``: the target's embedding, first layer, final norm and LM
   head alone, a draft the target rarely agrees with;
+- ``draft_distilled``: a small Llama with a tied head (:data:`DISTILL`),
+  trained on the target's greedy continuations of prompts like
+  ``vllm bench serve --dataset-name random``'s (``simspec.vllm_distill``,
+  torch, imported only here), from a start that predicts its current token
+  again (:func:`copying_draft`); a partially accepted draft;
 
-plus ``simspec-models.json``, what was built (size, seed, parameter counts).
+plus ``simspec-models.json``, what was built (size, seed, parameter counts,
+and for the distilled draft what training saw and the held-out agreement of
+it, of its untrained start and of ``draft_1layer``, with the wall times:
+the one part that differs between two builds).
 
 Weights are random (normal, std 0.02 as Hugging Face's Llama initialises
 them; norms 1) and drawn per tensor name from ``(seed, crc32(name))``, so a
@@ -44,7 +54,7 @@ import json
 import os
 import shutil
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -57,7 +67,7 @@ SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 """Ids 0, 1, 2: unknown, beginning and end of sequence."""
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
-MODELS = ("target", "draft_same", "draft_1layer")
+MODELS = ("target", "draft_same", "draft_1layer", "draft_distilled")
 """The model folders ``build`` writes, in order."""
 
 MANIFEST = "simspec-models.json"
@@ -75,6 +85,7 @@ class LlamaShape:
     intermediate: int
     vocab_tokens: int
     max_positions: int = 2048
+    tied: bool = False  # tie_word_embeddings: the LM head is the embedding (no lm_head.weight)
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab_tokens", "max_positions"):
@@ -93,7 +104,7 @@ class LlamaShape:
     def with_layers(self, layers: int) -> LlamaShape:
         return LlamaShape(layers=layers, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads,
                           intermediate=self.intermediate, vocab_tokens=self.vocab_tokens,
-                          max_positions=self.max_positions)
+                          max_positions=self.max_positions, tied=self.tied)
 
 
 SIZES = {
@@ -105,15 +116,47 @@ SIZES = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DistillSize:
+    """The distilled draft of one size and how much the target generates for it."""
+
+    draft: LlamaShape
+    train_sequences: int  # prompts the target continues for training
+    heldout_sequences: int  # more, for the agreement recorded
+    steps: int  # optimizer steps (``--distill-steps``)
+    batch_sequences: int
+    prompt_tokens: int = 64  # as `vllm bench serve --random-input-len 64 --random-output-len 64`
+    continuation_tokens: int = 64
+
+
+DISTILL = {
+    # ~2 min on one core here: the target's continuations dominate (~1 s a sequence), then 100 steps.
+    "120m": DistillSize(draft=LlamaShape(layers=2, hidden=256, heads=4, kv_heads=4, intermediate=768,
+                                         vocab_tokens=4096, tied=True),
+                        train_sequences=48, heldout_sequences=16, steps=100, batch_sequences=8),
+    "tiny": DistillSize(draft=LlamaShape(layers=1, hidden=64, heads=2, kv_heads=2, intermediate=256,
+                                         vocab_tokens=4096, tied=True),
+                        train_sequences=24, heldout_sequences=8, steps=20, batch_sequences=4),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VllmModelsConfig:
     """What ``simspec vllm-models`` builds."""
 
     size: str = "120m"
     seed: int = 0
+    distilled: bool = True  # build draft_distilled (needs torch)
+    distill_steps: int | None = None  # None: the size's DISTILL steps
 
     def __post_init__(self) -> None:
         require(self.size in SIZES, f"size must be one of {', '.join(SIZES)} (got {self.size!r})")
         require(isinstance(self.seed, int) and self.seed >= 0, f"seed must be an integer >= 0 (got {self.seed})")
+        require(self.distill_steps is None or self.distill_steps >= 1,
+                f"distill_steps must be >= 1 (got {self.distill_steps})")
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return MODELS if self.distilled else MODELS[:-1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,7 +172,7 @@ INIT_STD = 0.02
 
 
 def tensors(shape: LlamaShape) -> list[TensorSpec]:
-    """The weights of ``LlamaForCausalLM`` with untied embeddings, in file order."""
+    """The weights of ``LlamaForCausalLM``, in file order (no ``lm_head`` when tied)."""
     h, kv = shape.hidden, shape.kv_heads * shape.head_dim
     out = [TensorSpec(name="model.embed_tokens.weight", shape=(shape.vocab_tokens, h))]
     for i in range(shape.layers):
@@ -145,8 +188,9 @@ def tensors(shape: LlamaShape) -> list[TensorSpec]:
             TensorSpec(name=p + "mlp.up_proj.weight", shape=(shape.intermediate, h)),
             TensorSpec(name=p + "mlp.down_proj.weight", shape=(h, shape.intermediate)),
         ]
-    out += [TensorSpec(name="model.norm.weight", shape=(h,), ones=True),
-            TensorSpec(name="lm_head.weight", shape=(shape.vocab_tokens, h))]
+    out.append(TensorSpec(name="model.norm.weight", shape=(h,), ones=True))
+    if not shape.tied:
+        out.append(TensorSpec(name="lm_head.weight", shape=(shape.vocab_tokens, h)))
     return out
 
 
@@ -154,19 +198,28 @@ def parameters(shape: LlamaShape) -> int:
     return sum(int(np.prod(t.shape)) for t in tensors(shape))
 
 
-def weight(spec: TensorSpec, seed: int) -> np.ndarray:
-    """The float32 values of one tensor: the same for a name and seed in every model."""
+def weight(spec: TensorSpec, seed: int, stream: str = "") -> np.ndarray:
+    """The float32 values of one tensor: the same for a name, seed and stream in every model."""
     if spec.ones:
         return np.ones(spec.shape, np.float32)
-    rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
+    rng = np.random.default_rng([seed, zlib.crc32((stream + spec.name).encode())])
     return rng.standard_normal(spec.shape, dtype=np.float32) * np.float32(INIT_STD)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (uint16), rounded to nearest even."""
+    bits = np.ascontiguousarray(x, dtype="<f4").view("<u4")
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype("<u2")
 
 
 def bf16_bytes(x: np.ndarray) -> bytes:
     """float32 -> bfloat16, rounded to nearest even, as little-endian bytes."""
-    bits = np.ascontiguousarray(x, dtype="<f4").view("<u4")
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    return rounded.astype("<u2").tobytes()
+    return bf16_bits(x).tobytes()
+
+
+def bf16_rounded(x: np.ndarray) -> np.ndarray:
+    """The float32 values a bf16 checkpoint holds of ``x``."""
+    return (bf16_bits(x).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def safetensors_header(specs: list[TensorSpec], dtype: str = "BF16", itemsize: int = 2) -> bytes:
@@ -182,10 +235,11 @@ def safetensors_header(specs: list[TensorSpec], dtype: str = "BF16", itemsize: i
     return len(header).to_bytes(8, "little") + header
 
 
-def write_safetensors(path: Path, specs: list[TensorSpec], seed: int) -> None:
+def write_safetensors(path: Path, specs: list[TensorSpec], values) -> None:
+    """``values(spec)``: the float32 array of each tensor, written in bf16."""
     def write(f: BinaryIO) -> None:
         f.write(safetensors_header(specs))
-        f.writelines(bf16_bytes(weight(t, seed)) for t in specs)
+        f.writelines(bf16_bytes(values(t)) for t in specs)
 
     write_atomic(path, write)
 
@@ -258,7 +312,7 @@ def model_config(shape: LlamaShape) -> dict:
         "attention_dropout": 0.0,
         "mlp_bias": False,
         "initializer_range": INIT_STD,
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": shape.tied,
         "bos_token_id": BOS_ID,
         "eos_token_id": EOS_ID,
         "pad_token_id": None,
@@ -272,19 +326,123 @@ def generation_config() -> dict:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
 
-def write_model(folder: Path, shape: LlamaShape, seed: int) -> None:
+def write_model(folder: Path, shape: LlamaShape, values) -> None:
+    """A checkpoint of ``shape`` whose tensors are ``values(spec)`` (float32, written in bf16)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "config.json", dump_json(model_config(shape)))
     write_text(folder / "generation_config.json", dump_json(generation_config()))
     write_text(folder / "tokenizer.json", dump_json(tokenizer_json(shape.vocab_tokens), indent=None))
     write_text(folder / "tokenizer_config.json", dump_json(tokenizer_config(shape)))
-    write_safetensors(folder / "model.safetensors", tensors(shape), seed)
+    write_safetensors(folder / "model.safetensors", tensors(shape), values)
 
 
 def shapes(config: VllmModelsConfig) -> dict[str, LlamaShape]:
     """Each model folder's shape."""
     target = SIZES[config.size]
-    return {"target": target, "draft_same": target, "draft_1layer": target.with_layers(1)}
+    out = {"target": target, "draft_same": target, "draft_1layer": target.with_layers(1)}
+    if config.distilled:
+        out["draft_distilled"] = DISTILL[config.size].draft
+    return out
+
+
+def distill_prompts(count: int, prompt_tokens: int, vocab_tokens: int, seed: int) -> np.ndarray:
+    """Prompts like those `vllm bench serve --dataset-name random` sends: [count, P] token ids,
+    none special. Even rows are that dataset's own, a run of consecutive ids from a
+    random offset (vllm/benchmarks/datasets/datasets.py, ``generate_token_sequence``);
+    odd rows are uniformly random ids."""
+    rng = np.random.default_rng([seed, zlib.crc32(b"draft_distilled.prompts")])
+    ordinary = vocab_tokens - len(SPECIAL_TOKENS)
+    offsets = rng.integers(0, ordinary, count)  # [count]
+    runs = (offsets[:, None] + np.arange(prompt_tokens)[None, :]) % ordinary  # [count, P]
+    uniform = rng.integers(0, ordinary, (count, prompt_tokens))  # [count, P]
+    return len(SPECIAL_TOKENS) + np.where((np.arange(count) % 2 == 0)[:, None], runs, uniform)
+
+
+UNTRAINED = "draft_distilled_untrained"
+"""The distilled draft's starting point (:func:`copying_draft`), measured beside it."""
+
+DRAFT_STREAM = "draft_distilled/"
+"""The random stream of the distilled draft's initial weights (not the target's)."""
+
+
+def copying_draft(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
+    """The distilled draft before training: random weights whose attention and
+    MLP outputs (``o_proj``, ``down_proj``) are zero, so the residual stream is the
+    token's embedding and, the head being that embedding (tied), the draft starts
+    by predicting its current token again: the commonest way a random target
+    repeats itself (about half its greedy tokens at 120m)."""
+    require(shape.tied, "the copying draft needs tied embeddings (LlamaShape.tied)")
+    out = {}
+    for spec in tensors(shape):
+        zero = spec.name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight"))
+        out[spec.name] = np.zeros(spec.shape, np.float32) if zero else weight(spec, seed, DRAFT_STREAM)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldOut:
+    """A draft's greedy agreement with the target on held-out continuations."""
+
+    top1: float  # P(draft argmax == target's greedy token), continuation positions
+    chain: tuple[float, ...]  # [K]: per round, P(first j draft tokens accepted), j = 1..K: vLLM's per-position rates
+    acceptance_length: float  # 1 + sum(chain)
+    drafts: int  # vLLM's rounds of K-token drafts, replayed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Distillation:
+    """What training ``draft_distilled`` saw and how well it agrees with the target."""
+
+    steps: int
+    batch_sequences: int
+    train_sequences: int
+    heldout_sequences: int
+    prompt_tokens: int
+    continuation_tokens: int
+    train_tokens: int  # labelled positions the optimizer saw, over all steps
+    final_loss: float  # nats, last 10 steps
+    heldout: dict[str, HeldOut]  # draft_distilled, draft_1layer and UNTRAINED, on the same held-out sequences
+    generate_s: float  # wall time: the target's continuations
+    train_s: float  # wall time: training
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Built:
+    parameters: dict[str, int]  # per model folder
+    distillation: Distillation | None  # None without draft_distilled
+
+
+def distill_draft(config: VllmModelsConfig) -> tuple[dict[str, np.ndarray], Distillation]:
+    """Train the distilled draft on the target (simspec.vllm_distill, torch): its weights and record."""
+    try:
+        from simspec import vllm_distill
+    except ImportError as err:
+        raise InputError(f"draft_distilled needs torch ({err}): pip install 'simspec[kernels]', "
+                         f"or give --no-distilled") from None
+    size, target_shape = DISTILL[config.size], SIZES[config.size]
+    steps = config.distill_steps or size.steps
+    served = {s.name: bf16_rounded(weight(s, config.seed)) for s in tensors(target_shape)}
+    one_layer = target_shape.with_layers(1)
+    prompts = distill_prompts(size.train_sequences + size.heldout_sequences, size.prompt_tokens,
+                              target_shape.vocab_tokens, config.seed)  # [N, P]
+    start = copying_draft(size.draft, config.seed)
+    done = vllm_distill.distill(
+        served, model_config(target_shape), start, model_config(size.draft),
+        train_prompts=prompts[:size.train_sequences], heldout_prompts=prompts[size.train_sequences:],
+        new_tokens=size.continuation_tokens, seed=config.seed, frozen=("model.embed_tokens.weight",),
+        plan=vllm_distill.DistillPlan(steps=steps, batch_sequences=size.batch_sequences),
+        baselines={"draft_1layer": ({s.name: served[s.name] for s in tensors(one_layer)}, model_config(one_layer)),
+                   UNTRAINED: ({k: bf16_rounded(w) for k, w in start.items()}, model_config(size.draft))})
+    agreements = {"draft_distilled": done.agreement, **done.baselines}
+    record = Distillation(
+        steps=steps, batch_sequences=size.batch_sequences, train_sequences=done.train_sequences,
+        heldout_sequences=done.heldout_sequences, prompt_tokens=size.prompt_tokens,
+        continuation_tokens=size.continuation_tokens, train_tokens=done.train_tokens,
+        final_loss=round(done.final_loss, 4), generate_s=round(done.generate_s, 1), train_s=round(done.train_s, 1),
+        heldout={name: HeldOut(top1=round(a.top1, 4), chain=tuple(round(c, 4) for c in a.chain),
+                                acceptance_length=round(a.acceptance_length, 4), drafts=a.drafts)
+                 for name, a in agreements.items()})
+    return done.weights, record
 
 
 def check_folder(folder: Path) -> None:
@@ -297,22 +455,28 @@ def check_folder(folder: Path) -> None:
                          f"or one `simspec vllm-models` wrote)")
 
 
-def build(folder: str | os.PathLike, config: VllmModelsConfig) -> dict[str, int]:
+def build(folder: str | os.PathLike, config: VllmModelsConfig) -> Built:
     """Write the models into ``folder`` (built beside it, then put in place:
-    an error leaves the folder as it was). Returns parameters per model."""
+    an error leaves the folder as it was)."""
     folder = Path(folder)
     check_folder(folder)
     sizes = shapes(config)
     counts = {name: parameters(shape) for name, shape in sizes.items()}
+    distilled, record = distill_draft(config) if config.distilled else (None, None)
     with staged_folder(folder) as tmp:
-        write_model(tmp / "target", sizes["target"], config.seed)
+        write_model(tmp / "target", sizes["target"], lambda t: weight(t, config.seed))
         shutil.copytree(tmp / "target", tmp / "draft_same")  # the same bytes: the oracle draft
-        write_model(tmp / "draft_1layer", sizes["draft_1layer"], config.seed)
-        write_text(tmp / MANIFEST, dump_json({
+        write_model(tmp / "draft_1layer", sizes["draft_1layer"], lambda t: weight(t, config.seed))
+        if distilled is not None:
+            write_model(tmp / "draft_distilled", sizes["draft_distilled"], lambda t: distilled[t.name])
+        manifest = {
             "builder": "simspec vllm-models",
             "size": config.size,
             "seed": config.seed,
             "models": {name: {"parameters": counts[name], "layers": sizes[name].layers,
-                              "hidden": sizes[name].hidden} for name in MODELS},
-        }, sort_keys=False))
-    return counts
+                              "hidden": sizes[name].hidden, "tied": sizes[name].tied} for name in config.models},
+        }
+        if record is not None:
+            manifest["distillation"] = asdict(record)
+        write_text(tmp / MANIFEST, dump_json(manifest, sort_keys=False))
+    return Built(parameters=counts, distillation=record)

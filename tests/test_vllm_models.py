@@ -3,8 +3,10 @@ formats' own rules (no vLLM, safetensors or tokenizers needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,8 @@ from conftest import invoke
 
 from simspec.types import InputError
 from simspec.vllm_models import (
+    DISTILL,
+    UNTRAINED,
     EOS_ID,
     MANIFEST,
     MODELS,
@@ -21,7 +25,11 @@ from simspec.vllm_models import (
     LlamaShape,
     VllmModelsConfig,
     bf16_bytes,
+    bf16_rounded,
     build,
+    copying_draft,
+    distill_prompts,
+    model_config,
     parameters,
     tensors,
     weight,
@@ -100,16 +108,27 @@ def test_bf16_rounds_to_nearest_even(value, bits):
     assert bf16_bytes(np.array([value], np.float32)) == bits.to_bytes(2, "little")
 
 
+def without_wall_times(manifest: Path) -> dict:
+    record = json.loads(manifest.read_text())
+    wall = {k: record["distillation"].pop(k) for k in ("generate_s", "train_s")}
+    assert all(v > 0 for v in wall.values())
+    return record
+
+
 def test_the_same_seed_gives_the_same_bytes_and_another_seed_other_weights(built, tmp_path):
+    """Every file, the distilled draft's weights included; the manifest but for its wall times."""
     again, other = tmp_path / "again", tmp_path / "other"
     build(again, TINY)
     build(other, VllmModelsConfig(size="tiny", seed=1))
     files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    assert Path("draft_distilled") / "model.safetensors" in files
     for f in files:
-        assert (built / f).read_bytes() == (again / f).read_bytes(), f
-    weights = Path("target") / "model.safetensors"
-    assert (built / weights).read_bytes() != (other / weights).read_bytes()
+        if f.name != MANIFEST:
+            assert (built / f).read_bytes() == (again / f).read_bytes(), f
+    assert without_wall_times(built / MANIFEST) == without_wall_times(again / MANIFEST)
+    for weights in (Path("target") / "model.safetensors", Path("draft_distilled") / "model.safetensors"):
+        assert (built / weights).read_bytes() != (other / weights).read_bytes()
     assert (built / "target" / "tokenizer.json").read_bytes() == (other / "target" / "tokenizer.json").read_bytes()
 
 
@@ -194,11 +213,23 @@ def test_a_bad_shape_names_the_field(field, value):
 
 
 def test_the_command_builds_the_tiny_models_and_says_what_it_wrote(tmp_path):
-    code, out, err = invoke(["vllm-models", tmp_path / "m", "--size", "tiny", "--seed", "2"])
+    code, out, err = invoke(["vllm-models", tmp_path / "m", "--size", "tiny", "--seed", "2", "--distill-steps", "3"])
     assert code == 0, err
     assert "draft_same: LlamaForCausalLM, 1.6M parameters" in out
     assert "draft_1layer: LlamaForCausalLM, 1.3M parameters (1 layer," in out
-    assert json.loads((tmp_path / "m" / MANIFEST).read_text())["seed"] == 2
+    assert "draft_distilled: LlamaForCausalLM, 0.3M parameters (1 layer, hidden 64, 2 heads, vocabulary 4096, tied head)" in out
+    assert "draft_distilled: 3 steps x 4 of 24 target continuations" in out
+    assert out.count("held-out agreement on 8 continuations") == 3
+    manifest = json.loads((tmp_path / "m" / MANIFEST).read_text())
+    assert manifest["seed"] == 2 and manifest["distillation"]["steps"] == 3
+
+
+def test_without_the_distilled_draft_nothing_of_it_is_written(tmp_path):
+    code, out, err = invoke(["vllm-models", tmp_path / "m", "--size", "tiny", "--no-distilled"])
+    assert code == 0, err
+    assert "draft_distilled" not in out and not (tmp_path / "m" / "draft_distilled").exists()
+    manifest = json.loads((tmp_path / "m" / MANIFEST).read_text())
+    assert list(manifest["models"]) == list(MODELS[:-1]) and "distillation" not in manifest
 
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "vllm-cpu-venv"
@@ -229,3 +260,133 @@ def test_each_size_has_the_model_spec_simulate_prices(size):
     assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.mlp_hidden, spec.vocab,
             spec.max_context_tokens) == (shape.layers, shape.hidden, shape.heads, shape.kv_heads,
                                          shape.intermediate, shape.vocab_tokens, shape.max_positions)
+
+
+# The distilled draft (simspec.vllm_distill, torch).
+
+
+def test_the_distilled_draft_is_a_tied_llama_with_the_targets_vocabulary_and_tokenizer(built):
+    shape = DISTILL["tiny"].draft
+    header, values = read_safetensors(built / "draft_distilled" / "model.safetensors")
+    header.pop("__metadata__")
+    assert list(header) == [t.name for t in tensors(shape)]
+    assert "lm_head.weight" not in header and header["model.embed_tokens.weight"]["shape"] == [4096, shape.hidden]
+    for t in tensors(shape):
+        assert header[t.name]["dtype"] == "BF16" and tuple(header[t.name]["shape"]) == t.shape
+    config = json.loads((built / "draft_distilled" / "config.json").read_text())
+    target = json.loads((built / "target" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is True
+    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (
+        shape.layers, shape.hidden, shape.heads)
+    assert config["vocab_size"] == target["vocab_size"] and target["tie_word_embeddings"] is False
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (built / "draft_distilled" / f).read_bytes() == (built / "target" / f).read_bytes()
+    trained = [n for n in values if n.endswith("o_proj.weight")]
+    assert trained and all(np.abs(values[n]).max() > 0 for n in trained)  # training moved them off zero
+
+
+def test_the_agreement_recorded_is_consistent_and_counts_what_training_saw(built):
+    record = json.loads((built / MANIFEST).read_text())["distillation"]
+    assert list(record["heldout"]) == ["draft_distilled", "draft_1layer", UNTRAINED]
+    for h in record["heldout"].values():
+        assert len(h["chain"]) == 3 and h["chain"] == sorted(h["chain"], reverse=True)  # deeper: fewer accepted
+        assert h["acceptance_length"] == pytest.approx(1 + sum(h["chain"]), abs=1e-3)
+        assert h["drafts"] >= record["heldout_sequences"] * 63 / 4  # at most 3 accepted + 1 a round
+    size = DISTILL["tiny"]
+    assert (record["train_sequences"], record["heldout_sequences"], record["steps"]) == (
+        size.train_sequences, size.heldout_sequences, size.steps)
+    assert record["train_tokens"] == size.steps * size.batch_sequences * (size.continuation_tokens + 1)
+
+
+def test_the_recorded_agreement_is_that_of_the_files_written(built):
+    """Read back both checkpoints, continue the same held-out prompts with the
+    target and measure the draft: the manifest's numbers, from the bytes vLLM loads."""
+    torch = pytest.importorskip("torch")
+    from simspec import vllm_distill
+
+    def load(name):
+        _, values = read_safetensors(built / name / "model.safetensors")
+        config = json.loads((built / name / "config.json").read_text())
+        return vllm_distill.as_torch(values), vllm_distill.LlamaConfig.from_hf(config)
+
+    size = DISTILL["tiny"]
+    prompts = distill_prompts(size.train_sequences + size.heldout_sequences, size.prompt_tokens, 4096, TINY.seed)
+    target, draft = load("target"), load("draft_distilled")
+    with vllm_distill.deterministic():
+        held = torch.from_numpy(prompts[size.train_sequences:])
+        sequences, labels = vllm_distill.greedy(*target, held, size.continuation_tokens)
+        got = vllm_distill.agreement(*draft, sequences, labels, size.prompt_tokens, 3)
+        # a weak draft: the same weights, the head untied and its rows shuffled (it copies no more)
+        shuffled = {**draft[0], "lm_head.weight": draft[0]["model.embed_tokens.weight"][torch.randperm(4096)]}
+        weak = vllm_distill.agreement(shuffled, dataclasses.replace(draft[1], tied=False), sequences, labels,
+                                      size.prompt_tokens, 3)
+    recorded = json.loads((built / MANIFEST).read_text())["distillation"]["heldout"]["draft_distilled"]
+    assert (round(got.top1, 4), [round(c, 4) for c in got.chain]) == (recorded["top1"], recorded["chain"])
+    assert got.top1 > 0.05 > weak.top1 and got.acceptance_length > weak.acceptance_length + 0.04
+
+
+def test_the_chain_is_accepted_to_the_first_mismatch():
+    """A copying draft predicts its current token; with labels chosen so it
+    matches at known continuation positions, each depth's rate is counted by hand."""
+    torch = pytest.importorskip("torch")
+    from simspec import vllm_distill
+
+    shape = DISTILL["tiny"].draft
+    draft = vllm_distill.as_torch(copying_draft(shape, 0))
+    config = vllm_distill.LlamaConfig.from_hf(model_config(shape))
+    sequences = torch.arange(3, 3 + 2 * 9).view(2, 9)  # P = 3, C = 6: continuation positions 2..8 (7 labels)
+    logits, _ = vllm_distill.forward(draft, config, sequences)
+    assert torch.equal(logits.argmax(-1), sequences)  # it copies
+    hits = torch.tensor([[1, 1, 0, 1, 1, 1, 0], [0, 1, 1, 1, 0, 0, 0]], dtype=torch.bool)  # [2, 7]
+    labels = sequences.clone()
+    labels[:, 2:] = torch.where(hits, sequences[:, 2:], 4000)
+    got = vllm_distill.agreement(draft, config, sequences, labels, prompt_tokens=3, depth_tokens=3)
+    # hits[:, i]: the draft after continuation token i-1 predicts token i; the prefill emits token 0.
+    # row 0: a round at 1 accepts 1 (hits 1, 0), one at 3 accepts 3 (1, 1, 1): 6 emitted, done.
+    # row 1: a round at 1 accepts 3 (1, 1, 1), one at 5 accepts 0: 6 emitted. The last column
+    # (a 7th token, past C) is never drafted.
+    assert got.drafts == 4 and got.top1 == pytest.approx(8 / 14)
+    assert got.chain == pytest.approx((3 / 4, 2 / 4, 2 / 4))
+    assert got.acceptance_length == pytest.approx(2.75)
+    hits[0, 6] = hits[1, 5] = True  # the round at 5 of row 1 now accepts 1; row 0 is unchanged
+    labels[:, 2:] = torch.where(hits, sequences[:, 2:], 4000)
+    got = vllm_distill.agreement(draft, config, sequences, labels, prompt_tokens=3, depth_tokens=3)
+    assert got.drafts == 4 and got.chain == pytest.approx((4 / 4, 2 / 4, 2 / 4))
+
+
+def test_torch_rounds_to_bf16_as_the_checkpoint_writer_does():
+    torch = pytest.importorskip("torch")
+    from simspec import vllm_distill
+
+    x = weight(tensors(SIZES["tiny"])[1 + 1], seed=4) * np.float32(37.0)  # a q_proj, scaled off the 0.02 grid
+    x.flat[:4] = [1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.0, 0.0]  # ties to even
+    rounded = vllm_distill.bf16_rounded({"x": torch.from_numpy(x)})["x"].numpy()
+    np.testing.assert_array_equal(rounded, bf16_rounded(x))
+
+
+def test_relabelling_permutes_the_ordinary_ids_and_keeps_the_special_ones():
+    torch = pytest.importorskip("torch")
+    from simspec import vllm_distill
+
+    names = vllm_distill.relabeling(5, 4096, torch.Generator().manual_seed(0))  # [5, V]
+    assert names.shape == (5, 4096) and torch.equal(names[:, :3], torch.arange(3).expand(5, 3))
+    assert all(torch.equal(row.sort().values, torch.arange(4096)) for row in names)
+    assert not torch.equal(names[0], names[1])
+
+
+def test_the_prompts_are_vllm_benchs_runs_and_uniform_ids_never_special():
+    prompts = distill_prompts(6, 64, 4096, seed=0)  # [6, 64]
+    assert prompts.shape == (6, 64) and prompts.min() >= len(SPECIAL_TOKENS) and prompts.max() < 4096
+    steps = np.diff(prompts[0::2], axis=1) % (4096 - len(SPECIAL_TOKENS))
+    assert np.all(steps == 1)  # consecutive ids (wrapping past the last), as `--dataset-name random` sends
+    assert not np.all(np.diff(prompts[1::2], axis=1) % 4093 == 1)
+    np.testing.assert_array_equal(prompts, distill_prompts(6, 64, 4096, seed=0))
+
+
+def test_without_torch_the_distilled_draft_is_refused_in_one_line_and_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "simspec.vllm_distill", None)  # `import` raises ImportError
+    with pytest.raises(InputError, match="draft_distilled needs torch .*--no-distilled"):
+        build(tmp_path / "m", TINY)
+    assert list(tmp_path.iterdir()) == []
+    build(tmp_path / "m", VllmModelsConfig(size="tiny", distilled=False))
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted([*MODELS[:-1], MANIFEST])
