@@ -32,12 +32,19 @@ def write_atomic(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for the write, not the result
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 STAGING = ".staging-"  # a folder being built: ``.NAME.staging-XXXXXX`` beside NAME
@@ -73,9 +80,7 @@ def staged_folder(path: str | os.PathLike) -> Iterator[Path]:
     for stale in parent.glob(f".{path.name}{STAGING}*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{path.name}{STAGING}"))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 is for the build, not the result
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the build, not the result
     try:
         yield tmp
         old = None
