@@ -371,19 +371,20 @@ class Scheduler:
         """Step 3: (request, tokens) chunks FCFS in the budget ``decode``'s rounds leave."""
         budget = self.budget_left(decode)
         chunks = []
+        if budget <= 0 or not self.running:
+            return chunks
         encoder_left = self.encoder_budget if self.images is not None else 0
-        for i in self.running:
+        ids = np.array(self.running, dtype=np.int64)
+        for i in ids[self.target[ids] > self.cache[ids]].tolist():  # those with prompt left, in admission order
             if budget <= 0:
                 break
-            left = int(self.target[i] - self.cache[i])
-            if left > 0:
-                take = min(left, budget)
-                if self.images is not None:
-                    take, encoder_left = self._encode(i, take, encoder_left)
-                    if take <= 0:  # stopped at an image the encoder budget cannot take: the next request may run
-                        continue
-                chunks.append((i, take))
-                budget -= take
+            take = min(int(self.target[i] - self.cache[i]), budget)
+            if self.images is not None:
+                take, encoder_left = self._encode(i, take, encoder_left)
+                if take <= 0:  # stopped at an image the encoder budget cannot take: the next request may run
+                    continue
+            chunks.append((i, take))
+            budget -= take
         return chunks
 
     def _release(self, i: int) -> None:
@@ -443,7 +444,10 @@ class Scheduler:
 
     def retire(self) -> list[int]:
         """The running requests that have emitted their output, removed."""
-        done = [i for i in self.running if self.emitted[i] >= self.output[i]]
+        if not self.running:
+            return []
+        ids = np.array(self.running, dtype=np.int64)
+        done = ids[self.emitted[ids] >= self.output[ids]].tolist()
         for i in done:
             self._release(i)
         if done:

@@ -116,6 +116,14 @@ def accepted_length(plan_codes: np.ndarray, true_ranks: np.ndarray) -> np.ndarra
 @jit
 def expand_paths(conf: np.ndarray, depth: int, topk: int):
     """Compiled :func:`expand` (callable from other compiled code)."""
+    codes, log_values, depths = expand_log(conf, depth, topk)
+    return codes, np.exp(log_values), depths
+
+
+@jit
+def expand_log(conf: np.ndarray, depth: int, topk: int):
+    """:func:`expand_paths` with each node's log path confidence (the
+    expansion's own arithmetic; exponentiating is left to the caller)."""
     b = conf.shape[0]
     m = topk + (depth - 1) * topk * topk
     codes = np.empty((b, m), dtype=np.int64)
@@ -129,6 +137,8 @@ def expand_paths(conf: np.ndarray, depth: int, topk: int):
     front_val = np.empty(topk)
     child_code = np.empty(topk * topk, dtype=np.int64)
     child_val = np.empty(topk * topk)
+    best = np.empty(topk, dtype=np.int64)
+    scratch = np.empty(topk * topk)
     for i in range(b):
         for r in range(topk):
             front_code[r] = r + 1
@@ -145,22 +155,56 @@ def expand_paths(conf: np.ndarray, depth: int, topk: int):
             codes[i, at: at + topk * topk] = child_code
             values[i, at: at + topk * topk] = child_val
             at += topk * topk
-            best = top_indices(child_val, topk)
+            top_into(child_val, topk, best, scratch)
             for f in range(topk):
                 front_code[f] = child_code[best[f]]
                 front_val[f] = child_val[best[f]]
-    return codes, np.exp(values), depths
+    return codes, values, depths
 
 
 @jit
-def top_indices(key: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest keys (ties: lowest index first), in
-    linear time: a partition finds the k-th largest, one pass collects."""
+def kth_largest(key: np.ndarray, k: int, scratch: np.ndarray) -> float:
+    """The ``k``-th largest of ``key`` (1 <= k <= len(key)): quickselect
+    on ``scratch`` (at least as long as ``key``; overwritten), without the
+    copy and the general machinery of ``np.partition`` (the same value)."""
+    n = len(key)
+    for j in range(n):
+        scratch[j] = key[j]
+    target = n - k  # its index in ascending order
+    lo, hi = 0, n - 1
+    while lo < hi:
+        a, b, c = scratch[lo], scratch[(lo + hi) >> 1], scratch[hi]
+        pivot = max(min(a, b), min(max(a, b), c))  # median of three
+        i, j = lo, hi
+        while i <= j:
+            while i < hi and scratch[i] < pivot:
+                i += 1
+            while j > lo and scratch[j] > pivot:
+                j -= 1
+            if i <= j:
+                scratch[i], scratch[j] = scratch[j], scratch[i]
+                i += 1
+                j -= 1
+        if target <= j:
+            hi = j
+        elif target >= i:
+            lo = i
+        else:
+            break  # between j and i every value equals the pivot
+    return scratch[target]
+
+
+@jit
+def top_into(key: np.ndarray, k: int, out: np.ndarray, scratch: np.ndarray) -> None:
+    """Indices of the ``k`` largest keys into ``out[:k]`` (ties: lowest
+    index first), in linear time: a quickselect finds the k-th largest, one
+    pass collects; ``scratch`` as :func:`kth_largest`'s."""
     n = len(key)
     if k >= n:
-        return np.arange(n)
-    kth = np.partition(key, n - k)[n - k]
-    out = np.empty(k, dtype=np.int64)
+        for j in range(n):
+            out[j] = j
+        return
+    kth = kth_largest(key, k, scratch)
     m = 0
     for j in range(n):  # strictly larger first, then ties in index order
         if key[j] > kth:
@@ -172,6 +216,13 @@ def top_indices(key: np.ndarray, k: int) -> np.ndarray:
         if key[j] == kth:
             out[m] = j
             m += 1
+
+
+@jit
+def top_indices(key: np.ndarray, k: int) -> np.ndarray:
+    """:func:`top_into` into a fresh array: [min(k, len(key))] int64."""
+    out = np.empty(min(k, len(key)), dtype=np.int64)
+    top_into(key, k, out, np.empty(len(key)))
     return out
 
 
@@ -191,15 +242,38 @@ def expand(conf: np.ndarray, depth: int, topk: int) -> tuple[np.ndarray, np.ndar
 def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarray:
     """EAGLE-2's dynamic tree: the ``budget`` best nodes of the expansion by
     path confidence (parents win ties, so each row is parent-closed):
-    [B, min(budget, M)] codes, unordered."""
-    codes, values, depths = expand_paths(conf, depth, topk)
+    [B, min(budget, M)] codes, unordered.
+
+    Only nodes that can make the budget are exponentiated (exp is most of
+    the work): every node whose log confidence is under the budget-th
+    largest one's, by more than the depth tie-break and rounding allow,
+    ranks below the budget-th node, so leaving it out changes nothing."""
+    codes, logs, depths = expand_log(conf, depth, topk)
     b, m = codes.shape
     keep = min(budget, m)
     out = np.empty((b, keep), dtype=np.int64)
+    key = np.empty(m)
+    column = np.empty(m, dtype=np.int64)
+    best = np.empty(keep, dtype=np.int64)
+    scratch = np.empty(m)
     for i in range(b):
-        best = top_indices(values[i] - _DEPTH_TIEBREAK * depths, keep)
+        floor = -np.inf
+        if keep < m:
+            # keep nodes have log value >= kth, so key >= exp(kth) - tiebreak * depth: the budget-th key is at least that
+            # (less a margin far above exp's and the subtraction's rounding)
+            least = np.exp(kth_largest(logs[i], keep, scratch)) - _DEPTH_TIEBREAK * depth
+            least = least * (1.0 - 1e-9) - 1e-12
+            if least > 0:
+                floor = np.log(least) - 1e-9
+        n = 0
+        for j in range(m):
+            if logs[i, j] >= floor:
+                key[n] = np.exp(logs[i, j]) - _DEPTH_TIEBREAK * depths[j]
+                column[n] = j
+                n += 1
+        top_into(key[:n], keep, best, scratch)
         for j in range(keep):
-            out[i, j] = codes[i, best[j]]
+            out[i, j] = codes[i, column[best[j]]]
     return out
 
 

@@ -45,3 +45,17 @@ def test_eagle_expansion_generates_its_node_count_and_a_tree(depth, topk):
         held = set(row.tolist())
         for c in held:
             assert trees.depth(c) == 1 or trees.parent(c) in held
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 37, 129, 510])
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_top_indices_are_the_largest_keys_lowest_index_first_on_ties(n, ties):
+    rng = np.random.default_rng(n)
+    key = rng.integers(0, 5, n).astype(float) if ties else rng.normal(size=n)
+    for k in sorted({1, 3, n // 2, n - 1, n, n + 2} - {0}):
+        got = trees.top_indices(key, k)
+        keep = min(k, n)
+        kth = np.sort(key)[::-1][keep - 1]  # the spec: every key above the k-th largest, then its ties by index
+        above = np.flatnonzero(key > kth)
+        expected = np.arange(n) if k >= n else np.concatenate([above, np.flatnonzero(key == kth)[:keep - len(above)]])
+        assert got.tolist() == expected.tolist()
