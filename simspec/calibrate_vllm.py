@@ -53,7 +53,10 @@ from simspec.vllm_logs import BenchResult, ServerLog, ServerMetrics, SpecDecodeC
     read_server_log
 
 LOGIT_LIMIT = 13.8  # |top-1 logit| at most: a rate of 1 - 1e-6 a position
-QUADRATURE = np.polynomial.hermite_e.hermegauss(40)  # nodes and weights for E over N(0, 1)
+SIGMA_LIMIT = 20.0  # the requests' spread of that logit at most: a draft that copies whole runs or nothing is nearly flat
+_Z = np.linspace(-8.0, 8.0, 4001)
+QUADRATURE = (_Z, np.exp(-0.5 * _Z ** 2))  # nodes and weights for E over N(0, 1): a dense grid, not Gauss-Hermite,
+# because at a large spread sigmoid(a + sigma z) is a step in z that a few nodes would place wrongly
 COMPARED = ("mean_e2el_ms", "mean_tpot_ms", "mean_ttft_ms", "p95_e2el_ms", "output_throughput",
             "spec_decode_acceptance_length")
 
@@ -117,13 +120,20 @@ class VllmCalibration:
 # --- acceptance ---------------------------------------------------------------------------------------
 
 def chain_rates(top1_logit: float, decay: float, sigma: float, k: int) -> np.ndarray:
-    """[k] P(depths 1..j all accepted) under simspec's acceptance model with
-    token noise off: per request z ~ N(0, 1), p_d = sigmoid(top1_logit +
-    sigma z - decay (d - 1)), averaged over requests."""
+    """[k] P(depths 1..j all accepted) per draft, as vLLM's counters average
+    it, under simspec's acceptance model with token noise off: per request
+    z ~ N(0, 1), p_d = sigmoid(top1_logit + sigma z - decay (d - 1)).
+
+    The counters average over drafts, not requests: a request that accepts
+    little takes more rounds for its output and so counts more often. A
+    request of difficulty z drafts in proportion to 1 / E[tokens a round | z]
+    = 1 / (1 + sum_j chain_j(z)) rounds a token, so each z is weighted by
+    that (equal outputs across difficulties)."""
     nodes, weights = QUADRATURE
     logits = top1_logit + sigma * nodes[:, None] - decay * np.arange(k)[None, :]  # [N, k]
     chains = np.cumprod(1.0 / (1.0 + np.exp(-logits)), axis=1)  # [N, k]
-    return weights @ chains / weights.sum()
+    per_draft = weights / (1.0 + chains.sum(axis=1))  # [N] drafts a request of difficulty z makes, per token
+    return per_draft @ chains / per_draft.sum()
 
 
 def fit_chain_acceptance(counters: SpecDecodeCounters, k: int, name: str) -> ChainAcceptance:
@@ -137,7 +147,7 @@ def fit_chain_acceptance(counters: SpecDecodeCounters, k: int, name: str) -> Cha
         return chain_rates(theta[0], theta[1], theta[2], k) - target
 
     start = [float(np.clip(np.log(target[0] / (1 - target[0])), -LOGIT_LIMIT, LOGIT_LIMIT)), 0.1, 0.5]
-    best = least_squares(residual, start, bounds=([-LOGIT_LIMIT, 0.0, 0.0], [LOGIT_LIMIT, 5.0, 5.0]))
+    best = least_squares(residual, start, bounds=([-LOGIT_LIMIT, 0.0, 0.0], [LOGIT_LIMIT, 5.0, SIGMA_LIMIT]))
     a, decay, sigma = (float(v) for v in best.x)
     model = AcceptanceModel(name=name, top1_logit=a, depth_decay_logit=decay, request_sigma=sigma,
                             token_sigma=0.0, visual_share=0.0)

@@ -124,3 +124,33 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, device):
         code, _, err = invoke(args)
         assert code == 2 and err.startswith("simspec: error: ") and err.count("\n") == 1 and says in err, err
         assert not (tmp_path / "cal").exists()
+
+
+@pytest.mark.parametrize("rates", [(0.831, 0.658, 0.529),  # the fixture's ngram counters
+                                   (0.20, 0.19, 0.18)])  # a draft that copies whole runs or nothing (bimodal)
+def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
+    """vLLM's per-position rates are averaged over drafts, and a request that
+    accepts little drafts more often: the mapping must weight difficulties as
+    the simulator's rounds do, so a simulation with the fitted model reports
+    the counters' rates back."""
+    from simspec import engines, metrics, policies
+    from simspec.calibrate_vllm import fit_chain_acceptance
+    from simspec.costs.steps import FEATURES, cost_model_from
+    from simspec.scheduling import EngineConfig
+    from simspec.sim import simulate
+    from simspec.types import Request
+    from simspec.vllm_logs import SpecDecodeCounters
+
+    drafts = 10_000
+    per_position = tuple(round(r * drafts) for r in rates)
+    counters = SpecDecodeCounters(num_drafts=drafts, draft_tokens=3 * drafts, accepted_tokens=sum(per_position),
+                                  accepted_per_position=per_position)
+    chain = fit_chain_acceptance(counters, 3, "test")
+    requests = [Request(id=i, arrival_s=0.5 * i, prompt_tokens=64, output_tokens=200) for i in range(300)]
+    costs = cost_model_from(dict.fromkeys(FEATURES, 0.0) | {"overhead": 0.01}, "10 ms a step")
+    engine = EngineConfig(**engines.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
+    log = simulate(requests, policy=policies.parse("linear:k=3"), costs=costs, acceptance=chain.model, engine=engine,
+                   kv_budget_tokens=1 << 20, seed=0)
+    simulated = metrics.summarize_full(log)
+    assert simulated["spec_decode_per_position_acceptance_rates"][:3] == pytest.approx(rates, abs=0.02)
+    assert simulated["spec_decode_acceptance_length"] == pytest.approx(counters.acceptance_length, rel=0.02)
