@@ -1,7 +1,7 @@
 """Request traces from disk: Azure LLM 2023 and LMM 2025 CSV, vLLM/AIPerf
 Mooncake-style JSONL.
 
-Imports: the standard library, numpy, pandas and simspec.types.
+Imports: the standard library, numpy, pandas (when reading) and simspec.types.
 
 A trace is read in blocks of rows, so memory stays bounded whatever the
 file's size: every row is checked (its number of fields, a date-time or a
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import pandas as pd
 
 from simspec.types import InputError, require
 
@@ -143,6 +142,8 @@ def _csv_blocks(path: Path, source: str) -> Iterator[_Block]:
 
 
 def _csv_block(path: Path, rows: list[list[str]], first: int, where: dict[str, int]) -> _Block:
+    import pandas as pd  # only to read a trace: a simulation without one needs no pandas
+
     numbers = np.arange(first, first + len(rows))
     column = {name: np.array([r[i] for r in rows], dtype=object) for name, i in where.items()}
     raw_time = column["TIMESTAMP"]
@@ -209,6 +210,8 @@ def _jsonl_block(path: Path, rows: list[tuple[int, dict]]) -> _Block:
 def _numbers(path: Path, name: str, raw: np.ndarray, rows: np.ndarray, unit: str) -> np.ndarray:
     """Parse ``raw`` [N] (strings or JSON values) as finite floats or raise
     naming the first bad one. ``rows`` [N] numbers the entries for messages."""
+    import pandas as pd  # only to read a trace
+
     values = pd.to_numeric(pd.Series(raw), errors="coerce").to_numpy(np.float64)
     # JSON booleans would parse as 0/1; they are never a count or a time.
     bad = ~np.isfinite(values) | np.array([isinstance(v, bool) for v in raw], dtype=bool)
