@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from simspec import __version__, config as configuration, costs
 from simspec.acceptance import AcceptanceModel
@@ -147,6 +146,8 @@ def fit_chain_acceptance(counters: SpecDecodeCounters, k: int, name: str) -> Cha
         return chain_rates(theta[0], theta[1], theta[2], k) - target
 
     start = [float(np.clip(np.log(target[0] / (1 - target[0])), -LOGIT_LIMIT, LOGIT_LIMIT)), 0.1, 0.5]
+    from scipy.optimize import least_squares  # only when calibrating: the CLI's parser imports this module
+
     best = least_squares(residual, start, bounds=([-LOGIT_LIMIT, 0.0, 0.0], [LOGIT_LIMIT, 5.0, SIGMA_LIMIT]))
     a, decay, sigma = (float(v) for v in best.x)
     model = AcceptanceModel(name=name, top1_logit=a, depth_decay_logit=decay, request_sigma=sigma,

@@ -75,3 +75,37 @@ def test_an_unwritable_cache_dir_compiles_without_caching(tmp_path):
     code = "from simspec import compiled, trees; import numpy as np; assert not compiled.CACHING; trees.accepted_length(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64))"
     subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, check=True)
     assert not list(compiled.PACKAGE.rglob("*.nbi"))
+
+
+def _imports_by_ast(root: Path, path: Path) -> set[Path]:
+    """The reference for compiled._imports: the same resolution from ``ast``."""
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                names.append(sub if compiled._module_file(root, sub) else node.module)
+    found = {compiled._module_file(root, n) for n in names if n == "simspec" or n.startswith("simspec.")}
+    return found - {None}
+
+
+def test_the_import_scan_reads_at_least_what_ast_reads_in_every_module():
+    for path in sorted(compiled.PACKAGE.rglob("*.py")):
+        by_ast = _imports_by_ast(compiled.PACKAGE, path)
+        assert by_ast <= compiled._imports(compiled.PACKAGE, path), path
+
+
+@pytest.mark.parametrize("source", [
+    "from simspec.costs import (base,  # the tables\n    roofline)\n",
+    "from simspec.costs import base, \\\n    roofline\n",
+    "def f():\n    from simspec.costs import base as b, roofline\n",
+    "import simspec.costs.base, simspec.costs.roofline as r\n",
+])
+def test_the_import_scan_reads_multiline_aliased_and_nested_imports(tmp_path, source):
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert {"base.py", "roofline.py"} <= {p.name for p in compiled._imports(compiled.PACKAGE, path)}

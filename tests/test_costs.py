@@ -171,3 +171,29 @@ def test_cost_models_are_kept_until_their_profile_changes(tmp_path):
     os.utime(csv, ns=(0, csv.stat().st_mtime_ns + 10**9))  # re-measured: refitted
     again = costs.build("auto", LLAVA, H100, tmp_path)
     assert again is not first and again.label == first.label
+
+
+def test_a_fitted_model_is_stored_between_processes_and_refitted_when_a_byte_changes(tmp_path, monkeypatch):
+    import shutil
+
+    from simspec.costs.profiles import default_root
+
+    monkeypatch.setenv("SIMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(default_root() / "h100-sxm", tmp_path / "h100-sxm")
+    sources = costs._sources("auto", H100, tmp_path)
+    fitted = costs._stored("auto", LLAVA, H100, tmp_path, sources)
+    assert len(list((tmp_path / "cache" / "cost-models").glob("*.pickle"))) == 1
+    monkeypatch.setattr(costs, "_make", lambda *a: pytest.fail("fitted again, not read back"))
+    stored = costs._stored("auto", LLAVA, H100, tmp_path, sources)
+    for name in ("layers_s", "head_s", "attention", "vision_s_table", "draft_s_table"):
+        assert np.array_equal(getattr(stored, name), getattr(fitted, name)), name
+        assert not getattr(stored, name).flags.writeable, name
+    assert stored == fitted  # every other field
+    monkeypatch.undo()
+    monkeypatch.setenv("SIMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    csv = next((tmp_path / "h100-sxm").rglob("*.csv"))
+    csv.write_bytes(csv.read_bytes() + b"\n")  # same numbers, other bytes: another key
+    refitted = []
+    monkeypatch.setattr(costs, "_make", lambda *a: refitted.append(a) or fitted)
+    costs._stored("auto", LLAVA, H100, tmp_path, costs._sources("auto", H100, tmp_path))
+    assert refitted

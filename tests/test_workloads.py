@@ -413,3 +413,25 @@ def test_vllm_rescale_needs_a_request_count_and_renewal_arrivals():
         WorkloadConfig(arrival="onoff", num_requests=10, arrival_rescale="vllm")
     with pytest.raises(InputError, match="arrival_rescale must be one of none, vllm"):
         WorkloadConfig(arrival_rescale="yes")
+
+
+@pytest.mark.parametrize("stamps", [
+    ["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:46", "2024-02-29 23:59:59.999999999"],
+    ["2024-10-15T12:00:05.819Z", "2024-10-15 12:00:06.1", "2024-10-15T12:00:07Z"],
+], ids=["naive", "utc-and-naive"])
+def test_plain_stamps_are_read_without_pandas_as_pandas_reads_them(stamps):
+    import pandas as pd
+
+    from simspec.traces import _plain_stamps_ns
+
+    raw = np.array(stamps, dtype=object)
+    by_pandas = pd.to_datetime(pd.Series(raw), format="ISO8601", utc=True).dt.tz_localize(None)
+    assert _plain_stamps_ns(raw).tolist() == by_pandas.to_numpy("datetime64[ns]").astype(np.int64).tolist()
+
+
+@pytest.mark.parametrize("stamp", ["2023-02-30 00:00:00", "2023-11-16 24:00:00", "2023-11-16T18:15:46+01:00",
+                                   "1500-01-01 00:00:00", "now", "2023-11-16"])
+def test_other_stamps_are_left_to_pandas(stamp):
+    from simspec.traces import _plain_stamps_ns
+
+    assert _plain_stamps_ns(np.array([stamp], dtype=object)) is None

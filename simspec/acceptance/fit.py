@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
 
 from simspec.acceptance.model import AcceptanceModel, draw_round
 from simspec.files import load_record, save_record
@@ -129,6 +128,8 @@ def fit_acceptance(traces: Sequence[AcceptanceTrace], name: str = "calibrated", 
 
     p1 = float(np.clip(live["rate"][0], 0.02, 0.98))
     start = np.array([np.log(p1 / (1 - p1)), 0.1, 0.5, 1.0, 0.5])
+    from scipy.optimize import minimize  # only when fitting: simulating needs no scipy.optimize
+
     best = minimize(loss, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-7})
     return model_of(best.x)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize
 
 from simspec import trees
 from simspec.acceptance.model import AcceptanceModel, RandomBlocks
@@ -102,6 +101,8 @@ def fit_top1_logit(template: AcceptanceModel, draft: DraftSetting, target_length
     function of the logit, so a bracketing root finder fits it exactly."""
     def gap(logit: float) -> float:
         return expected_length(template.with_top1_logit(logit), draft) - target_length
+
+    from scipy import optimize  # only when fitting: simulating needs no scipy.optimize
 
     lo, hi = -4.0, 8.0
     if not gap(lo) <= 0 <= gap(hi):

@@ -1,7 +1,8 @@
 """Cost models: how long each piece of an engine step takes on a device.
 
-Imports: numpy and simspec.types (never simpy or torch). ``build`` turns the
-user's ``--cost-model`` string into a model:
+Imports: numpy, simspec.types, simspec.files and simspec.compiled (the cache
+folder; never simpy or torch). scipy and pandas are imported only to fit.
+``build`` turns the user's ``--cost-model`` string into a model:
 
 - ``auto`` (default): fitted to ``profiles/<device>/<model>`` when the device
   has a profile of the model (or of a model with the same decoder layers),
@@ -16,14 +17,23 @@ user's ``--cost-model`` string into a model:
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.metadata
+import pickle
+import sys
+from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
+
+from simspec.compiled import cache_root
 from simspec.costs import fitted, profiles, steps
 from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
 from simspec.costs import specs
 from simspec.costs.roofline import roofline
 from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, model_spec
+from simspec.files import write_bytes
 from simspec.types import InputError
 
 
@@ -99,6 +109,58 @@ def _sources(spec: str, gpu: GpuSpec, profiles_root: Path | None) -> tuple:
 
 @functools.lru_cache(maxsize=64)
 def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple) -> CostModel:
+    return _stored(spec, model, gpu, profiles_root, sources) if sources else _make(spec, model, gpu, profiles_root)
+
+
+STORED_MODELS = 16
+"""Fitted cost models kept on disk (:func:`_stored`), the newest."""
+FITTED_BY = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1] / "types.py")
+"""The code a fit depends on: every module of simspec.costs, and simspec.types."""
+
+
+def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple) -> CostModel:
+    """:func:`_make`'s model of files (a profile, logged steps), kept between
+    processes beside the compiled code (``cache_root()/cost-models``): a fit
+    costs ~0.5 s of CPU and imports scipy and pandas (~1.2 s more), which a
+    ``simspec simulate`` process otherwise pays every time. The key hashes
+    the bytes of every file read (not their times) and of every module in
+    :data:`FITTED_BY`, the arguments, and the versions of Python, numpy,
+    scipy and pandas: any change to any of them refits. Where the folder
+    cannot be read or written, the model is fitted as before."""
+    versions = [sys.version, np.__version__]
+    for package in ("scipy", "pandas"):
+        try:
+            versions.append(importlib.metadata.version(package))
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(None)
+    digest = hashlib.sha256(repr((spec, model, gpu, str(profiles_root), versions)).encode())
+    code = sorted(p for root in FITTED_BY for p in (root.rglob("*.py") if root.is_dir() else [root]))
+    for path in [Path(src) for src, _, _ in sources] + code:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    path = cache_root() / "cost-models" / f"{digest.hexdigest()[:32]}.pickle"
+    try:
+        with open(path, "rb") as f:
+            stored = pickle.load(f)
+        if isinstance(stored, CostModel):
+            for name in (f.name for f in fields(stored)):
+                if isinstance(value := getattr(stored, name), np.ndarray):
+                    value.flags.writeable = False  # as frozen_table left it
+            return stored
+    except Exception:  # absent, unreadable, or written by other code: fit again
+        pass
+    made = _make(spec, model, gpu, profiles_root)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
+        kept = sorted(path.parent.glob("*.pickle"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in kept[STORED_MODELS:]:  # ~1 MB each: the most recently fitted are kept
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return made
+
+
+def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> CostModel:
     kind, _, args = spec.partition(":")
     kind = kind.strip().lower()
     if kind == "auto" and not args:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import optimize
 
 from simspec.costs.base import (A_FLOOR, A_KV, A_KV_KNEE, A_KV_OVER, A_PAIR, A_PAIR_KNEE, A_PAIR_OVER, A_QUERY,
                                 A_REQUEST, A_WAVE_SHARE, A_WAVE_TOKENS, ATTENTION_KINDS, BLEND_P, DECODE, PREFILL,
@@ -143,6 +142,8 @@ def _fit_with_knees(a: AttentionTerms, kv_knee: float, pair_knee: float, move_kn
     and the thread blocks' ``wave`` shape (wave_tokens, wave_share);
     (sum of squares, fit). Starts from the additive form's non-negative
     least squares (memory plus compute instead of their smooth maximum)."""
+    from scipy import optimize  # only when fitting: a stored cost model needs no scipy
+
     # Terms in AttentionFit's order: floor, kv, pair, request, query, kv over, pair over.
     waves = wave_factor(a.queries, *wave)
     columns = np.column_stack([np.ones_like(a.kv), a.kv, a.pairs * waves, a.requests, a.queries,

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import interpolate, optimize
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +34,8 @@ class Curve:
         if self.kind == "roofline":
             c, a, b, p = self.params
             return c + (a**p + (b * x) ** p) ** (1.0 / p)
+        from scipy import interpolate  # only when fitting: a stored cost model needs no scipy
+
         inside = np.clip(x, self.xs[0], self.xs[-1])
         y = interpolate.PchipInterpolator(self.xs, self.ys)(inside)
         if len(self.xs) > 1:  # compute-bound past the last point: keep the last slope
@@ -55,6 +56,8 @@ def _unique_mean(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fit_roofline(x: np.ndarray, y: np.ndarray) -> Curve:
+    from scipy import optimize  # only when fitting: a stored cost model needs no scipy
+
     best = None
     for p in (2.0, 4.0, 8.0):
         start = np.array([0.1 * y.min(), 0.9 * y.min(), max(y.max() / x.max(), 1e-9)])
@@ -70,6 +73,8 @@ def _fit_roofline(x: np.ndarray, y: np.ndarray) -> Curve:
 
 
 def _fit_monotone(x: np.ndarray, y: np.ndarray) -> Curve:
+    from scipy import optimize  # only when fitting: a stored cost model needs no scipy
+
     xs, ys = _unique_mean(x, y)
     ys = optimize.isotonic_regression(ys).x
     return Curve("monotone", (), xs, ys)
@@ -127,6 +132,8 @@ def fit_curve(x, y, op: str = "", tile: int = 1) -> tuple[Curve, OpFit]:
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Non-negative intercept and slope."""
+    from scipy import optimize  # only when fitting: a stored cost model needs no scipy
+
     fit = optimize.lsq_linear(np.column_stack([np.ones_like(x), x]), y, bounds=(0, np.inf))
     return float(fit.x[0]), float(fit.x[1])
 
@@ -144,4 +151,6 @@ def fit_line(x, y, op: str) -> tuple[tuple[float, float], OpFit]:
 
 def _terms(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative coefficients of the columns of ``x``, least squares in relative error."""
+    from scipy import optimize  # only when fitting: a stored cost model needs no scipy
+
     return optimize.lsq_linear(x / y[:, None], np.ones(len(y)), bounds=(0, np.inf)).x

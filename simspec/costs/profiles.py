@@ -13,11 +13,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from simspec.costs.specs import GPUS, GpuSpec, ModelSpec
 from simspec.types import InputError, require
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TIMING = ("median_ms", "p10_ms", "p90_ms", "samples", "skipped")
 LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
@@ -61,6 +65,8 @@ def default_root() -> Path:
 
 
 def _read_table(path: Path, op: str) -> pd.DataFrame:
+    import pandas as pd  # only when fitting: a stored cost model needs no pandas
+
     try:
         table = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
 
 from simspec.costs.base import TABLE_TOKENS, CostModel, frozen_table, uniform_attention
 from simspec.files import load_record, save_record
@@ -50,6 +49,8 @@ DRAFT_FEATURES = ("draft_level", "draft_row", "draft_kept", "select_call", "sele
 
 def _nnls_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative least squares of relative error (short steps weigh as much as long ones)."""
+    from scipy.optimize import nnls  # only when fitting: a stored cost model needs no scipy
+
     keep = y > 0
     coef, _ = nnls(x[keep] / y[keep, None], np.ones(int(keep.sum())))
     return coef
@@ -76,6 +77,8 @@ def fit_wake(idle_s: np.ndarray, extra_s: np.ndarray) -> tuple[float, float]:
     rest of the fit; (0, 1) when fewer than WAKE_MIN_STEPS."""
     if len(idle_s) < WAKE_MIN_STEPS:
         return 0.0, 1.0
+    from scipy.optimize import least_squares  # only when fitting: a stored cost model needs no scipy
+
     scale = max(float(np.median(idle_s)), 1e-3)
 
     def residual(theta):
