@@ -66,7 +66,7 @@ from simspec.calibrate_vllm import ChainAcceptance, fit_chain_acceptance, replay
 from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, read_json, write_png, write_text
 from simspec.runfolder import MARKER, check_target
-from simspec.types import InputError, require
+from simspec.types import require
 from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
     read_server_log
 from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench
@@ -694,5 +694,4 @@ def reanalyse(out: str | Path, say=print) -> VllmValidation:
     return result
 
 
-__all__ = ["BOUNDS", "METHODS", "QUICK", "InputError", "ValidateVllmConfig", "analyse", "format_report",
-           "reanalyse", "validate"]
+__all__ = ["BOUNDS", "METHODS", "QUICK", "ValidateVllmConfig", "analyse", "format_report", "reanalyse", "validate"]
