@@ -358,12 +358,18 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("localhost", port)) == 0
 
 
+def _interruptible() -> None:
+    """In the child: SIGINT as a terminal delivers it, even where the tests run in a background job
+    (a non-interactive shell starts those with SIGINT ignored, and Python then keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_stopping_the_launcher_stops_the_server(signum):
     port = _free_port()
     launcher = subprocess.Popen([sys.executable, "-m", "simspec.cli", "dashboard", "--port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_interruptible)
     try:
         _wait(time.monotonic() + 90, "the dashboard's port", lambda: _listening(port))
         children = _descendants(launcher.pid)

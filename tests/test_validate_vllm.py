@@ -145,7 +145,9 @@ def test_ctrl_c_stops_the_server_and_marks_nothing_complete(tmp_path):
     models = _fake_config(tmp_path).models
     cmd = [sys.executable, "-m", "simspec.cli", "validate", "--against", "vllm", "--quick", "--vllm-command",
            f"{sys.executable} {FAKE}", "--models", models, "--port", "8062", "--no-iomp", "--out", str(out)]
-    process = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+    # Ctrl-C reaches it, even where the tests run in a background job (SIGINT ignored there)
     deadline = time.time() + 120
     while not (out / "none" / "warmup.metrics.before.txt").is_file():  # the server is up, a bench is running
         assert time.time() < deadline and process.poll() is None, process.stderr.read() if process.poll() else ""

@@ -384,7 +384,10 @@ def test_the_prompts_are_vllm_benchs_runs_and_uniform_ids_never_special():
 
 
 def test_without_torch_the_distilled_draft_is_refused_in_one_line_and_nothing_written(tmp_path, monkeypatch):
+    import simspec
+
     monkeypatch.setitem(sys.modules, "simspec.vllm_distill", None)  # `import` raises ImportError
+    monkeypatch.delattr(simspec, "vllm_distill", raising=False)  # as if no earlier test had imported it
     with pytest.raises(InputError, match="draft_distilled needs torch .*--no-distilled"):
         build(tmp_path / "m", TINY)
     assert list(tmp_path.iterdir()) == []
