@@ -69,7 +69,7 @@ from simspec.runfolder import MARKER, check_target
 from simspec.types import require
 from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
     read_server_log
-from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench
+from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench, command_line, http_get
 
 METHODS = ("none", "ngram", "draft", "oracle")
 """What ``--method`` may name: no speculation, ngram, the distilled draft, the identical-weight draft."""
@@ -179,8 +179,6 @@ def _env(cfg: ValidateVllmConfig) -> tuple[tuple[str, str], ...]:
 
 def _iomp_library(command: str) -> str | None:
     """The Intel OpenMP beside the vllm command's venv (``DIR/bin/vllm`` -> ``DIR/lib/libiomp5.so``)."""
-    from simspec.vllm_server import command_line
-
     first = Path(command_line(command)[0])
     candidate = first.resolve().parent.parent / "lib" / "libiomp5.so" if first.parent != Path(".") else None
     return str(candidate) if candidate is not None and candidate.is_file() else None
@@ -252,8 +250,6 @@ def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
 
 def _served_model(server: RunningServer) -> str:
     import json
-
-    from simspec.vllm_server import http_get
 
     models = json.loads(http_get(server.url + "/v1/models")).get("data") or []
     require(bool(models), f"--server {server.url}: /v1/models lists no model")
@@ -677,8 +673,6 @@ def validate(cfg: ValidateVllmConfig, out: str | Path, say=print) -> VllmValidat
 
 def _check_command(command: str) -> None:
     import shutil
-
-    from simspec.vllm_server import command_line
 
     first = command_line(command)[0]
     require(shutil.which(first) is not None, f"--vllm-command {command!r} cannot be run ({first}: no such "

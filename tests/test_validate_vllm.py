@@ -1,6 +1,6 @@
 """``simspec validate --against vllm`` (simspec.validate_vllm, simspec.vllm_server):
 the analysis on a real vLLM run kept in tests/data/vllm/validate_quick, and
-the live phase driven against tests/fake_vllm.py, which replays that run."""
+the live phase driven against tests/data/vllm/fake_vllm.py, which replays that run."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from simspec.types import InputError
 from simspec.vllm_server import Traffic
 
 DATA = Path(__file__).parent / "data" / "vllm" / "validate_quick"
-FAKE = Path(__file__).parent / "fake_vllm.py"
+FAKE = DATA.parent / "fake_vllm.py"
 REPO = Path(__file__).resolve().parents[1]
 
 

