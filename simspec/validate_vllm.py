@@ -359,16 +359,18 @@ class VllmValidation:
         return sorted(methods, key=lambda m: getattr(methods[m]["mean_e2el_ms"], side))
 
 
-def _counters(before_text: str, after_text: str, path: str) -> SpecDecodeCounters | None:
+def _counters(before_text: str, after_text: str, path: str) -> tuple[SpecDecodeCounters | None, int | None]:
+    """The speculative counters' difference over a run, and the server's KV block size."""
     before, after = parse_metrics(before_text, path), parse_metrics(after_text, path)
     if after.spec_decode is None:
-        return None
+        return None, after.block_size_tokens
     empty = SpecDecodeCounters(num_drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=())
-    return after.spec_decode.minus(before.spec_decode or empty)
+    return after.spec_decode.minus(before.spec_decode or empty), after.block_size_tokens
 
 
-def load_runs(out: Path) -> tuple[ValidateVllmConfig, list[LiveRun], dict[str, ServerLog]]:
-    """What the live phase kept in ``out`` (``runs.json`` and the files it lists)."""
+def load_runs(out: Path) -> tuple[ValidateVllmConfig, list[LiveRun], dict[str, ServerLog], int | None]:
+    """What the live phase kept in ``out`` (``runs.json`` and the files it lists), and the
+    servers' KV block size from their /metrics (None where no scrape says)."""
     record = read_json(out / RUNS, "validation runs")
     require(isinstance(record, dict) and record.get("format") == "simspec-vllm-validation-runs/1",
             f"{out / RUNS}: not a `simspec validate --against vllm` runs file")
@@ -377,19 +379,21 @@ def load_runs(out: Path) -> tuple[ValidateVllmConfig, list[LiveRun], dict[str, S
     for s in record["servers"]:
         path = Path(s["log"]) if Path(s["log"]).is_absolute() else out / s["log"]
         logs[s["method"]] = read_server_log(path)
-    runs = []
+    runs, block = [], None
     for r in record["runs"]:
         start, end = r["iterations"]
         log = logs[r["method"]]
         bench_path = out / r["bench"]
+        counters, block_size = _counters((out / r["metrics_before"]).read_text(),
+                                         (out / r["metrics_after"]).read_text(), str(out / r["metrics_after"]))
+        block = block or block_size
         runs.append(LiveRun(
             method=r["method"], phase=r["phase"], repeat=r["repeat"], traffic=Traffic.from_json(r["traffic"]),
             bench=parse_bench(read_json(bench_path, "vllm bench result"), str(bench_path)),
             steps=tuple(s for s in log.steps if start < s.index <= end and not s.dummy),
-            counters=_counters((out / r["metrics_before"]).read_text(), (out / r["metrics_after"]).read_text(),
-                               str(out / r["metrics_after"])),
+            counters=counters,
             loadavg=(float(r["loadavg_before"][0]), float(r["loadavg_after"][0]))))
-    return cfg, runs, logs
+    return cfg, runs, logs, block
 
 
 def _step_columns(steps) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -488,8 +492,8 @@ def _live_value(run: LiveRun, metric: str) -> float:
 
 def analyse(out: Path, say=print) -> VllmValidation:
     """Fit every method on its calibration runs and compare its held-out runs (module docstring)."""
-    cfg, runs, logs = load_runs(out)
-    block = _metrics_block_size(out) or 16
+    cfg, runs, logs, block = load_runs(out)
+    block = block or 16
     calibrations = {method: calibrate_method(method, runs, logs[method], cfg, block)
                     for method in cfg.methods if method in logs}
     table: dict[str, dict[str, dict[str, Cell]]] = {}
@@ -521,15 +525,6 @@ def analyse(out: Path, say=print) -> VllmValidation:
     version = next((log.version for log in logs.values() if log.version), None)
     return VllmValidation(config=cfg, calibrations=calibrations, table=table, loadavg=loadavg, replays=replays,
                           versions={"vllm": version, "simspec": __version__})
-
-
-def _metrics_block_size(out: Path) -> int | None:
-    record = read_json(out / RUNS, "validation runs")
-    for r in record["runs"]:
-        metrics = parse_metrics((out / r["metrics_after"]).read_text(), r["metrics_after"])
-        if metrics.block_size_tokens:
-            return metrics.block_size_tokens
-    return None
 
 
 # --- output -------------------------------------------------------------------------------------------
