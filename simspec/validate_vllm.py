@@ -62,7 +62,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from simspec import __version__
-from simspec.calibrate_vllm import ChainAcceptance, fit_chain_acceptance, replay_requests
+from simspec.calibrate_vllm import ChainAcceptance, fit_chain_acceptance, replay_requests, request_rounds, \
+    spread_text
 from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, read_json, write_png, write_text
 from simspec.runfolder import MARKER, check_target
@@ -460,7 +461,8 @@ def calibrate_method(method: str, runs: list[LiveRun], log: ServerLog, cfg: Vali
         counters = _sum_counters([r.counters for r in cal])
         require(counters is not None and counters.num_drafts > 0,
                 f"{method}: the server drafted nothing in the calibration runs")
-        chain = fit_chain_acceptance(counters, cfg.k, f"calibrated:vllm-{method}")
+        chain = fit_chain_acceptance(counters, cfg.k, f"calibrated:vllm-{method}",
+                                     request_rounds([r.bench for r in cal]))
     policy = "ar" if chain is None else f"linear:k={cfg.k}"
     kv_tokens = log.kv_cache_tokens or 1 << 20
     light = next(r for r in cal if not r.traffic.saturating)
@@ -511,7 +513,8 @@ def analyse(out: Path, say=print) -> VllmValidation:
             own = None
             if cal.acceptance is not None:  # the cost model alone: each run priced with its own counters' acceptance
                 own = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
-                                       fit_chain_acceptance(r.counters, cfg.k, f"own:{method}").model, engine,
+                                       fit_chain_acceptance(r.counters, cfg.k, f"own:{method}",
+                                                            request_rounds([r.bench])).model, engine,
                                        cal.kv_cache_tokens, cfg.sim_seeds)[0] for r in held]
             table.setdefault(traffic.name, {})[method] = {
                 m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
@@ -544,7 +547,7 @@ def format_report(result: VllmValidation) -> str:
         c = cal.iteration_fit.coefficients_s
         acc = "" if cal.acceptance is None else (
             f"; acceptance length {cal.acceptance.counters.acceptance_length:.3f}, per position "
-            + ", ".join(f"{r:.3f}" for r in cal.acceptance.rates))
+            + ", ".join(f"{r:.3f}" for r in cal.acceptance.rates) + f"; {spread_text(cal.acceptance)}")
         lines.append(f"  {m:7s} steps {c['overhead'] * 1e3:.2f} ms + {c['target_token'] * 1e3:.3f} ms/token + "
                      f"{c['attn_request'] * 1e3:.3f} ms/seq (held-out median {cal.held_out.median_pct:.1f}%); "
                      f"outside elapsed {cal.gap.per_step_s * 1e3:.2f} ms/step + {cal.gap.per_sequence_s * 1e3:.3f} "
@@ -586,7 +589,10 @@ def report_json(result: VllmValidation) -> dict:
             "acceptance": None if c.acceptance is None else {
                 "per_position_rates": list(c.acceptance.rates), "model_rates": list(c.acceptance.model_rates),
                 "acceptance_length": c.acceptance.counters.acceptance_length,
-                "draft_tokens_per_draft": c.acceptance.draft_tokens_per_draft}}
+                "draft_tokens_per_draft": c.acceptance.draft_tokens_per_draft,
+                "round_sigma": c.acceptance.model.round_sigma,
+                "requests_spread_of_tokens_per_round": c.acceptance.spread,
+                "spread_not_fitted_because": c.acceptance.spread_unused}}
             for m, c in result.calibrations.items()},
         "validation": {load: {m: {k: c.to_json() for k, c in cells.items()} for m, cells in methods.items()}
                        for load, methods in result.table.items()},

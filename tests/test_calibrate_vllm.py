@@ -154,3 +154,71 @@ def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
     simulated = metrics.summarize_full(log)
     assert simulated["spec_decode_per_position_acceptance_rates"][:3] == pytest.approx(rates, abs=0.02)
     assert simulated["spec_decode_acceptance_length"] == pytest.approx(counters.acceptance_length, rel=0.02)
+
+
+def _simulated_rounds(model, requests: int = 300, output: int = 64):
+    """Each simulated request's tokens a round after its first token (one chunk a round)."""
+    from simspec import engines, policies
+    from simspec.costs.steps import FEATURES, cost_model_from
+    from simspec.scheduling import EngineConfig
+    from simspec.sim import simulate
+    from simspec.types import Request
+
+    reqs = [Request(id=i, arrival_s=0.5 * i, prompt_tokens=64, output_tokens=output) for i in range(requests)]
+    costs = cost_model_from(dict.fromkeys(FEATURES, 0.0) | {"overhead": 0.01}, "10 ms a step")
+    engine = EngineConfig(**engines.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
+    log = simulate(reqs, policy=policies.parse("linear:k=3"), costs=costs, acceptance=model, engine=engine,
+                   kv_budget_tokens=1 << 20, seed=0)
+    chunks = np.bincount(log.chunk_request, minlength=requests) - 1  # the first chunk is the prefill's token
+    return (output - 1) / chunks, log
+
+
+def test_the_round_term_reproduces_the_requests_spread_it_was_fitted_to():
+    """vLLM's flat per-position rates (a draft that copies the target's runs)
+    fit either a huge per-request spread (requests that accept everything or
+    nothing) or rounds that are all or nothing; the benchmark's per-request
+    chunks tell them apart. Fitted to rates and a spread of tokens a round,
+    a simulation must report both back, and the fit without the spread must
+    miss the spread (the test can tell the two apart)."""
+    from simspec import metrics
+    from simspec.calibrate_vllm import RequestRounds, fit_chain_acceptance
+    from simspec.vllm_logs import SpecDecodeCounters
+
+    rates, spread = (0.22, 0.195, 0.17), 0.64  # the first vLLM validation's distilled draft
+    drafts = 10_000
+    per_position = tuple(round(r * drafts) for r in rates)
+    counters = SpecDecodeCounters(num_drafts=drafts, draft_tokens=3 * drafts, accepted_tokens=sum(per_position),
+                                  accepted_per_position=per_position)
+    after = np.full(100, 63.0)
+    z = np.linspace(-1.0, 1.0, 100)
+    per_round = 1.0 + sum(rates) + spread * z / z.std(ddof=1)
+    per_round *= counters.acceptance_length / (after.sum() / (after / per_round).sum())  # pooled as the counters
+    rounds = RequestRounds(tokens_per_round=per_round, tokens_after_first=after)
+    chain = fit_chain_acceptance(counters, 3, "test", rounds)
+    assert chain.spread_unused is None and chain.model.round_sigma > 1.0
+    assert chain.spread[1] == pytest.approx(rounds.spread, rel=0.02)
+    simulated, log = _simulated_rounds(chain.model)
+    assert simulated.std(ddof=1) == pytest.approx(rounds.spread, rel=0.12)
+    summary = metrics.summarize_full(log)
+    assert summary["spec_decode_per_position_acceptance_rates"][:3] == pytest.approx(rates, abs=0.02)
+    without = fit_chain_acceptance(counters, 3, "test")
+    assert without.model.round_sigma == 0.0
+    assert _simulated_rounds(without.model)[0].std(ddof=1) > 1.5 * rounds.spread
+
+
+def test_the_spread_is_left_out_where_rounds_are_not_drafts():
+    """ngram drafts fewer than K tokens and some rounds none: the chunks'
+    tokens a round are not the counters' acceptance length, so the spread
+    must not shape the fit (and the model has no round term)."""
+    from simspec.calibrate_vllm import RequestRounds, fit_chain_acceptance
+    from simspec.vllm_logs import SpecDecodeCounters
+
+    counters = SpecDecodeCounters(num_drafts=1000, draft_tokens=2620, accepted_tokens=1019,
+                                  accepted_per_position=(552, 282, 185))
+    rounds = RequestRounds(tokens_per_round=np.linspace(1.2, 2.4, 50), tokens_after_first=np.full(50, 63.0))
+    chain = fit_chain_acceptance(counters, 3, "test", rounds)
+    assert chain.model.round_sigma == 0.0 and "2.62 of 3 tokens" in chain.spread_unused
+    full = SpecDecodeCounters(num_drafts=1000, draft_tokens=3000, accepted_tokens=1019,
+                              accepted_per_position=(552, 282, 185))
+    chain = fit_chain_acceptance(full, 3, "test", rounds)
+    assert chain.model.round_sigma == 0.0 and "differ from the counters' acceptance length" in chain.spread_unused

@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simspec.acceptance.model import AcceptanceModel, draw_round
+from simspec.acceptance.model import AcceptanceModel, draw_round, normals_per_round
 from simspec.files import load_record, save_record
 from simspec.types import MAX_RANK, AcceptanceTrace, require
 
@@ -66,7 +66,8 @@ def _model_traces(model: AcceptanceModel, requests: int, rounds: int, depth: int
     ones = np.ones(requests)
     draws = model.draws._replace(visual_share=0.0)
     for r in range(rounds):
-        conf, ranks, _ = draw_round(logits, ones, depth, 3, draws, rng.standard_normal(2 * n), rng.random(2 * n))
+        normals = rng.standard_normal(normals_per_round(draws, requests, depth))
+        conf, ranks, _ = draw_round(logits, ones, depth, 3, draws, normals, rng.random(2 * n))
         for i in range(requests):
             got = []
             for d in range(depth):

@@ -10,9 +10,18 @@ so linear drafts (rank-1 chains) and trees are priced by one model.
 
 Per request i, round, and depth d (all on the logit scale):
 
-    logit p1 = top1_logit + z_i - depth_decay_logit * (d - 1) + e,
-    z_i ~ N(0, request_sigma)        per-request difficulty
-    e   ~ N(0, token_sigma)          per-position variation
+    logit p1 = top1_logit + z_i + w_ir - depth_decay_logit * (d - 1) + e,
+    z_i  ~ N(0, request_sigma)       per-request difficulty
+    w_ir ~ N(0, round_sigma)         per-round variation, shared by the round's every node
+    e    ~ N(0, token_sigma)         per-position variation
+
+The round term is what makes a round all or nothing while the request's
+share of good rounds stays moderate: a drafter that copies runs the target
+repeats (ngram, or a draft that agrees only where the target repeats itself)
+accepts its whole draft or none of it, round by round. It is 0 in the
+presets; ``simspec calibrate vllm`` fits it from the benchmark's
+per-request token timing (simspec.calibrate_vllm). Only a model with it
+draws the B extra normals a round (:func:`normals_per_round`).
 
 p1 is the chance the target's token is the drafter's top candidate; given it
 is not, it is among ranks 2..15 with probability ``tail_mass``, geometrically
@@ -116,6 +125,16 @@ class Draws(NamedTuple):
     visual_share: float
     tail: np.ndarray  # [MAX_RANK - 1] P(rank = r | not rank 1), r = 2..
     conf_tail: np.ndarray  # [MAX_RANK - 1] the drafter's confidence beyond its first candidate, as shares
+    round_sigma: float
+
+
+@jit
+def normals_per_round(model: Draws, b: int, depth: int) -> int:
+    """Standard normals one round of ``b`` requests ``depth`` deep reads:
+    two a node (token and confidence noise), and one a request for the round
+    term when the model has one (so a model without it reads what it always
+    did). Uniforms: two a node."""
+    return 2 * b * depth + (b if model.round_sigma > 0.0 else 0)
 
 
 @jit
@@ -123,9 +142,11 @@ def draw_round(request_logit: np.ndarray, retention: np.ndarray, depth: int, ran
                normals: np.ndarray, uniforms: np.ndarray):
     """Compiled draw (see AcceptanceModel.draw) for B requests: their top-1
     logits and visual retention [B], ``depth`` x ``ranks`` confidences;
-    ``normals`` and ``uniforms`` hold 2 * B * depth numbers each."""
+    ``normals`` holds normals_per_round(model, B, depth) numbers and
+    ``uniforms`` 2 * B * depth."""
     decay, token_sigma, confidence_sigma, visual_share = (model.decay, model.token_sigma, model.confidence_sigma,
                                                            model.visual_share)
+    round_sigma = model.round_sigma
     tail, conf_tail = model.tail, model.conf_tail
     b = len(request_logit)
     n = b * depth
@@ -134,9 +155,10 @@ def draw_round(request_logit: np.ndarray, retention: np.ndarray, depth: int, ran
     p1s = np.empty((b, depth))
     cdf = np.cumsum(tail)
     for i in range(b):
+        shared = request_logit[i] + round_sigma * normals[2 * n + i] if round_sigma > 0.0 else request_logit[i]
         for d in range(depth):
             k = i * depth + d
-            logit = request_logit[i] - decay * d + token_sigma * normals[k]
+            logit = shared - decay * d + token_sigma * normals[k]
             p1 = 1.0 / (1.0 + np.exp(-logit))
             if uniforms[k] < visual_share:  # a position grounded in the image
                 p1 *= retention[i]
@@ -176,6 +198,7 @@ class AcceptanceModel:
     tail_mass: float = 0.6
     tail_decay: float = 0.5
     request_sigma: float = 0.5
+    round_sigma: float = 0.0
     token_sigma: float = 1.5
     confidence_sigma: float = 0.5
     visual_share: float = 0.3
@@ -189,7 +212,7 @@ class AcceptanceModel:
         check_types(self)
         require(0.0 <= self.tail_mass <= 1.0, f"tail_mass must be in [0, 1] (got {self.tail_mass})")
         require(0.0 < self.tail_decay < 1.0, f"tail_decay must be in (0, 1) (got {self.tail_decay})")
-        for field in ("request_sigma", "token_sigma", "confidence_sigma", "depth_decay_logit"):
+        for field in ("request_sigma", "round_sigma", "token_sigma", "confidence_sigma", "depth_decay_logit"):
             value = getattr(self, field)
             require(value >= 0.0, f"{field} must be >= 0 (got {value})")
         require(0.0 <= self.visual_share <= 1.0, f"visual_share must be in [0, 1] (got {self.visual_share})")
@@ -239,18 +262,20 @@ class AcceptanceModel:
              depth: int, ranks: int) -> Round:
         """Draw one round for a batch: confidences up to ``depth`` x ``ranks``
         and the target's true rank at each depth. Consumes 2·B·depth normals
-        and uniforms whatever the parameters (common random numbers)."""
-        n = len(request_logit) * depth
+        (and B more with a round term) and 2·B·depth uniforms whatever the
+        other parameters (common random numbers)."""
+        b = len(request_logit)
+        draws = self.draws
         conf, true_ranks, p1 = draw_round(
             np.ascontiguousarray(request_logit, dtype=np.float64), np.ascontiguousarray(retention, dtype=np.float64),
-            depth, ranks, self.draws, rand.normals(2 * n), rand.uniforms(2 * n))
+            depth, ranks, draws, rand.normals(normals_per_round(draws, b, depth)), rand.uniforms(2 * b * depth))
         return Round(conf=conf, true_ranks=true_ranks, top1_p=p1)
 
     @property
     def draws(self) -> Draws:
         """The model as compiled draws read it."""
         return Draws(self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
-                     np.ascontiguousarray(self.tail), np.ascontiguousarray(self.conf_tail))
+                     np.ascontiguousarray(self.tail), np.ascontiguousarray(self.conf_tail), self.round_sigma)
 
     def with_top1_logit(self, value: float) -> "AcceptanceModel":
         return replace(self, top1_logit=float(value))

@@ -38,7 +38,8 @@ def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
         a = cal.acceptance
         print(f"acceptance: {a.counters.num_drafts} drafts, {a.draft_tokens_per_draft:.2f} draft tokens a draft "
               f"(K={a.k}), acceptance length {a.counters.acceptance_length:.3f}; per position "
-              f"{', '.join(f'{r:.3f}' for r in a.rates)} (model: {', '.join(f'{r:.3f}' for r in a.model_rates)})")
+              f"{', '.join(f'{r:.3f}' for r in a.rates)} (model: {', '.join(f'{r:.3f}' for r in a.model_rates)}); "
+              f"{cv.spread_text(a)}")
     if cal.comparisons:
         print("\nreplayed benchmarks (their own arrivals and lengths; live / simulated, simulated - live in %):")
         print(f"{'bench':28s} {'policy':11s} " + " ".join(f"{name:>24s}" for _, name in LIVE_VS_SIM))

@@ -38,6 +38,7 @@ import simpy
 
 from simspec.sim import steps
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
+from simspec.acceptance.model import normals_per_round
 from simspec.costs import CostModel
 from simspec.policies import Policy
 from simspec.scheduling import EngineConfig, Estimate, Scheduler
@@ -275,7 +276,7 @@ class Replica:
         max_steps = self.logs.room_for(b + len(chunks), 1) if chunks else self.logs.room_for(b, MAX_STEPS_PER_CALL)
         stop_s = self.ready_s[self.order[self.arrived]] if self.arrived < len(self.requests) else np.inf
         kv_room = self.scheduler.kv_budget - self.scheduler.kv_used()
-        randoms = self.rand.window(2 * b * self.call.depth * max_steps)
+        randoms = self.rand.window(normals_per_round(self.acceptance, b, self.call.depth) * max_steps)
         wake, self.wake_owed = self.wake_owed, 0.0
         if self.idle_from is not None:
             first, after = self.costs.wake_split_s(start_s - self.idle_from)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simspec.acceptance.model import Draws, Randoms, draw_round
+from simspec.acceptance.model import Draws, Randoms, draw_round, normals_per_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, Forward, Step, cpu_s, step_cost
 from simspec.policies import rules
@@ -173,10 +173,11 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
         remaining = state.output[ids] - state.emitted[ids]
         if depth > 0 and b > 0:
             n = b * depth
+            m = normals_per_round(acc, b, depth)
             conf, true_ranks, _ = draw_round(state.difficulty[ids], state.retention[ids], depth, ranks, acc,
-                                             rand.normals[rand.used[0]:rand.used[0] + 2 * n],
+                                             rand.normals[rand.used[0]:rand.used[0] + m],
                                              rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
-            rand.used[0] += 2 * n
+            rand.used[0] += m
             rand.used[1] += 2 * n
         else:
             conf = np.ones((b, 1, ranks))
