@@ -366,26 +366,33 @@ def engine_of(cfg: CalibrateVllmConfig, log: ServerLog, server: ServerMetrics) -
     return configuration.build({}, {"model": cfg.model, "device": cfg.device, "engine": engine})
 
 
-def bench_requests(bench: BenchResult) -> list[Request]:
+def bench_requests(bench: BenchResult, cached: np.ndarray | None = None) -> list[Request]:
     """The benchmark's completed requests as it sent them: arrivals from its
-    first send, its prompt and output lengths, in arrival order."""
+    first send, its prompt and output lengths, in arrival order. ``cached``
+    (per request of the bench, in its order): prompt tokens the server had
+    in its prefix cache already, left out of the prompt the simulator
+    prefills (the fitted step costs have no per-context term, so this
+    prices what the server computed)."""
     r = bench.requests
     require(r is not None, f"{bench.path}: no per-request arrays (run vllm bench serve with --save-detailed)")
     ok = np.flatnonzero(r.ok)
     arrival = r.arrival_s
     order = ok[np.argsort(arrival[ok], kind="stable")]
-    return [Request(id=i, arrival_s=float(arrival[j]), prompt_tokens=int(r.input_tokens[j]),
+    hit = np.zeros(len(r.input_tokens), np.int64) if cached is None else np.asarray(cached, np.int64)
+    return [Request(id=i, arrival_s=float(arrival[j]), prompt_tokens=int(r.input_tokens[j] - hit[j]),
                     output_tokens=int(r.output_tokens[j])) for i, j in enumerate(order)]
 
 
 def replay_requests(bench: BenchResult, policy: str, cost_model, acceptance: AcceptanceModel | None, engine,
-                    kv_budget_tokens: int, seeds: int) -> tuple[dict[str, float], object]:
+                    kv_budget_tokens: int, seeds: int, cached: np.ndarray | None = None
+                    ) -> tuple[dict[str, float], object]:
     """Serve ``bench``'s own arrivals and lengths in the simulator, ``seeds``
-    times: the mean of each metric, and the first seed's run log."""
+    times: the mean of each metric, and the first seed's run log
+    (``cached``: as :func:`bench_requests`)."""
     from simspec import metrics, policies
     from simspec.sim import simulate
 
-    requests = bench_requests(bench)
+    requests = bench_requests(bench, cached)
     logs = [simulate(requests, policy=policies.parse(policy), label=policy, costs=cost_model,
                      acceptance=acceptance or AcceptanceModel.iid(0.5), engine=engine,
                      kv_budget_tokens=kv_budget_tokens, seed=seed) for seed in range(seeds)]

@@ -354,6 +354,7 @@ class VllmValidation:
     loadavg: dict[str, dict[str, float]]  # load -> method -> mean 1-minute load average over its runs
     replays: dict[tuple[str, str], tuple]  # (load, method) -> (live e2el s, simulated e2el s) of the first repeat
     versions: dict[str, str | None] = field(default_factory=dict)
+    prefix_notes: tuple[str, ...] = ()  # runs whose prompts the server had cached (prefix_hits)
 
     def ranking(self, load: str, side: str) -> list[str]:
         methods = self.table[load]
@@ -486,6 +487,46 @@ def _sum_counters(parts) -> SpecDecodeCounters | None:
                                         for p in parts) for j in range(k)))
 
 
+def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.ndarray], tuple[str, ...]]:
+    """The prompt tokens each request of a run found in its server's prefix
+    cache (by the run's index in ``runs``, which is the order they ran), and
+    a note per run that found any.
+
+    vLLM's random dataset gives the same prompts for the same traffic and
+    seed, and the server keeps a served prompt's full KV blocks cached (its
+    prefix caching is on by default): a repeat of a traffic computes only
+    what is past the last full block of each prompt, at most prompt - 1
+    tokens (vllm/v1/core/kv_cache_manager.py 0.33 l.296-302). That rule is
+    used for a run only when it gives exactly the prompt tokens the server
+    logged as computed during the run; otherwise the note says what the
+    log shows and the run is replayed whole."""
+    hits, notes, served = {}, [], {}
+    for n, r in enumerate(runs):
+        seen = served.setdefault(r.method, set())
+        req = r.bench.requests
+        if req is None:
+            continue
+        sent = int(req.input_tokens[req.ok].sum())
+        computed = sum(s.prefill_tokens for s in r.steps)
+        label = f"{r.method} {r.traffic.name} #{r.repeat + 1}"
+        if r.traffic in seen and block:
+            hit = np.where(req.ok, (req.input_tokens - 1) // block * block, 0)
+            if sent - int(hit[req.ok].sum()) == computed:
+                hits[n] = hit
+                if hit.any():
+                    notes.append(f"{label}: {int(hit.sum())} of {sent} prompt tokens found in the prefix cache (its "
+                                 f"prompts were served before; {block}-token blocks), as the log's {computed} "
+                                 f"computed tokens confirm: replayed without them")
+            else:
+                notes.append(f"{label}: the log computed {computed} of {sent} prompt tokens, not the "
+                             f"{sent - int(hit[req.ok].sum())} the block rule says: replayed whole")
+        elif computed < sent:
+            notes.append(f"{label}: the log computed {computed} of {sent} prompt tokens (a prefix-cache hit not "
+                         f"explained by an earlier run): replayed whole")
+        seen.add(r.traffic)
+    return hits, tuple(notes)
+
+
 def _live_value(run: LiveRun, metric: str) -> float:
     if metric == "spec_decode_acceptance_length":
         return run.counters.acceptance_length if run.counters is not None else 1.0
@@ -501,6 +542,8 @@ def analyse(out: Path, say=print) -> VllmValidation:
     table: dict[str, dict[str, dict[str, Cell]]] = {}
     loadavg: dict[str, dict[str, float]] = {}
     replays = {}
+    hits, notes = prefix_hits(runs, block)
+    index = {id(r): n for n, r in enumerate(runs)}
     for traffic in cfg.held_out:
         for method, cal in calibrations.items():
             held = [r for r in runs if r.method == method and r.phase == "held_out" and r.traffic.name == traffic.name]
@@ -509,13 +552,13 @@ def analyse(out: Path, say=print) -> VllmValidation:
             engine = _engine(cal.kv_cache_tokens, cal.block_size, cal.frontend_s)
             sims = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
                                     cal.acceptance.model if cal.acceptance else None, engine, cal.kv_cache_tokens,
-                                    cfg.sim_seeds) for r in held]
+                                    cfg.sim_seeds, hits.get(index[id(r)])) for r in held]
             own = None
             if cal.acceptance is not None:  # the cost model alone: each run priced with its own counters' acceptance
                 own = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
                                        fit_chain_acceptance(r.counters, cfg.k, f"own:{method}",
                                                             request_rounds([r.bench])).model, engine,
-                                       cal.kv_cache_tokens, cfg.sim_seeds)[0] for r in held]
+                                       cal.kv_cache_tokens, cfg.sim_seeds, hits.get(index[id(r)]))[0] for r in held]
             table.setdefault(traffic.name, {})[method] = {
                 m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
                         sim=float(np.mean([s[m] for s, _ in sims])),
@@ -527,7 +570,7 @@ def analyse(out: Path, say=print) -> VllmValidation:
                                                sims[0][1])
     version = next((log.version for log in logs.values() if log.version), None)
     return VllmValidation(config=cfg, calibrations=calibrations, table=table, loadavg=loadavg, replays=replays,
-                          versions={"vllm": version, "simspec": __version__})
+                          versions={"vllm": version, "simspec": __version__}, prefix_notes=notes)
 
 
 # --- output -------------------------------------------------------------------------------------------
@@ -573,6 +616,9 @@ def format_report(result: VllmValidation) -> str:
             live, sim = result.ranking(load, "live"), result.ranking(load, "sim")
             lines.append(f"  ranking by mean E2EL: live {' < '.join(live)}; sim {' < '.join(sim)} "
                          f"({'same' if live == sim else 'DIFFERENT'})")
+    if result.prefix_notes:
+        lines.append("\nprefix cache (repeats send the prompts an earlier run sent):")
+        lines.extend(f"  {note}" for note in result.prefix_notes)
     cells = [c for methods in result.table.values() for cells in methods.values() for c in cells.values()]
     lines.append(f"\n{sum(c.within for c in cells)} of {len(cells)} cells within the bounds "
                  f"({', '.join(f'{NAMES[m]} {b:g}%' for m, b in BOUNDS.items())}); ! marks the others")
@@ -599,6 +645,7 @@ def report_json(result: VllmValidation) -> dict:
         "ranking_by_mean_e2el": {load: {"live": result.ranking(load, "live"), "sim": result.ranking(load, "sim")}
                                  for load in result.table},
         "loadavg": result.loadavg,
+        "prefix_cache": list(result.prefix_notes),
     }
 
 

@@ -243,3 +243,30 @@ def test_server_url_validates_a_running_server_and_leaves_it_running(tmp_path, a
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_repeat_is_replayed_with_what_the_prefix_cache_held():
+    """vLLM's random dataset sends a repeat the prompts its first run sent,
+    and the server computes only past their last cached full block: the
+    analysis must take those tokens out of the replay exactly when the log's
+    computed tokens confirm it, and say so otherwise."""
+    from types import SimpleNamespace
+
+    traffic = Traffic(name="low", prompts=3, input_len=128, output_len=8, rate=1.0, range_ratio=0.5, seed=101)
+    other = Traffic(name="mid", prompts=3, input_len=128, output_len=8, rate=1.0, range_ratio=0.5, seed=102)
+    lens = np.array([100, 200, 300])
+
+    def run(t, repeat, computed, method="none"):
+        requests = SimpleNamespace(input_tokens=lens, ok=np.array([True, True, True]))
+        steps = (SimpleNamespace(prefill_tokens=computed),)
+        return vv.LiveRun(method=method, phase="held_out", repeat=repeat, traffic=t,
+                          bench=SimpleNamespace(requests=requests), steps=steps, counters=None, loadavg=(0.0, 0.0))
+
+    # blocks of 128: 0, 128 and 256 tokens cached; 600 sent, 216 computed
+    runs = [run(traffic, 0, 600), run(other, 0, 600), run(traffic, 1, 216), run(traffic, 1, 600, "ngram"),
+            run(other, 1, 500)]
+    hits, notes = vv.prefix_hits(runs, 128)
+    assert set(hits) == {2} and hits[2].tolist() == [0, 128, 256]
+    assert len(notes) == 2 and notes[0].startswith("none low #2: 384 of 600 prompt tokens found")
+    assert notes[1].startswith("none mid #2: the log computed 500 of 600 prompt tokens, not the 216")
+    assert vv.prefix_hits(runs, None)[0] == {}
