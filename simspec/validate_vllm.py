@@ -11,7 +11,7 @@ Two phases, so the second can be rerun on kept files (``--from OUT``):
 
 **Live** (:func:`run_live`). For each method (no speculation, ngram, a draft
 trained by distillation on the target, the identical-weight draft as an
-oracle) one ``vllm serve`` of ``simspec vllm-models``' target starts, serves a
+oracle; the EAGLE-1 head when asked) one ``vllm serve`` of ``simspec vllm-models``' target starts, serves a
 few warm-up requests (vLLM's first steps run 5-10x their later cost), then
 the calibration traffic, then the held-out traffic ``repeats`` times, going
 round the held-out loads (A B C, A B C: drift over minutes falls on every
@@ -72,10 +72,14 @@ from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, SpecDecodeCoun
     read_server_log
 from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench, command_line, http_get
 
-METHODS = ("none", "ngram", "draft", "oracle")
-"""What ``--method`` may name: no speculation, ngram, the distilled draft, the identical-weight draft."""
-DRAFT_FOLDERS = {"draft": "draft_distilled", "oracle": "draft_same"}
-"""The draft model folder of ``simspec vllm-models`` each draft-model method serves."""
+METHODS = ("none", "ngram", "draft", "oracle", "eagle")
+"""What ``--method`` may name: no speculation, ngram, the distilled draft, the identical-weight draft,
+the EAGLE-1 head."""
+DEFAULT_METHODS = METHODS[:4]
+"""What a validation runs unless ``--method`` says otherwise: each method costs about 15 minutes of
+live runs, and the EAGLE head accepts by copying, as the distilled draft does."""
+DRAFT_FOLDERS = {"draft": "draft_distilled", "oracle": "draft_same", "eagle": "eagle"}
+"""The model folder of ``simspec vllm-models`` each draft-model or EAGLE method serves."""
 BOUNDS = {"mean_e2el_ms": 5.0, "mean_tpot_ms": 5.0, "output_throughput": 5.0, "p95_e2el_ms": 10.0,
           "mean_ttft_ms": 10.0, "spec_decode_acceptance_length": 2.0}
 """Metric -> the issue's bound on |simulated / live - 1|, in %."""
@@ -90,7 +94,8 @@ def speculative_config(method: str, models: str, k: int) -> dict | None:
         return None
     if method == "ngram":
         return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    return {"model": str(Path(models).absolute() / DRAFT_FOLDERS[method]), "num_speculative_tokens": k}
+    config = {"model": str(Path(models).absolute() / DRAFT_FOLDERS[method]), "num_speculative_tokens": k}
+    return {"method": "eagle", **config} if method == "eagle" else config
 
 
 WARMUP = Traffic(name="warmup", prompts=6, input_len=32, output_len=16, max_concurrency=3, seed=1)
@@ -129,7 +134,7 @@ class ValidateVllmConfig:
     vllm_command: str = "vllm"
     models: str = "vllm-models"  # a `simspec vllm-models` folder (built there when missing)
     size: str = "120m"  # the models' size, when they are built
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     k: int = 3  # num_speculative_tokens
     calibration: tuple[Traffic, ...] = CALIBRATION
     held_out: tuple[Traffic, ...] = HELD_OUT
@@ -736,4 +741,4 @@ def reanalyse(out: str | Path, say=print) -> VllmValidation:
     return result
 
 
-__all__ = ["BOUNDS", "METHODS", "QUICK", "ValidateVllmConfig", "analyse", "format_report", "reanalyse", "validate"]
+__all__ = ["BOUNDS", "DEFAULT_METHODS", "METHODS", "QUICK", "ValidateVllmConfig", "analyse", "format_report", "reanalyse", "validate"]

@@ -1,6 +1,7 @@
 """A draft distilled from a Hugging Face Llama target, in torch (issue 20).
 
-Imports: the standard library, numpy, torch and simspec.types. Nothing of
+Imports: the standard library, numpy, torch, simspec.types and
+simspec.vllm_models (its rounds replay). Nothing of
 the package imports this module at its top: ``simspec.vllm_models`` calls
 :func:`distill` from inside ``build``, so the checkpoint writer stays
 importable without torch.
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from simspec.types import require
+from simspec.vllm_models import replay_rounds
 
 Weights = dict[str, torch.Tensor]
 """Checkpoint tensor name -> float32 tensor (``[out, in]`` for linear layers)."""
@@ -240,19 +242,7 @@ def agreement(weights: Weights, config: LlamaConfig, sequences: torch.Tensor, la
     match = torch.cat([forward(weights, config, part)[0].argmax(-1) == lab
                        for part, lab in zip(sequences.split(16), labels.split(16))])  # [B, P + C]
     match = match[:, prompt_tokens - 1:]  # [B, C + 1]: match[:, i] predicts continuation token i
-    new_tokens = match.shape[1] - 1
-    accepted = [0] * depth_tokens
-    drafts = 0
-    for row in match.tolist():
-        emitted = 1  # the prefill's token
-        while emitted < new_tokens:
-            n = 0
-            while n < depth_tokens and emitted + n < new_tokens and row[emitted + n]:  # none past the C-th
-                n += 1
-            drafts += 1
-            for j in range(n):
-                accepted[j] += 1
-            emitted += n + 1
+    accepted, drafts = replay_rounds([row[:-1] for row in match.tolist()], depth_tokens)  # none past the C-th
     return Agreement(top1=float(match.to(torch.float64).mean()), chain=tuple(a / drafts for a in accepted),
                      drafts=drafts)
 

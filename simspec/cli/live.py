@@ -276,9 +276,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                    "(default: vllm-models)")
     g.add_argument("--size", choices=("120m", "tiny"), help="size of the models to build (default: 120m; "
                    "--quick: tiny)")
-    g.add_argument("--method", action="append", choices=("none", "ngram", "draft", "oracle"),
-                   help="speculation to validate (repeat; default: all four; --quick: none and oracle): none, "
-                        "ngram, draft (distilled on the target), oracle (the target's own weights)")
+    g.add_argument("--method", action="append", choices=("none", "ngram", "draft", "oracle", "eagle"),
+                   help="speculation to validate (repeat; default: the first four; --quick: none and oracle): "
+                        "none, ngram, draft (distilled on the target), oracle (the target's own weights), eagle "
+                        "(an EAGLE-1 head that copies its current token)")
     g.add_argument("--num-speculative-tokens", type=number(int, "--num-speculative-tokens"), metavar="K",
                    help="draft tokens a round (default: 3)")
     g.add_argument("--port", type=number(int, "--port"), help="port the servers bind on 127.0.0.1 (default: 8041)")

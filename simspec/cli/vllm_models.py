@@ -19,7 +19,9 @@ def cmd_vllm_models(args: argparse.Namespace) -> int:
     print(f"simspec vllm-models {args.dir} --size {config.size} --seed {config.seed}{flags}")
     for name in config.models:
         s = sizes[name]
-        print(f"{args.dir}/{name}: LlamaForCausalLM, {built.parameters[name] / 1e6:.1f}M parameters "
+        kind = "EAGLE-1 head (fc + 1 layer; the target's embedding and LM head)" if name == "eagle" \
+            else "LlamaForCausalLM"
+        print(f"{args.dir}/{name}: {kind}, {built.parameters[name] / 1e6:.1f}M parameters "
               f"({s.layers} layer{'s' if s.layers > 1 else ''}, hidden {s.hidden}, {s.heads} heads, vocabulary "
               f"{s.vocab_tokens}{', tied head' if s.tied else ''}), bf16")
     d = built.distillation
@@ -38,13 +40,15 @@ def add(sub: argparse._SubParsersAction) -> None:
     """Register ``simspec vllm-models``."""
     d = VllmModelsConfig()
     p = sub.add_parser("vllm-models", help="local Llama checkpoints for `vllm serve`: a target, an "
-                                           "identical-weight draft, a 1-layer draft and a distilled draft",
+                                           "identical-weight draft, a 1-layer draft, a distilled draft and an "
+                                           "EAGLE head",
                        description="Write Hugging Face-format Llama checkpoints (config, safetensors, a "
                                    "word-level tokenizer) that `vllm serve` loads, deterministically from a "
                                    "seed and without downloads: DIR/target, DIR/draft_same (the target's "
-                                   "weights: every draft token accepted), DIR/draft_1layer and "
+                                   "weights: every draft token accepted), DIR/draft_1layer, "
                                    "DIR/draft_distilled (a small draft trained on the target's greedy "
-                                   "continuations; needs torch).")
+                                   "continuations; needs torch) and DIR/eagle (an EAGLE-1 head for "
+                                   "--speculative-config method eagle, whose weights copy the current token).")
     p.add_argument("dir", metavar="DIR", help="folder for the models (new, or one this command wrote)")
     p.add_argument("--size", default=d.size, choices=tuple(SIZES),
                    help=f"120m: 12 layers, hidden 768, engine time dominates; tiny: 2 layers, hidden 128, "
