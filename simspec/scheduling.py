@@ -22,7 +22,14 @@ configured with, named as vLLM names them.
 
 The scheduler keeps, per request, the tokens in its KV cache, the tokens it
 must prefill, its last round's draft tokens and its emitted tokens, as
-arrays the compiled step loop reads and writes in place.
+arrays the compiled step loop reads and writes in place, and its queues as
+arrays too (:class:`Queues`). Each rule is a compiled function over them
+(``admit``, ``decode_batch``, ``in_budget``, ``budget_left``,
+``prefill_chunks``, ``prefill_cost``, ``complete_prefill``, ``retire``):
+the Scheduler's methods call them, and so does the simulator's compiled
+serving loop (simspec.sim.serve), which runs many steps' decisions in one
+call. Prefix caching (admission and the KV reservation) and vLLM's encoder
+budget (chunking and pricing) extend them in Python, in the Scheduler.
 
 **Acceptance estimate** (:class:`Estimate`): each request's moving average
 of accepted draft tokens per drafted round, and the replica-wide one a newly
@@ -32,7 +39,7 @@ admitted request starts from, updated after every round by the compiled
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -208,6 +215,255 @@ class Prefill(NamedTuple):
 NO_PREFILL = Prefill(0, 0, 0, 0, 0, 0)
 
 
+# -- the rules, compiled -------------------------------------------------------------
+#
+# Steps 1-4 as compiled functions over arrays: the Scheduler below calls
+# them, and so does the simulator's compiled serving loop (simspec.sim.serve),
+# so each rule has one copy. Admission and the KV reservation here know no
+# prefix cache, and chunking and pricing encode a request's images when its
+# prefill starts; the Scheduler extends those rules in Python where prefixes
+# are cached or vLLM's encoder budget decides. The queues are arrays:
+# ``waiting`` a ring (a preempted request goes back to its head), ``running``
+# in admission order.
+
+
+class Queues(NamedTuple):
+    """The waiting and running requests, updated in place."""
+
+    waiting: np.ndarray  # [N] int ring of request ids, FCFS from counts[WAIT_HEAD]
+    running: np.ndarray  # [S] int request ids in admission order (S = max_num_seqs)
+    counts: np.ndarray  # [3] int: WAIT_HEAD, WAIT_LEN, RUN_LEN
+
+
+WAIT_HEAD, WAIT_LEN, RUN_LEN = range(3)
+
+
+def new_queues(n: int, max_num_seqs: int) -> Queues:
+    return Queues(np.zeros(max(n, 1), np.int64), np.zeros(max_num_seqs, np.int64), np.zeros(3, np.int64))
+
+
+class Tokens(NamedTuple):
+    """The Scheduler's per-request token counts (its fields of the same names), updated in place."""
+
+    context: np.ndarray  # [N] int prompt tokens, text + visual
+    visual: np.ndarray  # [N] int visual tokens
+    output: np.ndarray  # [N] int tokens to generate
+    cache: np.ndarray  # [N] int tokens in the KV cache
+    target: np.ndarray  # [N] int tokens to prefill
+    drafted: np.ndarray  # [N] int draft tokens of the last round
+    emitted: np.ndarray  # [N] int tokens generated so far
+    hit: np.ndarray  # [N] int prefix-cache hit at the latest admission (0 without prefix caching)
+    shared: np.ndarray  # [N] int tokens of the cache held in a shared prefix entry (0 without prefix caching)
+
+
+class Limits(NamedTuple):
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_budget: int  # tokens
+    reserve: int  # tokens a decode request may grow by in one step
+    block_size: int  # tokens
+
+
+@jit
+def blocks(tokens: int, block_size: int) -> int:
+    """``tokens`` rounded up to whole KV blocks."""
+    return tokens if block_size == 1 else -(-tokens // block_size) * block_size
+
+
+@jit
+def arrive(q: Queues, i: int) -> None:
+    q.waiting[(q.counts[WAIT_HEAD] + q.counts[WAIT_LEN]) % len(q.waiting)] = i
+    q.counts[WAIT_LEN] += 1
+
+
+@jit
+def held(tok: Tokens, lim: Limits, i: int) -> int:
+    """KV tokens request ``i`` holds or will once prefilled, in whole blocks,
+    besides the shared prefix blocks it uses (counted once, by the PrefixCache)."""
+    return blocks(max(tok.cache[i], tok.target[i]) - tok.shared[i], lim.block_size)
+
+
+@jit
+def kv_used(q: Queues, tok: Tokens, lim: Limits) -> int:
+    """KV tokens the running requests hold (:func:`held`)."""
+    used = 0
+    for j in range(q.counts[RUN_LEN]):
+        used += held(tok, lim, q.running[j])
+    return used
+
+
+@jit
+def admit(q: Queues, tok: Tokens, lim: Limits, budgeted: bool, token_budget: int, admitted: np.ndarray) -> int:
+    """Step 1: admit waiting requests FCFS while max_num_seqs and the KV
+    budget allow (each needs its prompt and one more token); ``budgeted``
+    (vLLM's rule), only while ``token_budget`` less the running requests'
+    prefill left has room. Writes them to ``admitted``; returns how many."""
+    used = kv_used(q, tok, lim)
+    left = token_budget
+    if budgeted:
+        for j in range(q.counts[RUN_LEN]):
+            i = q.running[j]
+            left -= max(tok.target[i] - tok.cache[i], 0)
+    count = 0
+    while q.counts[WAIT_LEN] > 0 and q.counts[RUN_LEN] < lim.max_num_seqs and (not budgeted or left > 0):
+        i = q.waiting[q.counts[WAIT_HEAD]]
+        need = blocks(tok.target[i] + 1, lim.block_size)
+        if used + need > lim.kv_budget:
+            break
+        q.counts[WAIT_HEAD] = (q.counts[WAIT_HEAD] + 1) % len(q.waiting)
+        q.counts[WAIT_LEN] -= 1
+        q.running[q.counts[RUN_LEN]] = i
+        q.counts[RUN_LEN] += 1
+        admitted[count] = i
+        count += 1
+        used += need
+        if budgeted:
+            left -= tok.target[i]
+    return count
+
+
+@jit
+def preempt(q: Queues, tok: Tokens, i: int) -> None:
+    """Free request ``i``'s KV cache; it waits at the queue's head and will
+    prefill its prompt and the tokens it already emitted again."""
+    tok.target[i] = tok.context[i] + tok.emitted[i]
+    tok.cache[i] = 0
+    tok.drafted[i] = 0
+    head = q.counts[WAIT_HEAD]
+    q.counts[WAIT_HEAD] = head - 1 if head > 0 else len(q.waiting) - 1
+    q.waiting[q.counts[WAIT_HEAD]] = i
+    q.counts[WAIT_LEN] += 1
+
+
+@jit
+def decode_batch(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, preempted: np.ndarray,
+                 requeued: np.ndarray) -> tuple[int, int, int]:
+    """Step 2 (Scheduler.decode_batch): preempt the newest running request
+    until every decoding one can grow by ``reserve``. Writes the decode
+    batch, the preempted requests and those sent back before any prefill
+    (never started: not a preemption); returns their counts."""
+    npre = nreq = 0
+    while True:
+        r = q.counts[RUN_LEN]
+        need = 0
+        decoding = 0
+        for j in range(r):
+            i = q.running[j]
+            need += held(tok, lim, i)
+            if tok.cache[i] >= tok.target[i]:
+                decoding += 1
+        if need + decoding * lim.reserve <= lim.kv_budget or r == 1:
+            nd = 0
+            for j in range(r):
+                i = q.running[j]
+                if tok.cache[i] >= tok.target[i]:
+                    decode[nd] = i
+                    nd += 1
+            return nd, npre, nreq
+        i = q.running[r - 1]
+        q.counts[RUN_LEN] -= 1
+        if tok.cache[i] > tok.hit[i]:
+            preempted[npre] = i
+            npre += 1
+        else:
+            requeued[nreq] = i
+            nreq += 1
+        preempt(q, tok, i)
+
+
+@jit
+def in_budget(tok: Tokens, lim: Limits, decode: np.ndarray, nd: int) -> int:
+    """vLLM's rule: decode requests take 1 + their draft tokens from the
+    step's token budget in order; how many of ``decode[:nd]`` it holds (the
+    rest skip the step)."""
+    total = 0
+    for j in range(nd):
+        total += 1 + tok.drafted[decode[j]]
+        if total > lim.max_num_batched_tokens:
+            return j
+    return nd
+
+
+@jit
+def budget_left(tok: Tokens, lim: Limits, decode: np.ndarray, nd: int) -> int:
+    """Tokens of the step's budget ``decode[:nd]``'s rounds leave for prefill chunks."""
+    left = lim.max_num_batched_tokens
+    for j in range(nd):
+        left -= 1 + tok.drafted[decode[j]]
+    return left
+
+
+@jit
+def prefill_chunks(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, nd: int, chunk_ids: np.ndarray,
+                   takes: np.ndarray) -> int:
+    """Step 3: (request, tokens) chunks FCFS in the budget ``decode[:nd]``'s
+    rounds leave, written to ``chunk_ids`` and ``takes``; returns how many."""
+    budget = budget_left(tok, lim, decode, nd)
+    count = 0
+    if budget <= 0:
+        return count
+    for j in range(q.counts[RUN_LEN]):
+        i = q.running[j]
+        if tok.target[i] > tok.cache[i]:  # prompt left, in admission order
+            if budget <= 0:
+                break
+            take = min(tok.target[i] - tok.cache[i], budget)
+            chunk_ids[count] = i
+            takes[count] = take
+            count += 1
+            budget -= take
+    return count
+
+
+@jit
+def prefill_cost(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, count: int) -> "Prefill":
+    """Step 4: what the chunks cost the step's forward; a request's images
+    are encoded when its prefill starts."""
+    tokens = pairs = kv = vision = longest = 0
+    for c in range(count):
+        i, take = chunk_ids[c], takes[c]
+        done = tok.cache[i]
+        longest = max(longest, done)
+        tokens += take
+        kv += done + take
+        pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
+        if done == tok.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)
+            vision += tok.visual[i] - min(tok.hit[i], tok.visual[i])
+    return Prefill(tokens, pairs, kv, count, vision, longest)
+
+
+@jit
+def complete_prefill(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, count: int, first: np.ndarray) -> int:
+    """After the step: the chunks are in the cache; those whose prefill
+    completed sampled their next token (written to ``first``; returns how many)."""
+    done = 0
+    for c in range(count):
+        i = chunk_ids[c]
+        tok.cache[i] += takes[c]
+        if tok.cache[i] >= tok.target[i]:
+            tok.emitted[i] += 1
+            first[done] = i
+            done += 1
+    return done
+
+
+@jit
+def retire(q: Queues, tok: Tokens, done: np.ndarray) -> int:
+    """The running requests that have emitted their output, removed
+    (written to ``done`` in admission order; returns how many)."""
+    count = kept = 0
+    for j in range(q.counts[RUN_LEN]):
+        i = q.running[j]
+        if tok.emitted[i] >= tok.output[i]:
+            done[count] = i
+            count += 1
+        else:
+            q.running[kept] = i
+            kept += 1
+    q.counts[RUN_LEN] = kept
+    return count
+
+
 class Scheduler:
     """Admission, preemption and chunking over requests ``0..N-1`` (module docstring).
 
@@ -252,8 +508,14 @@ class Scheduler:
         self.emitted = np.zeros(n, np.int64)  # [N] tokens generated so far
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.kv_budget, self.reserve = kv_budget_tokens, reserve_tokens
-        self.waiting: deque[int] = deque()
-        self.running: list[int] = []  # admission order (the newest is preempted first)
+        # The compiled rules' view of the same state (the rules section above).
+        seqs = max(1, min(max_num_seqs, n))
+        self.queues = new_queues(n, seqs)
+        self.tokens = Tokens(self.context, self.visual, self.output, self.cache, self.target, self.drafted,
+                             self.emitted, self.hit, self.shared)
+        self.limits = Limits(int(max_num_seqs), int(max_num_batched_tokens), int(kv_budget_tokens),
+                             int(reserve_tokens), int(block_size))
+        self._lists = [np.zeros(seqs, np.int64) for _ in range(4)]  # the rules' outputs
 
     def check_fits(self) -> None:
         """Refuse a workload with a request the KV budget can never hold."""
@@ -264,20 +526,35 @@ class Scheduler:
                 f"({int(need[worst]) if len(need) else 0} tokens with its output); raise kv_cache_tokens")
 
     @property
+    def running(self) -> list[int]:
+        """The running requests in admission order (the newest is preempted first)."""
+        return self._running().tolist()
+
+    @property
+    def waiting(self) -> list[int]:
+        """The waiting requests, first come first."""
+        q = self.queues
+        head, length = int(q.counts[WAIT_HEAD]), int(q.counts[WAIT_LEN])
+        return [int(q.waiting[(head + k) % len(q.waiting)]) for k in range(length)]
+
+    def _running(self) -> np.ndarray:
+        return self.queues.running[:self.queues.counts[RUN_LEN]]
+
+    @property
     def idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.queues.counts[RUN_LEN] and not self.queues.counts[WAIT_LEN]
 
     def arrive(self, i: int) -> None:
-        self.waiting.append(i)
+        arrive(self.queues, i)
 
     def held(self, ids: np.ndarray) -> np.ndarray:
         """KV tokens each request holds or will once prefilled, in whole
         blocks, besides the shared prefix blocks it uses (counted once, in
-        :meth:`kv_used`)."""
+        :meth:`kv_used`); the compiled :func:`held`, over an array."""
         return self._blocks(np.maximum(self.cache[ids], self.target[ids]) - self.shared[ids])
 
     def _blocks(self, tokens):
-        """``tokens`` (an int or an array) rounded up to whole KV blocks."""
+        """``tokens`` (an int or an array) rounded up to whole KV blocks (:func:`blocks`)."""
         b = self.block_size
         return tokens if b == 1 else -(-tokens // b) * b
 
@@ -287,40 +564,51 @@ class Scheduler:
         return self.prefixes.in_use if self.prefixes is not None else 0
 
     def kv_used(self) -> int:
-        running = int(self.held(np.array(self.running, dtype=np.int64)).sum()) if self.running else 0
-        return running + self.shared_in_use
+        return kv_used(self.queues, self.tokens, self.limits) + self.shared_in_use
 
     def admit(self, token_budget: int | None = None) -> list[int]:
         """Step 1: the requests admitted now, in order. With
         ``token_budget`` (vLLM's rule: a waiting request is admitted only
         when its first chunk is scheduled), only while the budget left by
         the running requests' rounds and prefills has room."""
+        if self.prefixes is None:
+            out = self._lists[0]
+            return out[:admit(self.queues, self.tokens, self.limits, token_budget is not None, token_budget or 0,
+                              out)].tolist()
+        return self._admit_cached(token_budget)
+
+    def _admit_cached(self, token_budget: int | None) -> list[int]:
+        """:func:`admit` where prefixes are cached: a request admitted while
+        its prefix's blocks are cached starts with them (the hit) and needs
+        only the rest, plus the entry's room if no running request used it."""
         used, admitted = self.kv_used(), []
         left = None
         if token_budget is not None:
-            ids = np.array(self.running, dtype=np.int64)
+            ids = self._running()
             left = token_budget - int(np.maximum(self.target[ids] - self.cache[ids], 0).sum()) if len(ids) else token_budget
-        while self.waiting and len(self.running) < self.max_num_seqs and (left is None or left > 0):
-            i = self.waiting[0]
-            hit, extra = self.prefixes.lookup(i, int(self.target[i])) if self.prefixes is not None else (0, 0)
+        q, counts = self.queues, self.queues.counts
+        while counts[WAIT_LEN] and counts[RUN_LEN] < self.max_num_seqs and (left is None or left > 0):
+            i = int(q.waiting[counts[WAIT_HEAD]])
+            hit, extra = self.prefixes.lookup(i, int(self.target[i]))
             need = self._blocks(int(self.target[i]) + 1 - hit) + extra
             if used + need > self.kv_budget:
                 break
-            self.waiting.popleft()
-            self.running.append(i)
+            counts[WAIT_HEAD] = (counts[WAIT_HEAD] + 1) % len(q.waiting)
+            counts[WAIT_LEN] -= 1
+            q.running[counts[RUN_LEN]] = i
+            counts[RUN_LEN] += 1
             admitted.append(i)
             used += need
             if hit:
                 self.prefixes.use(i)
                 self.cache[i] = self.shared[i] = hit
             self.hit[i] = hit
-            if self.prefixes is not None and not self.prefixes.seen[i]:
+            if not self.prefixes.seen[i]:
                 self.prefixes.seen[i] = True
                 self.cached_tokens[i] = hit
             if left is not None:
                 left -= int(self.target[i]) - hit
-        if self.prefixes is not None:
-            self.prefixes.evict(self.kv_budget - used)
+        self.prefixes.evict(self.kv_budget - used)
         return admitted
 
     def decode_batch(self) -> tuple[np.ndarray, list[int], list[int]]:
@@ -329,25 +617,29 @@ class Scheduler:
         preempted (their KV cache dropped); and those sent back to the queue
         before any of their prompt ran (admitted, never started: not a
         preemption)."""
+        if self.prefixes is None:
+            decode, preempted, requeued = self._lists[:3]
+            nd, npre, nreq = decode_batch(self.queues, self.tokens, self.limits, decode, preempted, requeued)
+            return decode[:nd].copy(), preempted[:npre].tolist(), requeued[:nreq].tolist()
         preempted, requeued = [], []
-        while True:
-            ids = np.array(self.running, dtype=np.int64)
+        while True:  # :func:`decode_batch`, with the shared prefixes' blocks counted once
+            ids = self._running()
             decoding = self.cache[ids] >= self.target[ids]
             need = int(self.held(ids).sum() + decoding.sum() * self.reserve) + self.shared_in_use
-            if need <= self.kv_budget or len(self.running) == 1:
-                if self.prefixes is not None:
-                    self.prefixes.evict(self.kv_budget - need)
-                return ids[decoding], preempted, requeued
-            i = self.running.pop()
-            (preempted if self.cache[i] > self.hit[i] else requeued).append(self._preempt(i))
+            if need <= self.kv_budget or len(ids) == 1:
+                self.prefixes.evict(self.kv_budget - need)
+                return ids[decoding].copy(), preempted, requeued
+            i = int(ids[-1])
+            self.queues.counts[RUN_LEN] -= 1
+            (preempted if self.cache[i] > self.hit[i] else requeued).append(i)
+            preempt(self.queues, self.tokens, i)
+            self._release(i)
 
     def in_budget(self, decode: np.ndarray) -> np.ndarray:
         """vLLM's rule: running requests take 1 + their draft tokens from the
         step's token budget in order; those it cannot hold skip the step."""
-        if not len(decode):
-            return decode
-        keep = np.cumsum(self.round_tokens(decode)) <= self.max_num_batched_tokens
-        return decode[keep]
+        decode = np.asarray(decode, dtype=np.int64)
+        return decode[:in_budget(self.tokens, self.limits, decode, len(decode))]
 
     def round_tokens(self, decode: np.ndarray) -> np.ndarray:
         """Tokens each decoding request's round takes from the step's budget: 1 + its draft tokens."""
@@ -355,34 +647,29 @@ class Scheduler:
 
     def budget_left(self, decode: np.ndarray) -> int:
         """Tokens of the step's budget ``decode``'s rounds leave for prefill chunks."""
-        return self.max_num_batched_tokens - int(self.round_tokens(decode).sum())
-
-    def _preempt(self, i: int) -> int:
-        """Free a request's KV cache; it waits at the queue's head and will
-        prefill its prompt and the tokens it already emitted again."""
-        self.target[i] = self.context[i] + self.emitted[i]
-        self.cache[i] = 0
-        self.drafted[i] = 0
-        self._release(i)
-        self.waiting.appendleft(i)
-        return i
+        decode = np.asarray(decode, dtype=np.int64)
+        return int(budget_left(self.tokens, self.limits, decode, len(decode)))
 
     def prefill_chunks(self, decode: np.ndarray) -> list[tuple[int, int]]:
         """Step 3: (request, tokens) chunks FCFS in the budget ``decode``'s rounds leave."""
+        decode = np.asarray(decode, dtype=np.int64)
+        if self.images is None:
+            ids, takes = self._lists[:2]
+            count = prefill_chunks(self.queues, self.tokens, self.limits, decode, len(decode), ids, takes)
+            return list(zip(ids[:count].tolist(), takes[:count].tolist()))
         budget = self.budget_left(decode)
         chunks = []
-        if budget <= 0 or not self.running:
+        if budget <= 0 or not self.queues.counts[RUN_LEN]:
             return chunks
-        encoder_left = self.encoder_budget if self.images is not None else 0
-        ids = np.array(self.running, dtype=np.int64)
+        encoder_left = self.encoder_budget
+        ids = self._running()
         for i in ids[self.target[ids] > self.cache[ids]].tolist():  # those with prompt left, in admission order
             if budget <= 0:
                 break
             take = min(int(self.target[i] - self.cache[i]), budget)
-            if self.images is not None:
-                take, encoder_left = self._encode(i, take, encoder_left)
-                if take <= 0:  # stopped at an image the encoder budget cannot take: the next request may run
-                    continue
+            take, encoder_left = self._encode(i, take, encoder_left)
+            if take <= 0:  # stopped at an image the encoder budget cannot take: the next request may run
+                continue
             chunks.append((i, take))
             budget -= take
         return chunks
@@ -414,45 +701,43 @@ class Scheduler:
             encoder_left -= tokens
         return take, encoder_left
 
+    def _chunk_arrays(self, chunks: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        ids, takes = self._lists[:2]
+        for c, (i, take) in enumerate(chunks):
+            ids[c], takes[c] = i, take
+        return ids, takes
+
     def prefill(self, chunks: list[tuple[int, int]]) -> Prefill:
         """Step 4: what ``chunks`` cost the step's forward."""
+        if self.images is None:
+            return Prefill(*(int(v) for v in prefill_cost(self.tokens, *self._chunk_arrays(chunks), len(chunks))))
         tokens = pairs = kv = vision = longest = 0
-        for i, take in chunks:
+        for i, take in chunks:  # :func:`prefill_cost`, each chunk encoding the images it reaches
             done = int(self.cache[i])
             longest = max(longest, done)
             tokens += take
             kv += done + take
             pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
-            if self.images is not None:
-                vision += sum(tokens for _, tokens in self._images_reached(i, take))
-            elif done == self.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)
-                vision += int(self.visual[i]) - min(int(self.hit[i]), int(self.visual[i]))
+            vision += sum(tokens for _, tokens in self._images_reached(i, take))
         return Prefill(tokens, pairs, kv, len(chunks), vision, longest)
 
     def complete_prefill(self, chunks: list[tuple[int, int]]) -> list[int]:
         """After the step: the chunks are in the cache; the requests whose
         prefill completed sampled their next token (returned, in order)."""
-        first = []
-        for i, take in chunks:
-            self.cache[i] += take
-            if self.prefixes is not None and not self.shared[i]:
-                self.shared[i] = self.prefixes.store(i, int(self.cache[i]))
-            if self.cache[i] >= self.target[i]:
-                self.emitted[i] += 1
-                first.append(i)
-        return first
+        first = self._lists[2]
+        count = complete_prefill(self.tokens, *self._chunk_arrays(chunks), len(chunks), first)
+        if self.prefixes is not None:
+            for i, _ in chunks:
+                if not self.shared[i]:
+                    self.shared[i] = self.prefixes.store(i, int(self.cache[i]))
+        return first[:count].tolist()
 
     def retire(self) -> list[int]:
         """The running requests that have emitted their output, removed."""
-        if not self.running:
-            return []
-        ids = np.array(self.running, dtype=np.int64)
-        done = ids[self.emitted[ids] >= self.output[ids]].tolist()
+        out = self._lists[0]
+        done = out[:retire(self.queues, self.tokens, out)].tolist()
         for i in done:
             self._release(i)
-        if done:
-            gone = set(done)
-            self.running = [i for i in self.running if i not in gone]
         return done
 
 
@@ -579,4 +864,6 @@ class Estimate:
 
 
 __all__ = ["EngineConfig", "Scheduler", "Prefill", "NO_PREFILL", "Estimate", "after_round", "censored_accepted",
-           "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT", "RELAX_WEIGHT"]
+           "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT", "RELAX_WEIGHT", "Queues", "Tokens", "Limits",
+           "new_queues", "admit", "decode_batch", "in_budget", "budget_left", "prefill_chunks", "prefill_cost",
+           "complete_prefill", "retire", "kv_used", "arrive"]

@@ -163,12 +163,21 @@ class CostModel:
     def wake_cost_s(self, idle_s):
         """Extra seconds for the first step after ``idle_s`` seconds (a
         float or an array) with nothing to run and the step after it, together."""
+        if np.ndim(idle_s) == 0:
+            return wake_cost(self.wake, float(idle_s))
         return self.wake_s * -np.expm1(-np.maximum(idle_s, 0.0) / self.wake_tau_s)
 
     def wake_split_s(self, idle_s):
         """:meth:`wake_cost_s` as (the first step's part, the step after's)."""
+        if np.ndim(idle_s) == 0:
+            return wake_split(self.wake, float(idle_s))
         total = self.wake_cost_s(idle_s)
         return total * (1.0 - self.wake_next_share), total * self.wake_next_share
+
+    @property
+    def wake(self) -> "WakeTerms":
+        """The wake cost's terms, for compiled loops (:func:`wake_split`)."""
+        return WakeTerms(self.wake_s, self.wake_tau_s, self.wake_next_share)
 
     def forward_s(self, tokens, kv_read_tokens, attn_pairs, logit_tokens, requests=0, padded_kv_tokens=0, *,
                   prefill=(0, 0, 0, 0), verifying=False):
@@ -249,6 +258,27 @@ class CostTables(NamedTuple):
     overhead_per_request: float
     draft_round_s: float
     draft_round_request_s: float
+
+
+class WakeTerms(NamedTuple):
+    """CostModel's wake cost (module docstring), for compiled loops."""
+
+    wake_s: float
+    tau_s: float
+    next_share: float
+
+
+@jit
+def wake_cost(w: WakeTerms, idle_s: float) -> float:
+    """CostModel.wake_cost_s for one idle spell of ``idle_s`` seconds."""
+    return w.wake_s * -np.expm1(-max(idle_s, 0.0) / w.tau_s)
+
+
+@jit
+def wake_split(w: WakeTerms, idle_s: float) -> tuple[float, float]:
+    """CostModel.wake_split_s for one idle spell: (the first step's part, the step after's)."""
+    total = wake_cost(w, idle_s)
+    return total * (1.0 - w.next_share), total * w.next_share
 
 
 @jit

@@ -27,6 +27,20 @@ arrival times; ``replica`` runs the engine loop. Each step:
 Steps 4-6 are compiled (sim/steps.py) and run several steps per SimPy
 event while nothing outside the decode batch can change. Simulated time is
 seconds.
+
+Two paths run this loop, with the same result to the last bit (a test
+compares them). The fast one, for the common configuration (no prefix
+caching, images encoded when their request's prefill starts: ``Replica.fast``),
+is one SimPy process, ``replica``, around the compiled serving loop
+(sim/serve.py): each call runs event after event (steps 1-6, completed
+prefills, finishes, the wake cost) and returns only where Python must act
+(a log buffer to flush, the random numbers to refill, progress, the end);
+the process then yields a timeout to the call's last event. Arrivals there
+are no process: the loop takes them from the frontend's ready times in
+order (``frontend_ready``), each queued when the Python path's ``arrivals``
+process would queue it. The Python path (prefix caching, vLLM's encoder
+budget with images) runs ``arrivals`` and ``replica`` as SimPy processes,
+one event per step decision, and the Scheduler's methods.
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from simspec.sim import steps
+from simspec.sim import serve, steps
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
 from simspec.acceptance.model import normals_per_round
 from simspec.costs import CostModel
@@ -46,7 +60,7 @@ from simspec.logs import LogBuilder
 from simspec.types import Request, RequestTable, RunLog
 
 LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
-MAX_STEPS_PER_CALL = 256  # decode-only steps run in one compiled call at most
+MAX_STEPS_PER_CALL = serve.MAX_STEPS_PER_CALL  # decode-only steps run in one compiled call at most
 
 
 def reserve_tokens(engine: EngineConfig, depth: int) -> int:
@@ -175,19 +189,23 @@ class Replica:
     def __init__(self, env: simpy.Environment, requests: Sequence[Request], *, policy: Policy,
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
-                 progress: Callable[[int], None] | None):
+                 progress: Callable[[int], None] | None, _python: bool = False):
+        """``_python`` forces the Python path (tests compare the two)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
         n = len(requests)
         context = DraftContext.parse(engine.drafter_context)
         visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
+        images = [r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None
+        if images is not None and not _python and not any(images):
+            images = None  # no image to encode: the encoder budget never binds, the result is the same
         self.scheduler = Scheduler(
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
-            images=[r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None,
+            images=images,
             block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
@@ -215,6 +233,23 @@ class Replica:
         self.wake_owed = 0.0  # the next step's share of waking up
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n), LogBuilder(np.array([r.id for r in requests], np.int64)))
         sched.check_fits()
+        self.fast = not _python and sched.prefixes is None and sched.images is None
+        if self.fast:
+            self._fast_setup()
+
+    def _fast_setup(self) -> None:
+        """The compiled serving loop's state (sim/serve.py), sharing the Scheduler's arrays."""
+        sched, n, engine = self.scheduler, len(self.requests), self.engine
+        seqs = len(sched.queues.running)
+        every = max(1, n // 200) if self.progress is not None else 0
+        self.config = serve.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
+        order = np.asarray(self.order, dtype=np.int64)
+        queued_s, fresh = serve.arrival_times(np.asarray(self.ready_s, dtype=float), order)
+        self.arrival = serve.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
+        self.loop = serve.new_loop()
+        self.pending = serve.pending_for(seqs)
+        self.scratch = serve.scratch_for(seqs)
+        self.served = serve.Served(self.admitted_s, self.first_token_s, self.finish_s, self.preemptions)
 
     # -- processes ---------------------------------------------------------
     def arrivals(self):
@@ -228,6 +263,9 @@ class Replica:
                 self.wake.succeed()
 
     def replica(self):
+        if self.fast:
+            yield from self._serve()
+            return
         n = len(self.requests)
         sched = self.scheduler
         while self.finished < n:
@@ -266,6 +304,26 @@ class Replica:
             self._retire(end)
             if self.progress is not None:
                 self.progress(self.finished)
+
+    def _serve(self):
+        """The replica on the fast path: each compiled call runs events
+        until Python must act; SimPy's clock then moves to its last event."""
+        loop, why = self.loop, None
+        while why != serve.CALL_DONE:
+            window = self.rand.window(int(loop.need[0]) if why == serve.CALL_REFILL else 0)
+            why = serve.serve(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop, self.pending, self.scratch,
+                              self.served, self.state, self.acceptance, self.call, self.tables, self.terms,
+                              self.costs.wake, window, self.logs.buffers)
+            self.rand.consume(window)
+            self.finished = int(loop.finished[0])
+            if loop.now_s[0] > self.env.now:
+                yield self.env.timeout(loop.now_s[0] - self.env.now)
+            if why == serve.CALL_FLUSH:
+                self.logs.flush()
+            elif why == serve.CALL_PROGRESS and self.progress is not None:
+                self.progress(self.finished)
+        if self.progress is not None:
+            self.progress(self.finished)
 
     # -- steps -------------------------------------------------------------
     def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
@@ -322,21 +380,23 @@ class Replica:
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
              acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
-             seed: int = 0, progress: Callable[[int], None] | None = None) -> RunLog:
+             seed: int = 0, progress: Callable[[int], None] | None = None, _python: bool = False) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
     The run's seed gives the difficulty and round streams (SeedSequence spawn
     keys 1 and 2; key 0 is the workload's), so policies compared under one
     seed share request difficulties, and the same seed gives the same log,
-    byte for byte. Requests must be sorted by arrival.
+    byte for byte. Requests must be sorted by arrival. ``_python`` forces
+    the Python path (module docstring; tests compare the two paths).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key,)))
                                   for key in (1, 2))
     env = simpy.Environment()
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
-                      progress=progress)
-    env.process(replica.arrivals())
+                      progress=progress, _python=_python)
+    if not replica.fast:
+        env.process(replica.arrivals())
     env.process(replica.replica())
     env.run()
     return replica.run_log(label or policy.label)

@@ -1,0 +1,281 @@
+"""The replica's serving loop, compiled: many SimPy events per call.
+
+Imports: numpy, simspec.compiled (numba), simspec.scheduling (its compiled
+rules), simspec.costs.base (the wake cost), simspec.sim.steps. No simpy:
+replica.py's process calls :func:`serve` and yields to SimPy once a call.
+
+For the common configuration (no prefix caching, images encoded when their
+request's prefill starts; ``Replica.fast``) one call runs what the Python
+path of replica.py does once per event, event after event: the arrivals
+that reach the queue, admission, the KV reservation with preemption,
+prefill chunks, their price, the steps (:func:`steps.run_steps`), the
+first tokens of completed prefills, retirement, and the wake cost after
+an idle spell. It returns only where Python must act (``CALL_*``): a log
+buffer to flush, the random numbers' window to refill (at the points and
+sizes the Python path refills it, so the stream is the same), the
+progress callback, the run's end.
+
+Arrivals are not a SimPy process here: each request's queueing time is
+when the Python path's ``arrivals`` process would put it in the queue
+(:func:`arrival_times`, from the frontend's ready times in order), and an
+arrival at the very time the replica resumes counts before the replica's
+decision exactly when SimPy would process it first: its timeout was
+scheduled first (``Loop.seq`` numbers what each process schedules, in the
+order SimPy runs them). So the fast path decides what the Python path
+decides, step for step (tests/test_fastloop.py compares them).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simspec.acceptance.model import Draws, Randoms
+from simspec.compiled import jit
+from simspec.costs.base import CostTables, WakeTerms, wake_split
+from simspec.scheduling import (RUN_LEN, WAIT_LEN, Limits, Queues, Tokens, admit, arrive, budget_left, complete_prefill,
+                                decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost, retire)
+from simspec.sim.steps import EngineTerms, Logs, PolicyCall, RequestState, run_steps
+
+MAX_STEPS_PER_CALL = 256  # decode-only steps run in one call of run_steps at most
+CALL_DONE, CALL_FLUSH, CALL_REFILL, CALL_PROGRESS = range(4)  # why serve returned
+
+
+class Arrivals(NamedTuple):
+    """When requests reach the engine's queue, in the order they reach it."""
+
+    order: np.ndarray  # [N] int request ids
+    ready_s: np.ndarray  # [N] float the frontend's ready time of each (a step stops at or after the next)
+    queued_s: np.ndarray  # [N] float SimPy's time when the arrivals process queues it
+    fresh: np.ndarray  # [N] bool the arrivals process waited for it (else it came in the same resume as the one before)
+
+
+class Loop(NamedTuple):
+    """The loop's scalars between calls, each a [1] array updated in place."""
+
+    now_s: np.ndarray  # float SimPy's time at the replica's next decision
+    idle_from_s: np.ndarray  # float when the replica last ran out of work (nan: it has work)
+    wake_owed_s: np.ndarray  # float the next step's share of waking up
+    arrived: np.ndarray  # int requests queued (Arrivals' index of the next)
+    finished: np.ndarray  # int
+    scheduled: np.ndarray  # int requests the last step scheduled (decodes and prefill chunks)
+    seq: np.ndarray  # int events scheduled so far (SimPy's order of events at equal times)
+    arrival_seq: np.ndarray  # int ... the arrivals process's pending timeout's number
+    flushed: np.ndarray  # int 1: the log buffers were just flushed for the pending step
+    need: np.ndarray  # int random numbers of each kind the pending step needs (CALL_REFILL)
+    reported: np.ndarray  # int finished requests at the last CALL_PROGRESS
+
+
+def new_loop() -> Loop:
+    """At time 0, idle since 0 (the first step pays the wake cost of its start), nothing scheduled."""
+    return Loop(*(np.zeros(1) if k < 3 else np.zeros(1, np.int64) for k in range(len(Loop._fields))))
+
+
+class Pending(NamedTuple):
+    """The step decided and not yet run (a call may return before running it)."""
+
+    decode: np.ndarray  # [S] int decode batch
+    chunk_ids: np.ndarray  # [S] int prefill chunks' requests
+    takes: np.ndarray  # [S] int ... and tokens
+    sizes: np.ndarray  # [4] int: decided (0/1), decode requests, chunks, steps at most (0: not yet known)
+
+
+class Scratch(NamedTuple):
+    """Per-decision lists, [S] int each."""
+
+    admitted: np.ndarray
+    preempted: np.ndarray
+    requeued: np.ndarray
+    first: np.ndarray
+    done: np.ndarray
+
+
+class Served(NamedTuple):
+    """Per-request times and counts the run reports, [N] each."""
+
+    admitted_s: np.ndarray  # float nan: waiting
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray  # int
+
+
+class Config(NamedTuple):
+    """The engine loop's fixed choices."""
+
+    limits: Limits
+    vllm: bool  # EngineConfig.scheduler == "vllm": running requests first, admission only in a step that preempted none
+    mixed_prefill: bool
+    progress_every: int  # finished requests between CALL_PROGRESS returns (0: never)
+
+
+def pending_for(max_num_seqs: int) -> Pending:
+    return Pending(*(np.zeros(max_num_seqs, np.int64) for _ in range(3)), np.zeros(4, np.int64))
+
+
+def scratch_for(max_num_seqs: int) -> Scratch:
+    return Scratch(*(np.zeros(max_num_seqs, np.int64) for _ in range(5)))
+
+
+@jit
+def arrival_times(ready_s: np.ndarray, order: np.ndarray):
+    """(queued_s, fresh) of Arrivals: the Python path's arrivals process
+    waits ``ready - now`` whenever that is positive (SimPy's clock then
+    reads ``now + (ready - now)``), else queues at once."""
+    n = len(order)
+    queued = np.empty(n)
+    fresh = np.zeros(n, np.bool_)
+    now = 0.0
+    for k in range(n):
+        delay = ready_s[order[k]] - now
+        if delay > 0:
+            now = now + delay
+            fresh[k] = True
+        queued[k] = now
+    return queued, fresh
+
+
+@jit
+def _arrive_batch(q: Queues, arr: Arrivals, loop: Loop, initial: bool) -> None:
+    """One resume of the arrivals process: the request it waited for (none
+    at its start), those due at once after it, then its next timeout."""
+    n = len(arr.order)
+    k = loop.arrived[0]
+    if not initial:
+        arrive(q, arr.order[k])
+        k += 1
+    while k < n and not arr.fresh[k]:
+        arrive(q, arr.order[k])
+        k += 1
+    loop.arrived[0] = k
+    loop.arrival_seq[0] = loop.seq[0]
+    loop.seq[0] += 1
+
+
+@jit
+def _decide(q: Queues, tok: Tokens, cfg: Config, loop: Loop, p: Pending, s: Scratch, served: Served,
+            state: RequestState) -> None:
+    """Steps 1-3 (replica.py's Python path, one event): admit, reserve KV
+    with preemption, choose the prefill chunks; the pending step."""
+    lim = cfg.limits
+    if cfg.vllm:
+        nd, npre, nreq = decode_batch(q, tok, lim, p.decode, s.preempted, s.requeued)
+        nd = in_budget(tok, lim, p.decode, nd)
+        nadm = 0 if npre > 0 else admit(q, tok, lim, True, budget_left(tok, lim, p.decode, nd), s.admitted)
+    else:
+        nadm = admit(q, tok, lim, False, 0, s.admitted)
+        nd, npre, nreq = decode_batch(q, tok, lim, p.decode, s.preempted, s.requeued)
+    now = loop.now_s[0]
+    for a in range(nadm):
+        i = s.admitted[a]
+        if np.isnan(served.admitted_s[i]):
+            served.admitted_s[i] = now
+            state.recent[i] = state.population[0]  # Estimate.start
+    for a in range(npre):
+        i = s.preempted[a]
+        state.absorbed[i] = 0
+        served.preemptions[i] += 1
+    for a in range(nreq):  # admitted, then sent back before any prefill: its queueing goes on
+        served.admitted_s[s.requeued[a]] = np.nan
+    if cfg.mixed_prefill:
+        nc = prefill_chunks(q, tok, lim, p.decode, nd, p.chunk_ids, p.takes)
+    else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
+        nc = prefill_chunks(q, tok, lim, p.decode, 0, p.chunk_ids, p.takes)
+        if nc > 0:
+            nd = 0
+    p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3] = 1, nd, nc, 0
+
+
+@jit
+def _first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None:
+    """The tokens prefills sampled at the end of the last step (room was made for them)."""
+    c = logs.fill[0]
+    for a in range(count):
+        logs.chunk_id[c + a] = ids[a]
+        logs.chunk_tokens[c + a] = 1
+        logs.chunk_time_s[c + a] = time_s
+    logs.step_tokens[logs.fill[2] - 1] += count
+    logs.fill[0] += count
+
+
+@jit
+def serve(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pending, s: Scratch, served: Served,
+          state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables, terms: EngineTerms,
+          wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
+    """Run events until Python must act; returns why (``CALL_*``)."""
+    n = len(arr.order)
+    lim = cfg.limits
+    if loop.seq[0] == 0:  # SimPy starts the arrivals process first: it queues what is ready at 0
+        _arrive_batch(q, arr, loop, True)
+    while True:
+        if p.sizes[0] == 0:
+            if loop.finished[0] >= n:
+                return CALL_DONE
+            if q.counts[WAIT_LEN] == 0 and q.counts[RUN_LEN] == 0:  # idle until the next arrival
+                if loop.arrived[0] >= n:  # nothing left to arrive (cannot happen while requests are unfinished)
+                    return CALL_DONE
+                if np.isnan(loop.idle_from_s[0]):
+                    loop.idle_from_s[0] = loop.now_s[0]
+                loop.now_s[0] = arr.queued_s[loop.arrived[0]]
+                _arrive_batch(q, arr, loop, False)
+                continue
+            _decide(q, tok, cfg, loop, p, s, served, state)
+        nd, nc = p.sizes[1], p.sizes[2]
+        if p.sizes[3] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
+            batch, count = (nd + nc, 1) if nc > 0 else (nd, MAX_STEPS_PER_CALL)
+            log_steps = len(logs.step_start_s)
+            chunk_room = (len(logs.chunk_id) - max(logs.fill[0], logs.fill[1])) // max(batch, 1)
+            step_room = log_steps - logs.fill[2]
+            if min(chunk_room, step_room) < count and loop.flushed[0] == 0:
+                loop.flushed[0] = 1
+                return CALL_FLUSH
+            loop.flushed[0] = 0
+            p.sizes[3] = min(chunk_room, step_room, count)
+        max_steps = p.sizes[3]
+        need = 2 * nd * policy.depth * max_steps
+        if len(rand.normals) - rand.used[0] < need or len(rand.uniforms) - rand.used[1] < need:
+            loop.need[0] = need
+            return CALL_REFILL
+        p.sizes[0] = 0
+
+        start = loop.now_s[0]
+        stop_s = arr.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
+        kv_room = lim.kv_budget - kv_used(q, tok, lim)
+        wake_s = loop.wake_owed_s[0]
+        loop.wake_owed_s[0] = 0.0
+        if not np.isnan(loop.idle_from_s[0]):
+            first, after = wake_split(wake, start - loop.idle_from_s[0])
+            wake_s = wake_s + first
+            loop.wake_owed_s[0] = after
+            loop.idle_from_s[0] = np.nan
+        prefill = prefill_cost(tok, p.chunk_ids, p.takes, nc)
+        _, end = run_steps(p.decode[:nd], state, acc, policy, costs, terms, prefill, wake_s, start, stop_s,
+                           max_steps, kv_room, rand, logs, loop.scheduled[0])
+        loop.scheduled[0] = nd + nc
+
+        # SimPy resumes the replica at start + (end - start); arrivals
+        # scheduled before that (or at that time, scheduled first) come first.
+        resume = start + (end - start)
+        resume_seq = loop.seq[0]
+        loop.seq[0] += 1
+        while loop.arrived[0] < n and (arr.queued_s[loop.arrived[0]] < resume or (
+                arr.queued_s[loop.arrived[0]] == resume and loop.arrival_seq[0] < resume_seq)):
+            _arrive_batch(q, arr, loop, False)
+        loop.now_s[0] = resume
+
+        nf = complete_prefill(tok, p.chunk_ids, p.takes, nc, s.first)
+        for a in range(nf):
+            i = s.first[a]
+            if terms.drafter_over_prefill:  # the drafter ran over the prompt with the target
+                state.absorbed[i] = state.context[i] - state.visual[i]
+            if np.isnan(served.first_token_s[i]):
+                served.first_token_s[i] = end
+        if nf > 0:
+            _first_tokens(logs, s.first, nf, end)
+        ndone = retire(q, tok, s.done)
+        for a in range(ndone):
+            served.finish_s[s.done[a]] = end
+        loop.finished[0] += ndone
+        if cfg.progress_every > 0 and loop.finished[0] // cfg.progress_every > loop.reported[0] // cfg.progress_every:
+            loop.reported[0] = loop.finished[0]
+            return CALL_PROGRESS
