@@ -154,3 +154,19 @@ def test_the_compiled_loop_reports_progress_as_requests_finish():
              acceptance=acceptance.preset(acceptance.DEFAULT_PRESET), engine=engine, kv_budget_tokens=kv_tokens,
              progress=seen.append)
     assert seen == sorted(seen) and seen[-1] == len(requests) and len(seen) > 10
+
+
+def test_a_round_term_reads_the_same_random_numbers_on_both_paths():
+    """An acceptance model with a round term reads B more normals a round
+    (normals_per_round): both paths must size and refill their windows
+    alike, and the term must change the rounds (so it is exercised)."""
+    spec, engine, cost_model, kv_tokens, requests = CASES["linear-preempt"]
+    rounds = replace(acceptance.preset(acceptance.DEFAULT_PRESET), round_sigma=2.0)
+
+    def run(model, python):
+        return simulate(requests, policy=policies.parse(spec), costs=cost_model, acceptance=model, engine=engine,
+                        kv_budget_tokens=kv_tokens, seed=3, _python=python)
+
+    fast = run(rounds, False)
+    assert differences(fast, run(rounds, True)) == []
+    assert differences(fast, run(acceptance.preset(acceptance.DEFAULT_PRESET), False)) != []

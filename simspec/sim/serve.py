@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simspec.acceptance.model import Draws, Randoms
+from simspec.acceptance.model import Draws, Randoms, normals_per_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, WakeTerms, wake_split
 from simspec.scheduling import (RUN_LEN, WAIT_LEN, Limits, Queues, Tokens, admit, arrive, budget_left, complete_prefill,
@@ -232,7 +232,7 @@ def serve(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pen
             loop.flushed[0] = 0
             p.sizes[3] = min(chunk_room, step_room, count)
         max_steps = p.sizes[3]
-        need = 2 * nd * policy.depth * max_steps
+        need = normals_per_round(acc, nd, policy.depth) * max_steps  # as the Python path's window
         if len(rand.normals) - rand.used[0] < need or len(rand.uniforms) - rand.used[1] < need:
             loop.need[0] = need
             return CALL_REFILL
