@@ -56,7 +56,20 @@ def rank(code: int) -> int:
 @jit
 def child(code: int, r: int) -> int:
     """The node's rank-``r`` child."""
-    return code + (np.int64(r) << (RANK_BITS * depth(code)))
+    return child_at(code, depth(code), r)
+
+
+@jit
+def child_at(code: int, d: int, r: int) -> int:
+    """:func:`child` of a node known to be at depth ``d`` (no depth count)."""
+    return code + (np.int64(r) << (RANK_BITS * d))
+
+
+@jit
+def next_sibling(code: int, d: int) -> int:
+    """The depth-``d`` node's sibling one rank lower (rank + 1, which must
+    stay <= MAX_RANK): ``child(parent(code), rank(code) + 1)``."""
+    return code + (np.int64(1) << (RANK_BITS * (d - 1)))
 
 
 @jit

@@ -18,6 +18,10 @@ def test_codes_depths_and_paths():
     assert [trees.parent(c) for c in (0, code(3), code(1, 15), code(2, 1, 4))] == [0, 0, code(1), code(2, 1)]
     assert [trees.rank(c) for c in (0, code(3), code(1, 15), code(2, 1, 4))] == [0, 3, 15, 4]
     assert trees.child(0, 2) == code(2) and trees.child(code(1, 3), 5) == code(1, 3, 5)
+    for c in (code(1), code(3), code(1, 14), code(2, 1, 4)):
+        d = trees.depth(c)
+        assert trees.child_at(c, d, 2) == trees.child(c, 2)
+        assert trees.next_sibling(c, d) == trees.child(trees.parent(c), trees.rank(c) + 1)
     assert [trees.on_chain(c) for c in (code(1), code(1, 1, 1), code(1, 2), code(2))] == [True, True, False, False]
     assert trees.path_codes(np.array([[2, 1, 0, 1]])).tolist() == [[code(2), code(2, 1), -1, -1]]
 

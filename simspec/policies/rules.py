@@ -23,14 +23,14 @@ now.
 
 from __future__ import annotations
 
-import heapq
 from typing import NamedTuple
 
 import numpy as np
 
 from simspec import trees
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, Forward, cpu_s, draft_cost, forward_cost, select_cost, table_at
+from simspec.costs.base import (BLEND_P, PREFILL, VERIFY, CostTables, Forward, attention_parts, cpu_s, draft_cost,
+                                forward_cost, select_cost, table_at)
 from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
@@ -275,49 +275,214 @@ def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
     return _best_prefix(batch, costs, values, codes, depths, 1, b * k_max)
 
 
+class Verifying(NamedTuple):
+    """The parts of costs.base.forward_cost that a verifying step's draft
+    tokens and their pairs leave unchanged (the prefill chunks' attention,
+    the decode rounds' memory time, the padded cache), computed once a step
+    by :func:`_verifying`; :func:`_verify_s` adds the rest."""
+
+    memory_4: float  # (prefill + decode memory seconds) ** BLEND_P
+    compute0: float  # the prefill chunks' compute seconds
+    linear0: float  # the prefill chunks' linear seconds
+    padded_s: float  # padded slots x their cost
+    pairs0: int  # the decode rounds' attention pairs without drafts
+    requests: int  # decode requests (B)
+
+
 @jit
-def _marginal_rule(batch: Batch, costs: CostTables, conf: np.ndarray, depth: int, topk: int, max_nodes: int):
-    """The rule of :func:`_best_prefix` over every node with ranks <= topk
-    and depth <= depth valued by ``conf`` [B, D, R], enumerated lazily best
-    first: a heap over the whole batch holds each request's frontier;
-    popping a node pushes its first child and its next sibling (confidence
-    falls with rank and depth, so pops come in non-increasing value). It
-    stops when no later node can raise the step's tokens per second: every
-    later node is worth at most the one just popped and costs at least the
-    current per-token slope. Returns the chosen (rows, codes) in pop order."""
+def _verifying(costs: CostTables, p: Pricing) -> Verifying:
+    b = p.logits0 - p.pf_requests
+    m1, c1, l1 = attention_parts(costs.attn, PREFILL, p.pf_kv, p.pf_pairs, p.pf_requests, p.pf_tokens)
+    m2, _, _ = attention_parts(costs.attn, VERIFY, p.kv_tokens - p.pf_kv, p.pairs0 - p.pf_pairs, b, b)
+    return Verifying((m1 + m2) ** BLEND_P, c1, l1, p.padded * costs.kv_s_per_padded, p.pairs0 - p.pf_pairs, b)
+
+
+@jit
+def _verify_s(costs: CostTables, p: Pricing, v: Verifying, memo: np.ndarray, n: int, pairs: int,
+              deepest: int) -> float:
+    """``_step_s(costs, p, n, pairs, deepest)`` for ``n >= 1`` draft tokens,
+    the same float: forward_cost's operations in its order, those that do
+    not depend on ``n`` and ``pairs`` read from ``v``. The blend of memory
+    and compute time (a power, most of the work) is a function of the
+    compute time alone here, so ``memo`` [2] keeps the last (compute,
+    blend): the compute time changes with the pairs (and a wave count),
+    not with each draft token, and the best-first loop prices each pair
+    count three times."""
+    _, compute2, linear2 = attention_parts(costs.attn, VERIFY, 0, v.pairs0 + pairs, v.requests, v.requests + n)
+    compute = v.compute0 + compute2
+    if compute != memo[0]:  # NaN at first: never equal
+        memo[0] = compute
+        memo[1] = (v.memory_4 + compute ** BLEND_P) ** (1.0 / BLEND_P)
+    attention = memo[1] + v.linear0 + linear2 + v.padded_s
+    forward = table_at(costs.layers_s, p.tokens0 + n) + table_at(costs.head_s, p.logits0 + n) + attention
+    return p.fixed_s + forward + p.draft_s[deepest]
+
+
+class Frontier(NamedTuple):
+    """The best-first expansion's candidate nodes: a binary heap in arrays,
+    ordered as the tuples (-value, request, code) (highest value first, ties
+    to the lower request, then the lower code; a node's (request, code) is
+    unique, so the order is total and any correct heap pops the same
+    sequence). Capacity: the batch plus max_nodes (each pop adds at most one)."""
+
+    value: np.ndarray  # [C] float64 the node's value (expected tokens)
+    request: np.ndarray  # [C] int64 its row in the batch
+    code: np.ndarray  # [C] int64 its rank-path code
+    parent: np.ndarray  # [C] float64 its parent's value (a sibling's is that x its confidence)
+
+
+@jit
+def _before(f: Frontier, a: int, value: float, request: int, code: int) -> bool:
+    """Whether heap entry ``a`` pops before the node (value, request, code)."""
+    if f.value[a] != value:
+        return f.value[a] > value
+    if f.request[a] != request:
+        return f.request[a] < request
+    return f.code[a] < code
+
+
+@jit
+def _move(f: Frontier, to: int, at: int) -> None:
+    f.value[to], f.request[to], f.code[to], f.parent[to] = f.value[at], f.request[at], f.code[at], f.parent[at]
+
+
+@jit
+def _put(f: Frontier, at: int, value: float, request: int, code: int, parent: float) -> None:
+    f.value[at], f.request[at], f.code[at], f.parent[at] = value, request, code, parent
+
+
+@jit
+def _push(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> int:
+    """Add a node; returns the new size."""
+    k = size
+    while k > 0:
+        up = (k - 1) >> 1
+        if _before(f, up, value, request, code):
+            break
+        _move(f, k, up)
+        k = up
+    _put(f, k, value, request, code, parent)
+    return size + 1
+
+
+@jit
+def _sift_down(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> None:
+    """Place a node at the root's hole and sift it down into heap order."""
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before(f, c + 1, f.value[c], f.request[c], f.code[c]):
+            c += 1
+        if not _before(f, c, value, request, code):
+            break
+        _move(f, k, c)
+        k = c
+    _put(f, k, value, request, code, parent)
+
+
+@jit
+def _pop(f: Frontier, size: int) -> int:
+    """Drop the root; returns the new size."""
+    size -= 1
+    if size > 0:
+        _sift_down(f, size, f.value[size], f.request[size], f.code[size], f.parent[size])
+    return size
+
+
+class Confidence(NamedTuple):
+    """What a node's confidences are in one of marginal's two phases:
+    the history prior (every depth's rank 1 is accepted with ``alpha``, the
+    lower ranks never) or the drafter's ``conf`` cut to the ``levels`` each
+    request drafted (nothing deeper)."""
+
+    conf: np.ndarray  # [B, D, R] float64 the drafter's confidences
+    levels: np.ndarray  # [B] int64 levels drafted (phase 2)
+    alpha: np.ndarray  # [B] float64 acceptance from history (phase 1)
+    prior: bool  # phase 1
+
+
+@jit
+def _confidence(c: Confidence, i: int, d: int, r: int) -> float:
+    """Confidence of request ``i``'s rank-``r + 1`` candidate at depth ``d + 1``."""
+    if c.prior:
+        return c.alpha[i] if r == 0 else 0.0
+    return c.conf[i, d, r] if d < c.levels[i] else 0.0
+
+
+class Expansion(NamedTuple):
+    """The marginal rule's bounds and its buffers (reused by both phases)."""
+
+    depth: int
+    topk: int
+    max_nodes: int
+    frontier: Frontier
+    rows: np.ndarray  # [max_nodes] int64 the popped nodes' requests, in pop order
+    chosen: np.ndarray  # [max_nodes] int64 their codes
+    depths: np.ndarray  # [max_nodes] int64 their depths
+    memo: np.ndarray  # [2] float64 _verify_s's last (compute s, blend s)
+
+
+@jit
+def _expansion(b: int, depth: int, topk: int, max_nodes: int) -> Expansion:
+    c = b + max_nodes + 1
+    frontier = Frontier(np.empty(c), np.empty(c, dtype=np.int64), np.empty(c, dtype=np.int64), np.empty(c))
+    return Expansion(depth, topk, max_nodes, frontier, np.empty(max_nodes, dtype=np.int64),
+                     np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64), np.full(2, np.nan))
+
+
+@jit
+def _marginal_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, c: Confidence, e: Expansion) -> int:
+    """The rule of :func:`_best_prefix` over every node with ranks <=
+    topk and depth <= depth valued by the confidences ``c``, enumerated
+    lazily best first: a heap over the whole batch holds each request's
+    frontier; popping a node adds its first child and its next sibling
+    (confidence falls with rank and depth, so pops come in non-increasing
+    value). It stops when no later node can raise the step's tokens per
+    second: every later node is worth at most the one just popped and
+    costs at least the current per-token slope. Returns how many of the
+    popped nodes (e.rows, e.chosen, e.depths, in pop order) the plan keeps.
+
+    A node worth 0 (or less) would end the expansion when popped, and a
+    heap pops it after every positive one, so it is never added."""
     b = len(batch.context_tokens)
-    p = _pricing(batch, costs, topk)
-    heap = [(0.0, 0, np.int64(0), 0, 0, 0.0)]  # (-value, request, code, depth, rank, parent value)
-    heap.pop()
+    f = e.frontier
+    e.memo[0] = np.nan
+    size = 0
     for i in range(b):
-        if batch.remaining_tokens[i] > 1 and conf[i, 0, 0] > 0:
-            heap.append((-conf[i, 0, 0], i, np.int64(1), 1, 1, 1.0))
-    heapq.heapify(heap)
-    rows = np.empty(max_nodes, dtype=np.int64)
-    chosen = np.empty(max_nodes, dtype=np.int64)
+        first = _confidence(c, i, 0, 0)
+        if batch.remaining_tokens[i] > 1 and first > 0:
+            size = _push(f, size, first, i, np.int64(1), 1.0)
     gain, pairs, deepest, best, take, n = float(b), 0, 0, p.rate0, 0, 0
-    while heap and n < max_nodes:
-        neg, i, code, d, r, parent = heapq.heappop(heap)
-        value = -neg
+    while size > 0 and n < e.max_nodes:
+        value, i, code, parent = f.value[0], f.request[0], f.code[0], f.parent[0]
+        d = trees.depth(code)
         # Later nodes are worth at most this one and cost at least the
         # forward's slope here; best is already the highest rate seen.
-        slope = _step_s(costs, p, n + 2, pairs, 0) - _step_s(costs, p, n + 1, pairs, 0)
-        if value <= 0 or (slope > 0 and value / slope < best):
+        slope = _verify_s(costs, p, v, e.memo, n + 2, pairs, 0) - _verify_s(costs, p, v, e.memo, n + 1, pairs, 0)
+        if slope > 0 and value / slope < best:
             break
-        rows[n], chosen[n] = i, code
+        e.rows[n], e.chosen[n], e.depths[n] = i, code, d
         n += 1
         gain += value
         pairs += batch.context_tokens[i]
         deepest = max(deepest, d)
-        rate = gain / _step_s(costs, p, n, pairs, deepest)
+        rate = gain / _verify_s(costs, p, v, e.memo, n, pairs, deepest)
         if rate > best:
             best, take = rate, n
-        if d < depth and d + 1 < batch.remaining_tokens[i]:  # first child
-            heapq.heappush(heap, (-value * conf[i, d, 0], i, trees.child(code, 1), d + 1, 1, value))
-        if r < topk:  # next sibling
-            sibling = parent * conf[i, d - 1, r]
-            heapq.heappush(heap, (-sibling, i, trees.child(trees.parent(code), r + 1), d, r + 1, parent))
-    return rows[:take], chosen[:take]
+        below = value * _confidence(c, i, d, 0) if d < e.depth and d + 1 < batch.remaining_tokens[i] else 0.0
+        r = trees.rank(code)
+        beside = parent * _confidence(c, i, d - 1, r) if r < e.topk else 0.0
+        if below > 0:  # the first child takes the popped node's place
+            _sift_down(f, size, below, i, trees.child_at(code, d, 1), value)
+            if beside > 0:
+                size = _push(f, size, beside, i, trees.next_sibling(code, d), parent)
+        elif beside > 0:
+            _sift_down(f, size, beside, i, trees.next_sibling(code, d), parent)
+        else:
+            size = _pop(f, size)
+    return take
 
 
 @jit
@@ -333,22 +498,18 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
        lower-ranked candidates pay).
     """
     b = len(batch.context_tokens)
-    prior = np.zeros((b, depth, topk))
+    p = _pricing(batch, costs, topk)
+    v = _verifying(costs, p)
+    e = _expansion(b, depth, topk, max_nodes)
+    alpha = np.empty(b)
     for i in range(b):
-        alpha = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
-        for d in range(depth):
-            prior[i, d, 0] = alpha
-    rows, chosen = _marginal_rule(batch, costs, prior, depth, topk, max_nodes)
+        alpha[i] = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
     levels = np.zeros(b, dtype=np.int64)
-    for t in range(len(rows)):
-        levels[rows[t]] = max(levels[rows[t]], trees.depth(chosen[t]))
-    seen = np.zeros((b, depth, topk))
-    for i in range(b):
-        for d in range(levels[i]):
-            for r in range(topk):
-                seen[i, d, r] = batch.conf[i, d, r]
-    rows, chosen = _marginal_rule(batch, costs, seen, depth, topk, max_nodes)
-    plan = _packed(rows, chosen, b, topk)
+    take = _marginal_rule(batch, costs, p, v, Confidence(batch.conf, levels, alpha, True), e)
+    for t in range(take):
+        levels[e.rows[t]] = max(levels[e.rows[t]], e.depths[t])
+    take = _marginal_rule(batch, costs, p, v, Confidence(batch.conf, levels, alpha, False), e)
+    plan = _packed(e.rows[:take], e.chosen[:take], b, topk)
     for i in range(b):
         plan.draft_steps[i] = levels[i]
         if levels[i] > 0 and plan.draft_width[i] == 0:
