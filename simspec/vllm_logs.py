@@ -1,6 +1,7 @@
 """What a real vLLM server and its benchmark client write, read into records
 (issue 20): the server log's per-step lines, the ``/metrics`` counters and
-``vllm bench serve`` result files.
+``vllm bench serve`` result files; and :func:`replay_rounds`, what the
+speculative counters read for drafts known right or wrong token by token.
 
 Imports: the standard library, numpy and simspec.types / simspec.files.
 Never vLLM: these are its output formats, read as text.
@@ -448,3 +449,26 @@ def read_bench(path: str | Path, model: str | None = None) -> BenchResult:
     if model is not None and result.model_id != model:
         raise InputError(f"{path}: a benchmark of model {result.model_id!r}, not of {model!r}")
     return result
+
+
+def replay_rounds(matches: list[list[bool]], depth_tokens: int) -> tuple[list[int], int]:
+    """vLLM's rounds of K-token drafts under greedy verification, replayed on
+    sequences whose draft is known right or wrong at each output token:
+    ``matches[r][i]``: the draft proposed after output token i - 1 is token i
+    (``[r][0]`` is never read: the prefill emits token 0). Each round drafts K
+    tokens after the last one emitted, accepts them to the first mismatch and
+    emits the accepted + 1, until the C = len(row) tokens are out, none
+    drafted past them. Returns the accepted count at each depth 1..K and the
+    rounds (vLLM's ``accepted_tokens_per_pos`` and ``num_drafts``)."""
+    accepted, drafts = [0] * depth_tokens, 0
+    for row in matches:
+        emitted = 1  # the prefill's token
+        while emitted < len(row):
+            n = 0
+            while n < depth_tokens and emitted + n < len(row) and row[emitted + n]:
+                n += 1
+            drafts += 1
+            for j in range(n):
+                accepted[j] += 1
+            emitted += n + 1
+    return accepted, drafts

@@ -488,29 +488,6 @@ def eagle_forward(weights: dict[str, np.ndarray], shape: LlamaShape, embeds: np.
     return (x + mlp).astype(np.float32)  # hidden_states + residual; no final norm
 
 
-def replay_rounds(matches: list[list[bool]], depth_tokens: int) -> tuple[list[int], int]:
-    """vLLM's rounds of K-token drafts under greedy verification, replayed on
-    sequences whose draft is known right or wrong at each output token:
-    ``matches[r][i]``: the draft proposed after output token i - 1 is token i
-    (``[r][0]`` is never read: the prefill emits token 0). Each round drafts K
-    tokens after the last one emitted, accepts them to the first mismatch and
-    emits the accepted + 1, until the C = len(row) tokens are out, none
-    drafted past them. Returns the accepted count at each depth 1..K and the
-    rounds (vLLM's ``accepted_tokens_per_pos`` and ``num_drafts``)."""
-    accepted, drafts = [0] * depth_tokens, 0
-    for row in matches:
-        emitted = 1  # the prefill's token
-        while emitted < len(row):
-            n = 0
-            while n < depth_tokens and emitted + n < len(row) and row[emitted + n]:
-                n += 1
-            drafts += 1
-            for j in range(n):
-                accepted[j] += 1
-            emitted += n + 1
-    return accepted, drafts
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeldOut:
     """A draft's greedy agreement with the target on held-out continuations."""

@@ -259,7 +259,8 @@ def test_a_real_vllm_accepts_the_eagle_heads_drafts_exactly_where_the_target_rep
     also counts a request's last round past its last output token (what it accepted
     there is not in the output): at most one more a request. Some drafts, not all,
     are accepted (the tiny target repeats 6% of its tokens here)."""
-    from simspec.vllm_models import VllmModelsConfig, build, replay_rounds
+    from simspec.vllm_logs import replay_rounds
+    from simspec.vllm_models import VllmModelsConfig, build
     from simspec.vllm_server import Server, ServeSpec, bench
 
     models = tmp_path / "models"
