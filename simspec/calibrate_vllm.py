@@ -154,13 +154,27 @@ def round_chains(points: np.ndarray, decay: float, round_sigma: float, k: int) -
     return np.stack([np.interp(points, grid, smooth[:, j]) for j in range(k)], axis=1)
 
 
-def _per_difficulty(top1_logit: float, decay: float, sigma: float, k: int,
-                    round_sigma: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Over the quadrature's request difficulties z: [N, k] expected chains
-    and [N] the share of drafts a difficulty makes per output token."""
-    nodes, weights = QUADRATURE
-    chains = round_chains(top1_logit + sigma * nodes, decay, round_sigma, k)  # [N, k]
-    return chains, weights / (1.0 + chains.sum(axis=1))
+def _chains(top1_logit: float, decay: float, sigma: float, k: int, round_sigma: float = 0.0) -> np.ndarray:
+    """[N, k] expected chains over the quadrature's request difficulties z."""
+    return round_chains(top1_logit + sigma * QUADRATURE[0], decay, round_sigma, k)
+
+
+def _rates(chains: np.ndarray) -> np.ndarray:
+    """[k] the chains averaged over drafts (:func:`chain_rates`)."""
+    per_draft = QUADRATURE[1] / (1.0 + chains.sum(axis=1))  # drafts a difficulty makes per output token
+    return per_draft @ chains / per_draft.sum()
+
+
+def _spread(chains: np.ndarray, tokens_after_first: np.ndarray) -> tuple[float, float]:
+    """(mean, standard deviation) over requests of tokens a round (:func:`request_spread`)."""
+    weights = QUADRATURE[1] / QUADRATURE[1].sum()
+    k = chains.shape[1]
+    m = 1.0 + chains.sum(axis=1)  # tokens a round: 1 + accepted, E[accepted] = sum_j P(accepted >= j)
+    second = chains @ (2.0 * np.arange(1, k + 1) - 1.0)  # E[accepted^2] = sum_j (2j - 1) P(accepted >= j)
+    v = second - (m - 1.0) ** 2
+    mean = float(weights @ m)
+    var = float(weights @ (m - mean) ** 2 + (weights @ (v * m)) * np.mean(1.0 / tokens_after_first))
+    return mean, float(np.sqrt(max(var, 0.0)))
 
 
 def chain_rates(top1_logit: float, decay: float, sigma: float, k: int, round_sigma: float = 0.0) -> np.ndarray:
@@ -174,8 +188,7 @@ def chain_rates(top1_logit: float, decay: float, sigma: float, k: int, round_sig
     request of difficulty z drafts in proportion to 1 / E[tokens a round | z]
     = 1 / (1 + sum_j chain_j(z)) rounds a token, so each z is weighted by
     that (equal outputs across difficulties)."""
-    chains, per_draft = _per_difficulty(top1_logit, decay, sigma, k, round_sigma)
-    return per_draft @ chains / per_draft.sum()
+    return _rates(_chains(top1_logit, decay, sigma, k, round_sigma))
 
 
 def request_spread(top1_logit: float, decay: float, sigma: float, k: int, round_sigma: float,
@@ -185,15 +198,7 @@ def request_spread(top1_logit: float, decay: float, sigma: float, k: int, round_
     first: the spread of the difficulties' means, plus the sampling spread
     of a mean over a request's rounds (variance v(z) m(z) / L for L tokens
     in about L / m(z) rounds of mean m(z) and variance v(z))."""
-    nodes, weights = QUADRATURE
-    w = weights / weights.sum()
-    chains, _ = _per_difficulty(top1_logit, decay, sigma, k, round_sigma)
-    m = 1.0 + chains.sum(axis=1)  # tokens a round: 1 + accepted, E[accepted] = sum_j P(accepted >= j)
-    second = chains @ (2.0 * np.arange(1, k + 1) - 1.0)  # E[accepted^2] = sum_j (2j - 1) P(accepted >= j)
-    v = second - (m - 1.0) ** 2
-    mean = float(w @ m)
-    var = float(w @ (m - mean) ** 2 + (w @ (v * m)) * np.mean(1.0 / tokens_after_first))
-    return mean, float(np.sqrt(max(var, 0.0)))
+    return _spread(_chains(top1_logit, decay, sigma, k, round_sigma), tokens_after_first)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -272,20 +277,20 @@ def fit_chain_acceptance(counters: SpecDecodeCounters, k: int, name: str,
     if why_not is None:
         observed = rounds.spread
 
-        def with_spread(theta):
-            spread = request_spread(*theta[:3], k, theta[3], rounds.tokens_after_first)[1]
-            return np.append(chain_rates(theta[0], theta[1], theta[2], k, theta[3]) - target,
-                             (spread - observed) / (1.0 + k))
+        def with_spread(theta):  # one evaluation of the chains for both targets
+            chains = _chains(theta[0], theta[1], theta[2], k, theta[3])
+            spread = _spread(chains, rounds.tokens_after_first)[1]
+            return np.append(_rates(chains) - target, (spread - observed) / (1.0 + k))
 
         fitted = least_squares(with_spread, [a, decay, sigma, 1.0],
                                bounds=([-LOGIT_LIMIT, 0.0, 0.0, 0.0], [LOGIT_LIMIT, 5.0, SIGMA_LIMIT, SIGMA_LIMIT]))
         a, decay, sigma, round_sigma = (float(v) for v in fitted.x)
     model = AcceptanceModel(name=name, top1_logit=a, depth_decay_logit=decay, request_sigma=sigma,
                             round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0)
-    spread = None if rounds is None else (rounds.spread, request_spread(a, decay, sigma, k, round_sigma,
-                                                                        rounds.tokens_after_first)[1])
+    chains = _chains(a, decay, sigma, k, round_sigma)
+    spread = None if rounds is None else (rounds.spread, _spread(chains, rounds.tokens_after_first)[1])
     return ChainAcceptance(counters=counters, k=k, rates=tuple(float(r) for r in rates),
-                           model_rates=tuple(float(r) for r in chain_rates(a, decay, sigma, k, round_sigma)),
+                           model_rates=tuple(float(r) for r in _rates(chains)),
                            model=model, spread=spread, spread_unused=why_not)
 
 

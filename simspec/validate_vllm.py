@@ -494,8 +494,8 @@ def _sum_counters(parts) -> SpecDecodeCounters | None:
 
 def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.ndarray], tuple[str, ...]]:
     """The prompt tokens each request of a run found in its server's prefix
-    cache (by the run's index in ``runs``, which is the order they ran), and
-    a note per run that found any.
+    cache (by ``id(run)``; ``runs`` in the order they ran), and a note per
+    run that found any.
 
     vLLM's random dataset gives the same prompts for the same traffic and
     seed, and the server keeps a served prompt's full KV blocks cached (its
@@ -506,7 +506,7 @@ def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.nd
     logged as computed during the run; otherwise the note says what the
     log shows and the run is replayed whole."""
     hits, notes, served = {}, [], {}
-    for n, r in enumerate(runs):
+    for r in runs:
         seen = served.setdefault(r.method, set())
         req = r.bench.requests
         if req is None:
@@ -516,15 +516,15 @@ def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.nd
         label = f"{r.method} {r.traffic.name} #{r.repeat + 1}"
         if r.traffic in seen and block:
             hit = np.where(req.ok, (req.input_tokens - 1) // block * block, 0)
-            if sent - int(hit[req.ok].sum()) == computed:
-                hits[n] = hit
+            if sent - int(hit.sum()) == computed:
+                hits[id(r)] = hit
                 if hit.any():
                     notes.append(f"{label}: {int(hit.sum())} of {sent} prompt tokens found in the prefix cache (its "
                                  f"prompts were served before; {block}-token blocks), as the log's {computed} "
                                  f"computed tokens confirm: replayed without them")
             else:
                 notes.append(f"{label}: the log computed {computed} of {sent} prompt tokens, not the "
-                             f"{sent - int(hit[req.ok].sum())} the block rule says: replayed whole")
+                             f"{sent - int(hit.sum())} the block rule says: replayed whole")
         elif computed < sent:
             notes.append(f"{label}: the log computed {computed} of {sent} prompt tokens (a prefix-cache hit not "
                          f"explained by an earlier run): replayed whole")
@@ -548,7 +548,6 @@ def analyse(out: Path, say=print) -> VllmValidation:
     loadavg: dict[str, dict[str, float]] = {}
     replays = {}
     hits, notes = prefix_hits(runs, block)
-    index = {id(r): n for n, r in enumerate(runs)}
     for traffic in cfg.held_out:
         for method, cal in calibrations.items():
             held = [r for r in runs if r.method == method and r.phase == "held_out" and r.traffic.name == traffic.name]
@@ -557,13 +556,13 @@ def analyse(out: Path, say=print) -> VllmValidation:
             engine = _engine(cal.kv_cache_tokens, cal.block_size, cal.frontend_s)
             sims = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
                                     cal.acceptance.model if cal.acceptance else None, engine, cal.kv_cache_tokens,
-                                    cfg.sim_seeds, hits.get(index[id(r)])) for r in held]
+                                    cfg.sim_seeds, hits.get(id(r))) for r in held]
             own = None
             if cal.acceptance is not None:  # the cost model alone: each run priced with its own counters' acceptance
                 own = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
                                        fit_chain_acceptance(r.counters, cfg.k, f"own:{method}",
                                                             request_rounds([r.bench])).model, engine,
-                                       cal.kv_cache_tokens, cfg.sim_seeds, hits.get(index[id(r)]))[0] for r in held]
+                                       cal.kv_cache_tokens, cfg.sim_seeds, hits.get(id(r)))[0] for r in held]
             table.setdefault(traffic.name, {})[method] = {
                 m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
                         sim=float(np.mean([s[m] for s, _ in sims])),
