@@ -147,23 +147,15 @@ class _LogBuffers:
 
     def room_for(self, batch: int, count: int) -> int:
         """Steps of ``batch`` chunks each that fit; flushes first when short."""
-        fill = self.buffers.fill
-        chunk_room = (len(self.buffers.chunk_id) - max(fill[0], fill[1])) // max(batch, 1)
-        step_room = LOG_STEPS - fill[2]
-        if min(chunk_room, step_room) < count:
+        room, flushed = serve.log_room(self.buffers, batch, count)
+        if room < count:
             self.flush()
-            chunk_room, step_room = len(self.buffers.chunk_id) // max(batch, 1), LOG_STEPS
-        return min(chunk_room, step_room, count)
+            return flushed
+        return room
 
     def first_tokens(self, ids: np.ndarray, time_s: float) -> None:
         """The tokens prefills sampled at the end of the last step (room was made for them)."""
-        b, fill = self.buffers, self.buffers.fill
-        c = fill[0]
-        b.chunk_id[c:c + len(ids)] = ids
-        b.chunk_tokens[c:c + len(ids)] = 1
-        b.chunk_time_s[c:c + len(ids)] = time_s
-        b.step_tokens[fill[2] - 1] += len(ids)
-        fill[0] += len(ids)
+        serve.first_tokens(self.buffers, ids, len(ids), time_s)
 
     def flush(self) -> None:
         b, fill = self.buffers, self.buffers.fill

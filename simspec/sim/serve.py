@@ -187,7 +187,17 @@ def _decide(q: Queues, tok: Tokens, cfg: Config, loop: Loop, p: Pending, s: Scra
 
 
 @jit
-def _first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None:
+def log_room(logs: Logs, batch: int, count: int) -> tuple[int, int]:
+    """(steps of ``batch`` chunks each the log buffers hold, at most
+    ``count``; the steps they would hold once flushed): both paths flush
+    when the first is short of ``count``."""
+    chunk_room = (len(logs.chunk_id) - max(logs.fill[0], logs.fill[1])) // max(batch, 1)
+    step_room = len(logs.step_start_s) - logs.fill[2]
+    return min(chunk_room, step_room, count), min(len(logs.chunk_id) // max(batch, 1), len(logs.step_start_s), count)
+
+
+@jit
+def first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None:
     """The tokens prefills sampled at the end of the last step (room was made for them)."""
     c = logs.fill[0]
     for a in range(count):
@@ -223,14 +233,12 @@ def serve(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pen
         nd, nc = p.sizes[1], p.sizes[2]
         if p.sizes[3] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
             batch, count = (nd + nc, 1) if nc > 0 else (nd, MAX_STEPS_PER_CALL)
-            log_steps = len(logs.step_start_s)
-            chunk_room = (len(logs.chunk_id) - max(logs.fill[0], logs.fill[1])) // max(batch, 1)
-            step_room = log_steps - logs.fill[2]
-            if min(chunk_room, step_room) < count and loop.flushed[0] == 0:
+            room, _ = log_room(logs, batch, count)
+            if room < count and loop.flushed[0] == 0:
                 loop.flushed[0] = 1
                 return CALL_FLUSH
             loop.flushed[0] = 0
-            p.sizes[3] = min(chunk_room, step_room, count)
+            p.sizes[3] = room
         max_steps = p.sizes[3]
         need = normals_per_round(acc, nd, policy.depth) * max_steps  # as the Python path's window
         if len(rand.normals) - rand.used[0] < need or len(rand.uniforms) - rand.used[1] < need:
@@ -271,7 +279,7 @@ def serve(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pen
             if np.isnan(served.first_token_s[i]):
                 served.first_token_s[i] = end
         if nf > 0:
-            _first_tokens(logs, s.first, nf, end)
+            first_tokens(logs, s.first, nf, end)
         ndone = retire(q, tok, s.done)
         for a in range(ndone):
             served.finish_s[s.done[a]] = end
