@@ -197,3 +197,22 @@ def test_a_fitted_model_is_stored_between_processes_and_refitted_when_a_byte_cha
     monkeypatch.setattr(costs, "_make", lambda *a: refitted.append(a) or fitted)
     costs._stored("auto", LLAVA, H100, tmp_path, costs._sources("auto", H100, tmp_path))
     assert refitted
+
+
+def test_the_store_is_keyed_by_the_priors_fixed_terms_as_the_process_holds_them(tmp_path, monkeypatch):
+    """benchmarks/published.py --fit varies the prior's fixed terms at run
+    time: a model stored under other terms must not be read back for them."""
+    import shutil
+    import sys
+
+    from simspec.costs.profiles import default_root
+
+    prior = sys.modules["simspec.costs.roofline"]
+    monkeypatch.setenv("SIMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(default_root() / "h100-sxm", tmp_path / "h100-sxm")
+    sources = costs._sources("auto", H100, tmp_path)
+    llama = costs.model_spec("Llama-3.1-8B", "eagle1")  # no profile of its own on the H100: the prior
+    before = costs._stored("auto", llama, H100, tmp_path, sources)
+    monkeypatch.setattr(prior, "FIXED", dataclasses.replace(prior.FIXED, draft_step_s=prior.FIXED.draft_step_s + 1e-3))
+    after = costs._stored("auto", llama, H100, tmp_path, sources)
+    assert np.allclose(after.draft_s_table, before.draft_s_table + 1e-3)

@@ -133,7 +133,7 @@ def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | Non
             versions.append(importlib.metadata.version(package))
         except importlib.metadata.PackageNotFoundError:
             versions.append(None)
-    digest = hashlib.sha256(repr((spec, model, gpu, str(profiles_root), versions)).encode())
+    digest = hashlib.sha256(repr((spec, model, gpu, str(profiles_root), versions, _prior_terms())).encode())
     code = sorted(p for root in FITTED_BY for p in (root.rglob("*.py") if root.is_dir() else [root]))
     for path in [Path(src) for src, _, _ in sources] + code:
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -158,6 +158,14 @@ def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | Non
     except OSError:
         pass
     return made
+
+
+def _prior_terms() -> str:
+    """The roofline prior's fixed terms as this process holds them: a fit to
+    the published results (benchmarks/published.py --fit) varies them at run
+    time, which no source file shows, so they key the store too."""
+    prior = sys.modules["simspec.costs.roofline"]
+    return repr((prior.FIXED, prior.ATTENTION_FIXED))
 
 
 def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> CostModel:
