@@ -104,16 +104,22 @@ WARMUP = Traffic(name="warmup", prompts=6, input_len=32, output_len=16, max_conc
 # output tokens/s without speculation, about 45 with the oracle draft and
 # less with the distilled one (docs/vllm.md); the held-out loads (10-20
 # output tokens/s) stay under the slowest method's capacity.
+# The calibration's decode batches reach down to the held-out loads' (1-4
+# sequences): a step's cost is concave in its batch on this CPU (none: 49 ms
+# at 1, 56 at 2, 75 at 4, 136 at 16), which a line through 4 and 16 alone misses.
+# The held-out seeds were 101-103 for the first two whole runs (docs/vllm.md
+# section 8), which the fit's later changes were judged on; later runs draw new ones.
 CALIBRATION = (
+    Traffic(name="cal-sat2", prompts=16, input_len=64, output_len=64, max_concurrency=2, seed=14),
     Traffic(name="cal-sat4", prompts=24, input_len=64, output_len=64, max_concurrency=4, seed=11),
     Traffic(name="cal-sat16", prompts=48, input_len=64, output_len=64, max_concurrency=16, seed=12),
     Traffic(name="cal-light", prompts=16, input_len=64, output_len=64, rate=0.25, seed=13),
 )
 HELD_OUT = (
-    Traffic(name="low", prompts=24, input_len=128, output_len=48, range_ratio=0.5, rate=0.25, seed=101),
-    Traffic(name="mid", prompts=24, input_len=48, output_len=80, range_ratio=0.5, rate=0.3, seed=102),
+    Traffic(name="low", prompts=24, input_len=128, output_len=48, range_ratio=0.5, rate=0.25, seed=201),
+    Traffic(name="mid", prompts=24, input_len=48, output_len=80, range_ratio=0.5, rate=0.3, seed=202),
     Traffic(name="bursty", prompts=24, input_len=64, output_len=64, range_ratio=0.5, rate=0.3, burstiness=0.25,
-            seed=103),
+            seed=203),
 )
 QUICK_CALIBRATION = (
     Traffic(name="cal-sat4", prompts=12, input_len=32, output_len=32, max_concurrency=4, seed=11),
@@ -352,6 +358,18 @@ class Cell:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepCheck:
+    """One live run's logged steps against the method's fitted step costs:
+    what the cost model gets wrong with the right steps, and how much the
+    live engine's time for one step shape moves from run to run."""
+
+    run: str  # "cal-sat4", "low #2", ...
+    steps: int
+    priced_pct: float  # the fit's price of the run's own logged steps / their logged time - 1, %
+    shape_ms: float  # median logged time of the method's commonest decode-only shape in this run (nan: none)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class VllmValidation:
     config: ValidateVllmConfig
     calibrations: dict[str, MethodCalibration]
@@ -360,6 +378,8 @@ class VllmValidation:
     replays: dict[tuple[str, str], tuple]  # (load, method) -> (live e2el s, simulated e2el s) of the first repeat
     versions: dict[str, str | None] = field(default_factory=dict)
     prefix_notes: tuple[str, ...] = ()  # runs whose prompts the server had cached (prefix_hits)
+    step_checks: dict[str, tuple[tuple[int, int], tuple[StepCheck, ...]]] = field(default_factory=dict)
+    """method -> ((decode sequences, decode tokens) of its commonest decode-only step, a check per run)"""
 
     def ranking(self, load: str, side: str) -> list[str]:
         methods = self.table[load]
@@ -480,6 +500,32 @@ def calibrate_method(method: str, runs: list[LiveRun], log: ServerLog, cfg: Vali
                              block_size=block)
 
 
+def step_checks(cal: MethodCalibration, runs: list[LiveRun]) -> tuple[tuple[int, int], tuple[StepCheck, ...]]:
+    """Each of the method's runs (calibration and held out, in the order
+    they ran): its logged steps priced by the iteration fit against their
+    logged time, and the median time of the method's commonest decode-only
+    step shape in it. The first says how far the step costs alone are off
+    on a run; the second, how far the live engine is from itself on one
+    step shape, which no cost model can follow."""
+    shapes = [(s.decode_requests, s.decode_tokens) for r in runs for s in r.steps
+              if s.prefill_requests == 0 and s.decode_requests > 0]
+    values, counts = np.unique(np.array(shapes or [(0, 0)]), axis=0, return_counts=True)
+    common = tuple(int(v) for v in values[int(np.argmax(counts))])
+    c = cal.iteration_fit.coefficients_s
+    checks = []
+    for r in runs:
+        tokens, requests, elapsed = _step_columns(r.steps)
+        if not len(elapsed):
+            continue
+        priced = c["overhead"] * len(elapsed) + c["target_token"] * tokens.sum() + c["attn_request"] * requests.sum()
+        same = [s.elapsed_ms for s in r.steps
+                if s.prefill_requests == 0 and (s.decode_requests, s.decode_tokens) == common]
+        name = r.traffic.name if r.phase == "calibration" else f"{r.traffic.name} #{r.repeat + 1}"
+        checks.append(StepCheck(run=name, steps=len(elapsed), priced_pct=float((priced / elapsed.sum() - 1) * 100),
+                                shape_ms=float(np.median(same)) if len(same) >= 5 else math.nan))
+    return common, tuple(checks)
+
+
 def _sum_counters(parts) -> SpecDecodeCounters | None:
     parts = [p for p in parts if p is not None]
     if not parts:
@@ -573,8 +619,11 @@ def analyse(out: Path, say=print) -> VllmValidation:
             replays[(traffic.name, method)] = (held[0].bench.requests.e2el_s[held[0].bench.requests.ok],
                                                sims[0][1])
     version = next((log.version for log in logs.values() if log.version), None)
+    checks = {method: step_checks(cal, [r for r in runs if r.method == method and r.phase != "warmup"])
+              for method, cal in calibrations.items()}
     return VllmValidation(config=cfg, calibrations=calibrations, table=table, loadavg=loadavg, replays=replays,
-                          versions={"vllm": version, "simspec": __version__}, prefix_notes=notes)
+                          versions={"vllm": version, "simspec": __version__}, prefix_notes=notes,
+                          step_checks=checks)
 
 
 # --- output -------------------------------------------------------------------------------------------
@@ -620,6 +669,18 @@ def format_report(result: VllmValidation) -> str:
             live, sim = result.ranking(load, "live"), result.ranking(load, "sim")
             lines.append(f"  ranking by mean E2EL: live {' < '.join(live)}; sim {' < '.join(sim)} "
                          f"({'same' if live == sim else 'DIFFERENT'})")
+    if result.step_checks:
+        lines.append("\nsteps, per run: the fitted step costs of the run's own logged steps vs their logged time; "
+                     "then the median logged time of the method's commonest decode-only step in the run (the live "
+                     "engine against itself)")
+        for method, (shape, checks) in result.step_checks.items():
+            priced = ", ".join(f"{c.run} {c.priced_pct:+.1f}%" for c in checks)
+            times = [c.shape_ms for c in checks if not math.isnan(c.shape_ms)]
+            spread = (max(times) - min(times)) / float(np.median(times)) * 100 if times else math.nan
+            lines.append(f"  {method:7s} priced {priced}")
+            lines.append(f"  {'':7s} {shape[0]} seq / {shape[1]} tok: " + ", ".join(
+                f"{c.run} {c.shape_ms:.1f}" for c in checks if not math.isnan(c.shape_ms))
+                + f" ms (max - min {spread:.0f}% of the median)")
     if result.prefix_notes:
         lines.append("\nprefix cache (repeats send the prompts an earlier run sent):")
         lines.extend(f"  {note}" for note in result.prefix_notes)
@@ -650,6 +711,9 @@ def report_json(result: VllmValidation) -> dict:
                                  for load in result.table},
         "loadavg": result.loadavg,
         "prefix_cache": list(result.prefix_notes),
+        "steps_per_run": {m: {"commonest_decode_shape": {"sequences": shape[0], "tokens": shape[1]},
+                              "runs": [asdict(c) for c in checks]}
+                          for m, (shape, checks) in result.step_checks.items()},
     }
 
 

@@ -52,6 +52,25 @@ def test_the_fit_recovers_its_own_terms_exactly():
     assert held.held_out_steps == 12 and held.median_pct < 1e-6
 
 
+def test_the_fit_prices_right_tailed_steps_unbiased_in_total():
+    """Steps of one shape with a right tail (a slow step now and then, as
+    on a shared CPU): the relative-error fit alone sits near their median
+    and prices their sum short; the fitted level prices the sum."""
+    rng = np.random.default_rng(1)
+    tokens, requests = rng.integers(1, 400, 2000), rng.integers(1, 30, 2000)
+    typical = 0.04 + 0.0035 * tokens + 0.001 * requests
+    slow = rng.random(2000) < 0.05  # one step in 20 takes twice as long
+    elapsed = typical * np.where(slow, 2.0, 1.0) * rng.lognormal(0.0, 0.03, 2000)
+    _, fit, held = fit_iteration_costs(tokens, requests, elapsed, "tailed", model="m", device="d")
+    x = np.stack([np.ones(2000), tokens, requests], axis=1)
+    c = fit.coefficients_s
+    predicted = x @ np.array([c["overhead"], c["target_token"], c["attn_request"]])
+    fitted = np.arange(2000) % 5 != 4
+    assert predicted[fitted].sum() == pytest.approx(elapsed[fitted].sum(), rel=1e-9)
+    assert predicted[~fitted].sum() == pytest.approx(elapsed[~fitted].sum(), rel=0.02)  # the held-out steps too
+    assert np.median(predicted / typical) > 1.03  # the price of the tail: typical steps priced above their median
+
+
 def test_held_out_error_is_printed_stored_and_within_what_the_log_allows(tmp_path, device):
     code, out, err = calibrate(tmp_path / "cal")
     assert code == 0, err

@@ -57,6 +57,30 @@ def test_calibration_reproduces_the_saturated_runs_and_the_counters(analysed):
     assert result.calibrations["none"].acceptance is None and result.calibrations["none"].policy == "ar"
 
 
+def test_step_checks_price_each_runs_own_steps_and_read_one_shape_per_run(analysed):
+    """The per-run step check: the iteration fit's price of a run's logged
+    steps against their time (the calibration runs' together within what
+    holding every 5th step out allows: the fitted level prices the fitted
+    steps' total exactly), and each run's median time of the commonest
+    decode-only shape, read again here from the server log."""
+    out, result = analysed
+    runs = vv.load_runs(out)[1]
+    for method, (shape, checks) in result.step_checks.items():
+        mine = [r for r in runs if r.method == method and r.phase != "warmup"]
+        assert [c.steps for c in checks] == [len(r.steps) for r in mine]
+        c = result.calibrations[method].iteration_fit.coefficients_s
+        cal = [s for r in mine if r.phase == "calibration" for s in r.steps]
+        priced = sum(c["overhead"] + c["target_token"] * (s.prefill_tokens + s.decode_tokens)
+                     + c["attn_request"] * (s.prefill_requests + s.decode_requests) for s in cal)
+        assert priced / sum(s.elapsed_ms / 1e3 for s in cal) == pytest.approx(1.0, abs=0.03)
+        for check, run in zip(checks, mine):
+            same = [s.elapsed_ms for s in run.steps
+                    if s.prefill_requests == 0 and (s.decode_requests, s.decode_tokens) == shape]
+            assert check.shape_ms == pytest.approx(np.median(same)) if len(same) >= 5 else np.isnan(check.shape_ms)
+    assert "commonest decode-only step" in (out / "report.txt").read_text()
+    assert json.loads((out / "report.json").read_text())["steps_per_run"]["oracle"]["runs"]
+
+
 def test_table_holds_the_live_values_and_the_bounds(analysed):
     out, result = analysed
     assert set(result.table) == {"low", "bursty"}
