@@ -17,9 +17,15 @@ How a row becomes a simulation (assumptions of this script, not of the rows):
   one, else the roofline prior). A row whose model or GPU simspec has no spec
   of is skipped with the reason printed and counted, never faked.
 - Engine: ``vllm`` -> ``--engine vllm``, ``sglang`` -> ``--engine sglang``
-  (simspec's modes follow vLLM 0.33 and SGLang 0.5.23, whatever version the
-  row measured), ``paper/hf`` (research code on Hugging Face transformers,
-  eager PyTorch) -> ``--engine simspec`` (no CUDA-graph or overlap terms).
+  (simspec's modes follow vLLM 0.33 and SGLang 0.5.23), ``paper/hf``
+  (research code on Hugging Face transformers, eager PyTorch) -> ``--engine
+  simspec`` (no CUDA-graph or overlap terms). One setting follows the
+  version the row measured, because it moved between versions and each
+  row's AR and speculative runs paid it differently: whether the engine's
+  CPU step time overlapped the GPU (async scheduling, SGLang's overlap
+  scheduler; :func:`overlapped` cites when each engine turned it on, for
+  plain decoding and with speculation). The AR and speculative runs of a
+  row are two simulations of the same requests, each with its own overlap.
 - Drafter (``--drafter``, simspec.costs.roofline.drafting says how each
   is priced): EAGLE-1 and EAGLE-2 rows -> ``eagle1`` (one decoder layer
   plus the target's LM head a draft step), EAGLE-3 -> ``eagle3``, Medusa
@@ -27,25 +33,31 @@ How a row becomes a simulation (assumptions of this script, not of the rows):
   ``draft=NAME`` -> ``draft-model:NAME`` (its own layers and LM head a draft
   step; a NAME simspec has no spec of is skipped), n-gram / prompt lookup
   -> ``ngram`` (no GPU work).
-- Draft shape: a chain ``k=K`` is ``linear:k=K``. A tree (``steps=S`` in
-  SGLang's terms, ``depth=D`` for a static tree) is simulated as a chain as
-  deep as the tree (K = S or D) with the same acceptance length: trees'
-  extra verify tokens are not priced, which at batch 1 is nearly free on a
-  memory-bound GPU and is not at large batches. Where a row gives no K, the
-  defaults of the code that measured it stand in (ASSUMED_DEPTH): Spec-Bench's
-  SpS runs Hugging Face assisted generation, whose draft starts at
-  num_assistant_tokens = 5 and then adapts (+2 after a fully accepted draft,
-  -1 otherwise; the adaptation is not simulated: a fixed 5-chain with the
-  row's acceptance length); its PLD proposes draft_num_candidate_tokens = 10
-  (evaluation/inference_pld.py), simulated as a 10-chain (a round without
-  an n-gram match verifies one placeholder token there, a 10-chain here).
-- Acceptance: i.i.d. per position with probability a solving
-  tau = (1 - a^(K+1)) / (1 - a), tau the acceptance length the row reports
-  (bonus token included, as every source entered counts it; a source that
-  excluded it would have 1 added in the table). A row that reports none names
-  in ``acceptance_proxy`` another row of the same model, head, dataset and K
-  whose tau is used; a row with neither is skipped. Temperature is not
-  modelled separately: tau carries its effect.
+- Draft shape (:func:`draft_setting`): a chain ``k=K`` is ``linear:k=K``.
+  A tree (``tree:nodes=N,depth=D`` for a static tree, SGLang's
+  ``topk=T,steps=S,tokens=N``) is simspec's EAGLE-2 tree of that many draft
+  nodes, that deep (``tree:depth=D,topk=T,budget=N``; TREE_TOPK children a
+  node for a static tree): every node is verified and priced, and the
+  drafter runs a level per depth over the tree's width. Where a row gives
+  no K, the defaults of the code that measured it stand in (ASSUMED_DEPTH):
+  Spec-Bench's SpS runs Hugging Face assisted generation, whose draft
+  starts at num_assistant_tokens = 5 and then adapts (+2 after a fully
+  accepted draft, -1 otherwise; the adaptation is not simulated: a fixed
+  5-chain with the row's acceptance length); its PLD proposes
+  draft_num_candidate_tokens = 10 (evaluation/inference_pld.py), simulated
+  as a 10-chain (a round without an n-gram match verifies one placeholder
+  token there, a 10-chain here).
+- Acceptance (:func:`acceptance_model`): for a chain, i.i.d. per position
+  with probability a solving tau = (1 - a^(K+1)) / (1 - a), tau the
+  acceptance length the row reports; for a tree, simspec's rank model with
+  no spread (i.i.d. across positions and requests) whose top-1 logit is
+  fitted so the tree emits tau at batch 1 (a sibling holds the target's
+  token where the top candidate does not). tau counts the bonus token, as
+  every source entered does (a source that excluded it would have 1 added
+  in the table). A row that reports none names in ``acceptance_proxy``
+  another row of the same model, head, dataset and K whose tau is used; a
+  row with neither is skipped. Temperature is not modelled separately: tau
+  carries its effect.
 - Batch or concurrency N: simspec has no closed loop, so the replica runs with
   ``max_num_seqs = N`` and ``max(MIN_REQUESTS, REQUESTS_PER_SEQ * N)``
   requests that all arrive at once (Poisson at 10^6 requests/s); the queue
@@ -76,6 +88,7 @@ import re
 import statistics
 import time
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 
 import dataclasses
@@ -88,6 +101,7 @@ from scipy import optimize
 from simspec import config as configuration
 from simspec import costs as cost_models
 from simspec import experiment
+from simspec.acceptance import AcceptanceModel, DraftSetting, fit_top1_logit
 from simspec.costs import GPUS, MODELS
 
 prior = importlib.import_module("simspec.costs.roofline")  # the module (simspec.costs.roofline is also its function)
@@ -100,6 +114,7 @@ DRAFTERS = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa"
 # Draft positions where a row states none, by (engine, method): the defaults
 # of the code that measured it (module docstring).
 ASSUMED_DEPTH = {("paper/hf", "draft_model"): 5, ("paper/hf", "ngram"): 10}
+TREE_TOPK = 10  # children a node may have in a static tree's stand-in (EAGLE-2's default top-k)
 METRICS = ("tpot", "throughput")
 DATASETS = {"mt-bench": (100.0, 256.0), "spec-bench": (300.0, 300.0)}  # (prompt, output) mean tokens, assumed
 LENGTH_CV = 0.5
@@ -228,9 +243,88 @@ def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
     return None
 
 
-def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, seed: int, cost_model: str):
-    """The simspec config of ``row``: AR and a K-chain at the row's batch."""
-    k = row_depth(row)
+def draft_setting(row: Row) -> DraftSetting | None:
+    """The row's draft shape as simspec drafts it: a K-chain ``k=K`` (or a
+    code's default depth, ASSUMED_DEPTH) is (K, top-1, K nodes); a static
+    tree ``tree:nodes=N,depth=D`` is EAGLE-2's dynamic tree of N nodes, D
+    deep, TREE_TOPK children a node at most (the N nodes of highest path
+    confidence: what a static tree chosen for its expected acceptance, as
+    Medusa's and EAGLE's default trees were, holds on average); SGLang's
+    ``topk=T,steps=S,tokens=N`` is that tree with N - 1 draft nodes (its
+    count includes the verified root). None where the row gives no shape."""
+    tree = re.search(r"\bnodes=(\d+),depth=(\d+)\b", row.draft)
+    if tree:
+        return DraftSetting(depth=int(tree.group(2)), topk=TREE_TOPK, budget=int(tree.group(1)))
+    sglang = re.search(r"\btopk=(\d+),steps=(\d+),tokens=(\d+)\b", row.draft)
+    if sglang and int(sglang.group(1)) > 1:
+        return DraftSetting(depth=int(sglang.group(2)), topk=int(sglang.group(1)), budget=int(sglang.group(3)) - 1)
+    depth = row_depth(row)
+    return None if depth is None else DraftSetting(depth=depth, topk=1, budget=depth)
+
+
+def policy_of(draft: DraftSetting) -> str:
+    """simspec's policy for a draft shape: a chain or an EAGLE-2 tree."""
+    if draft.topk == 1:
+        return f"linear:k={draft.depth}"
+    return f"tree:depth={draft.depth},topk={draft.topk},budget={draft.budget}"
+
+
+def acceptance_model(draft: DraftSetting, tau: float) -> AcceptanceModel:
+    """The acceptance model with which ``draft`` emits ``tau`` tokens a round
+    at batch 1: i.i.d. per position for a chain (the closed form), and for a
+    tree the i.i.d. model with the rank tail simspec's models share (a
+    sibling holds the target's token when the top candidate does not), its
+    top-1 logit fitted so the tree emits tau (simspec.acceptance.fit_top1_logit)."""
+    if draft.topk == 1:
+        return AcceptanceModel.iid(iid_alpha(tau, draft.depth))
+    template = AcceptanceModel.iid(0.5)
+    return template.with_top1_logit(fit_top1_logit(template, draft, tau))
+
+
+def overlapped(row: Row, speculative: bool) -> bool:
+    """Whether the engine version the row measured hid its CPU step time
+    behind the GPU (async scheduling in vLLM, the overlap scheduler in
+    SGLang), for its AR or its speculative run. simspec's modes follow
+    today's defaults (vLLM 0.33: async on; SGLang 0.5.23: overlap on);
+    the rows measured older ones:
+
+    - vLLM: async scheduling arrived in June 2025 as an opt-in that could
+      not run speculative decoding (github.com/vllm-project/vllm/pull/19970),
+      became the default in the plan of vllm#27679 (opened 2025-10-28;
+      the default itself in vllm#27614), and the default with EAGLE/MTP
+      drafts in January 2026 (vllm#31998, which keeps it off for other
+      drafters). A vLLM row of 2025 (a version naming 2024 or 2025, or a
+      release up to 0.11) ran without it, AR and speculation alike.
+    - SGLang: the overlap scheduler is on by default since 0.4 (December
+      2024) but could not run with speculative decoding through 2025
+      (sgl-project/sglang#9588 of 2025-08-25 made it an experimental
+      opt-in; #11762 tracks it): a 0.4 row's AR run overlapped, its EAGLE
+      run did not.
+    - paper/hf (simspec's own mode): no overlap."""
+    version = row.engine_version.lower()
+    if row.engine == "vllm":
+        release = re.search(r"\b0\.(\d+)(?:\.\d+)?\b", version)
+        old = re.search(r"\b202[45]\b", version) or (release and int(release.group(1)) <= 11)
+        return False if old else ENGINE_OVERLAP["vllm"](row, speculative)
+    if row.engine == "sglang":
+        release = re.search(r"\b0\.(\d+)(?:\.\d+)?\b", version)
+        old = re.search(r"\b202[45]\b", version) or (release and int(release.group(1)) <= 4)
+        return not speculative if old else True
+    return False
+
+
+ENGINE_OVERLAP = {  # today's default where the row's version is not older (overlapped's docstring)
+    "vllm": lambda row, speculative: not speculative or row.method in ("eagle1", "eagle2", "eagle3"),
+}
+
+
+def scenario(row: Row, tau: float, *, speculative: bool, requests_per_seq: int, min_requests: int, seed: int,
+             cost_model: str):
+    """The simspec scenario of ``row``'s AR run or its speculative run (one
+    policy each: the two may differ in overlap) at the row's batch, the
+    speculative one with the acceptance model that emits the row's tau.
+    Both serve the same requests (the seed's)."""
+    draft = draft_setting(row)
     batch = int(row.batch)
     prompt, output = DATASETS[row.dataset]
     workload = {"arrival": "poisson", "rate_per_s": ARRIVAL_RATE_PER_S,
@@ -238,9 +332,11 @@ def scenario(row: Row, tau: float, *, requests_per_seq: int, min_requests: int, 
                 "prompt_mean_tokens": prompt, "prompt_cv": LENGTH_CV,
                 "output_mean_tokens": output, "output_cv": LENGTH_CV}
     flags = {"model": row.model, "device": row.gpu.lower(), "cost_model": cost_model, "drafter": drafter(row),
-             "acceptance": f"iid:{iid_alpha(tau, k)!r}", "seed": seed, "policies": ["ar", f"linear:k={k}"],
-             "workload": workload, "engine": {"kind": ENGINES[row.engine], "max_num_seqs": batch}}
-    return configuration.build({}, flags)
+             "seed": seed, "policies": [policy_of(draft) if speculative else "ar"], "workload": workload,
+             "engine": {"kind": ENGINES[row.engine], "max_num_seqs": batch,
+                        "async_scheduling": overlapped(row, speculative)}}
+    resolved = experiment.resolve(configuration.build({}, flags))
+    return dataclasses.replace(resolved, acceptance=acceptance_model(draft, tau)) if speculative else resolved
 
 
 def row_depth(row: Row) -> int | None:
@@ -284,15 +380,17 @@ def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq
             out.append(Prediction(row=row, skipped=reason))
             continue
         tau = _acceptance(row, by_id)
-        cfg = scenario(row, tau, requests_per_seq=requests_per_seq, min_requests=min_requests, seed=seed,
-                       cost_model=cost_model)
-        spec = cfg.policies[1]
-        if ar_cache is not None and row.id in ar_cache:
-            metrics = {"ar": ar_cache[row.id], **experiment.run(dataclasses.replace(cfg, policies=(spec,))).metrics}
-        else:
-            metrics = experiment.run(cfg).metrics
+        runs = {speculative: partial(scenario, row, tau, speculative=speculative, requests_per_seq=requests_per_seq,
+                                     min_requests=min_requests, seed=seed, cost_model=cost_model)
+                for speculative in (False, True)}
+        if ar_cache is None or row.id not in ar_cache:
+            ar = experiment.serve(runs[False]()).metrics["ar"]
             if ar_cache is not None:
-                ar_cache[row.id] = metrics["ar"]
+                ar_cache[row.id] = ar
+        ar = ar_cache[row.id] if ar_cache is not None else ar
+        speculative = runs[True]()
+        spec = speculative.config.policies[0]
+        metrics = {"ar": ar, **experiment.serve(speculative).metrics}
         out.append(Prediction(row=row, speedup=speedup_of(metrics, spec, row.speedup_metric), acceptance_length=tau,
                               simulated_acceptance_length=metrics[spec]["spec_decode_acceptance_length"]))
     return out
@@ -339,7 +437,8 @@ def with_fixed(values: dict[str, float]) -> None:
 def fit(rows: list[Row], table: list[Row], seed: int, cost_model: str) -> dict[str, float]:
     """The FITTED terms (seconds, >= 0) minimising the mean squared log error
     of predicted speedups over ``rows`` (the fit split): Nelder-Mead over
-    log10 seconds from 10 us each, AR runs kept (they pay none of the terms)."""
+    log10 seconds from the shipped values (at least 0.1 us each), AR runs
+    kept (they pay none of the terms)."""
     ar_cache: dict = {}
     start = prior.FIXED
 
@@ -349,7 +448,8 @@ def fit(rows: list[Row], table: list[Row], seed: int, cost_model: str) -> dict[s
                 if p.speedup is not None]
         return float(np.mean([math.log(p.speedup / p.row.speedup) ** 2 for p in done]))
 
-    result = optimize.minimize(loss, np.full(len(FITTED), -5.0), method="Nelder-Mead",
+    x0 = np.log10([max(getattr(start, name), 1e-7) for name in FITTED])
+    result = optimize.minimize(loss, x0, method="Nelder-Mead",
                                options={"xatol": 0.02, "fatol": 1e-5, "maxfev": 150})
     prior.FIXED = start
     cost_models._build.cache_clear()

@@ -72,7 +72,13 @@ def resolve(config: SimConfig) -> Scenario:
 
 def run(config: SimConfig, *, progress: bool = False) -> Results:
     """Serve the scenario's requests with each policy of ``config``."""
-    scenario = resolve(config)
+    return serve(resolve(config), progress=progress)
+
+
+def serve(scenario: Scenario, *, progress: bool = False) -> Results:
+    """Serve a resolved scenario's requests with each policy of its config
+    (for a scenario whose parts were changed after :func:`resolve`)."""
+    config = scenario.config
     logs = []
     n = len(scenario.requests)
     with tqdm(total=n * len(config.policies), unit="req", disable=not progress, leave=False) as bar:

@@ -181,3 +181,38 @@ def test_the_table_rows_of_every_drafter_kind_are_predicted(bench):
     by_id = {r.id: r for r in table}
     for row_id in ("sb-a100-medusa", "sb-a100-sps", "sb-a100-pld"):
         assert bench.skip_reason(by_id[row_id], by_id) is None, row_id
+
+
+@pytest.mark.parametrize("draft,want", [("k=3", (3, 1, 3)), ("tree:nodes=63,depth=4", (4, 10, 63)),
+                                        ("topk=8,steps=5,tokens=64", (5, 8, 63)),
+                                        ("topk=1,steps=3,tokens=4", (3, 1, 3))])
+def test_draft_shapes_become_chains_or_trees(bench, draft, want):
+    setting = bench.draft_setting(_row(bench, draft=draft))
+    assert (setting.depth, setting.topk, setting.budget) == want
+    policy = bench.policy_of(setting)
+    assert policy.startswith("linear:" if want[1] == 1 else "tree:")
+
+
+@pytest.mark.parametrize("engine,version,method,ar,speculative", [
+    ("vllm", "V1, main of July 2025", "eagle3", False, False),  # before async scheduling was the default
+    ("vllm", "0.10.1", "eagle1", False, False),
+    ("vllm", "0.33.0", "eagle3", True, True),  # today's default: async, also with EAGLE
+    ("vllm", "0.33.0", "ngram", True, False),  # ... but not with other drafters (vllm#31998)
+    ("sglang", "0.4.4", "eagle3", True, False),  # overlap for plain decoding, none with speculation
+    ("paper/hf", "PyTorch 2.0.1", "medusa", False, False),
+])
+def test_each_run_overlaps_as_the_measured_version_did(bench, engine, version, method, ar, speculative):
+    row = _row(bench, engine=engine, engine_version=version, method=method)
+    assert (bench.overlapped(row, False), bench.overlapped(row, True)) == (ar, speculative)
+
+
+def test_a_tree_emits_the_rows_acceptance_and_costs_more_than_a_chain_of_its_depth(bench):
+    """A 63-node tree is matched to the row's tau and verifies all its nodes:
+    at the same tau it predicts a lower speedup than a 4-chain would."""
+    tree = _row(bench, id="tree", method="medusa", engine="paper/hf", draft="tree:nodes=63,depth=4",
+                acceptance_length=2.3, gpu="h100-sxm", model="Vicuna-7B")
+    chain = dataclasses.replace(tree, id="chain", draft="k=4")
+    got = bench.predict([tree, chain], min_requests=8)
+    assert got[0].simulated_acceptance_length == pytest.approx(2.3, rel=0.05)
+    assert got[1].simulated_acceptance_length == pytest.approx(2.3, rel=0.05)
+    assert got[0].speedup < got[1].speedup

@@ -101,20 +101,22 @@ class FixedCosts:
     # or a few small tensor ops (Spec-Bench's PLD); no source measures it,
     # so 0 until measured, like cpu_per_request_s.
     ngram_lookup_s: float = 0.0
-    # Fitted to the published rows' fit split (module docstring; 17 rows,
-    # `python benchmarks/published.py --fit`, 2026-12-01): a draft step's
-    # fixed cost beyond its kernels' arithmetic (the proposer's per-step
-    # input and attention-metadata preparation: vLLM's time per token at
-    # batch 1 rises 0.7-1.0 ms per extra draft token, github.com/vllm-
-    # project/vllm/issues/20780, where the head's weights take 0.3-0.6 ms),
-    # a drafted round's (rejection sampling, the proposer's set-up: the fit
-    # finds almost none) and one per request of a drafted round (SGLang's
-    # EAGLE speedups fall to about 1 at batch 64, EAGLE-3 paper Table 3: a
-    # cost that grows with the batch beyond the arithmetic; the fit puts it
-    # at 120 us a request, which no source measures directly).
-    draft_step_s: float = 578e-6
-    draft_round_s: float = 0.7e-6
-    draft_round_request_s: float = 120e-6
+    # Fitted to the published rows' fit split (module docstring; 22 rows,
+    # `python benchmarks/published.py --fit`, 2026-12-02, each row's AR and
+    # speculative runs with the CPU overlap of the engine version it
+    # measured): a draft step's fixed cost beyond its kernels' arithmetic
+    # (the proposer's per-step input and attention-metadata preparation:
+    # vLLM's time per token at batch 1 rises 0.7-1.0 ms per extra draft
+    # token, github.com/vllm-project/vllm/issues/20780, where the head's
+    # weights take 0.3-0.6 ms), a drafted round's (rejection sampling, the
+    # proposer's set-up: the fit finds almost none) and one per request of
+    # a drafted round (SGLang's EAGLE speedups fall to about 1 at batch 64,
+    # EAGLE-3 paper Table 3: a cost that grows with the batch beyond the
+    # arithmetic; the fit puts it at 73 us a request, which no source
+    # measures directly).
+    draft_step_s: float = 748e-6
+    draft_round_s: float = 0.9e-6
+    draft_round_request_s: float = 73e-6
 
 
 FIXED = FixedCosts()
