@@ -16,8 +16,15 @@ simspec.runfolder. Never vLLM.
   later cost); every ``hold_out_every``-th of the rest is held out and
   priced by the fit for its held-out error. The elapsed time is the model's
   part of a step (drafting included) without scheduling and output
-  processing, so the fit is of that part: the engine's CPU time around it is
-  not in it.
+  processing, so the fit is of that part.
+- **The engine's time outside the logged steps** (scheduling, output
+  processing), from each saturated benchmark given (all requests at once,
+  ``--max-concurrency``: the engine never idles, so the run's duration is
+  its steps' elapsed time plus that time): its steps are the log lines
+  whose clock falls in the run (:func:`simspec.vllm_logs.steps_during`), and
+  :func:`fit_engine_gap` fits a per-step and a per-sequence part, which
+  ``step_costs.json`` adds to the fit's. Without a saturated benchmark it is
+  left out, and the output says so.
 - **Acceptance** from the ``/metrics`` counters: per position j the rate
   accepted_per_pos[j] / num_drafts (drafts that had their j-th token
   accepted), which is what the simulator's chain acceptance must give at
@@ -46,7 +53,8 @@ simspec.runfolder. Never vLLM.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +66,8 @@ from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, staged_folder, write_text
 from simspec.runfolder import MARKER, check_target
 from simspec.types import Request, require
-from simspec.vllm_logs import BenchResult, ServerLog, ServerMetrics, SpecDecodeCounters, read_bench, read_metrics, \
-    read_server_log
+from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, ServerMetrics, SpecDecodeCounters, read_bench, \
+    read_metrics, read_server_log, steps_during
 
 LOGIT_LIMIT = 13.8  # |top-1 logit| at most: a rate of 1 - 1e-6 a position
 SIGMA_LIMIT = 20.0  # the requests' spread of that logit at most: a draft that copies whole runs or nothing is nearly flat
@@ -127,10 +135,84 @@ class VllmCalibration:
     config: CalibrateVllmConfig
     log: ServerLog
     server: ServerMetrics
-    fit: StepCostFit
+    fit: StepCostFit  # the iteration lines' fit
     held_out: HeldOutError
     acceptance: ChainAcceptance | None  # None: the server ran without speculation
     comparisons: tuple[Comparison, ...]
+    gap: EngineGap | None = None  # the engine's time outside the logged steps; None: no saturated benchmark
+    gap_notes: tuple[str, ...] = ()  # saturated benchmarks the log could not place
+
+    @property
+    def cost_fit(self) -> StepCostFit:
+        """What ``step_costs.json`` holds and the replays price with: the fit, plus the gap where fitted."""
+        return self.fit if self.gap is None else with_gap(self.fit, self.gap)
+
+
+# --- the engine's time outside the logged steps --------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineGap:
+    """The engine's time a step outside the logged elapsed time: scheduling,
+    input preparation and output processing, serial with the model where
+    the server does not overlap them (vLLM on a CPU; vLLM before 2026)."""
+
+    per_step_s: float
+    per_sequence_s: float
+    runs: tuple[str, ...]
+    residual_pct: tuple[float, ...]  # per run: (predicted - measured) / measured gap, %
+
+
+def fit_engine_gap(runs: list[tuple[str, float, tuple[EngineStep, ...]]]) -> EngineGap:
+    """Per-step and per-sequence seconds outside the logged elapsed time
+    from runs that never let the engine idle (all requests at once with a
+    cap on those in flight): such a run's duration is its steps' elapsed
+    time plus this gap over its steps. ``runs`` are (name, duration s,
+    the run's steps). Non-negative least squares of relative error over
+    two or more runs; one run gives a per-step part alone."""
+    rows, gaps = [], []
+    for _, duration_s, steps in runs:
+        requests = np.array([s.prefill_requests + s.decode_requests for s in steps], dtype=float)
+        elapsed_s = np.array([s.elapsed_ms / 1e3 for s in steps], dtype=float)
+        rows.append([len(steps), requests.sum()])
+        gaps.append(duration_s - elapsed_s.sum())
+    x, y = np.array(rows, dtype=float), np.array(gaps)
+    if len(runs) == 1:
+        coef = np.array([max(y[0], 0.0) / x[0, 0], 0.0])
+    else:
+        from scipy.optimize import nnls  # only when fitting
+
+        scale = np.where(y > 0, y, 1.0)
+        coef, _ = nnls(x / scale[:, None], y / scale)
+    predicted = x @ coef
+    return EngineGap(per_step_s=float(coef[0]), per_sequence_s=float(coef[1]), runs=tuple(r[0] for r in runs),
+                     residual_pct=tuple(float((p / g - 1) * 100) if g > 0 else math.nan
+                                        for p, g in zip(predicted, y)))
+
+
+def with_gap(fit: StepCostFit, gap: EngineGap) -> StepCostFit:
+    """The step-cost fit with the engine's time outside the logged steps added."""
+    c = dict(fit.coefficients_s)
+    c["overhead"] += gap.per_step_s
+    c["attn_request"] += gap.per_sequence_s
+    return replace(fit, coefficients_s=c, label=fit.label + " + the engine's CPU time outside it (saturated runs)")
+
+
+def saturated_runs(log: ServerLog, benches: list[BenchResult]) -> tuple[list, tuple[str, ...]]:
+    """(name, duration, steps) of each benchmark that kept the engine busy
+    (all requests at once, ``--max-concurrency`` set), its steps the log's
+    lines during it (:func:`~simspec.vllm_logs.steps_during`), and a note
+    for each saturated benchmark that could not be placed in the log."""
+    found, notes = [], []
+    for b in benches:
+        if not (math.isinf(b.request_rate) and b.max_concurrency):
+            continue
+        steps = steps_during(log, b)
+        if steps:
+            found.append((Path(b.path).name, b.summary["duration"], steps))
+        else:
+            notes.append(f"{Path(b.path).name}: no iteration line of the log falls in its time "
+                         f"(date {b.date or '?'}, {b.summary.get('duration', 0):.1f} s): not used for the gap")
+    return found, tuple(notes)
 
 
 # --- acceptance ---------------------------------------------------------------------------------------
@@ -350,14 +432,17 @@ def calibrate(cfg: CalibrateVllmConfig) -> VllmCalibration:
     label = f"fitted to vLLM {log.version or '?'} iteration log ({Path(cfg.log).name})"
     _, fit, held = fit_iteration_costs(tokens, requests, steps.elapsed_ms[keep] / 1e3, label, model=cfg.model,
                                        device=cfg.device, hold_out_every=cfg.hold_out_every)
+    saturated, gap_notes = saturated_runs(log, benches)
+    gap = fit_engine_gap(saturated) if saturated else None
     chain = None
     if server.spec_decode is not None:
         chain = fit_chain_acceptance(server.spec_decode, log.num_speculative_tokens or
                                      len(server.spec_decode.accepted_per_position),
                                      f"calibrated:vllm-{log.speculative_method}", request_rounds(benches))
-    comparisons = tuple(replay(b, fit, chain, cfg, log, server) for b in benches if b.requests is not None)
+    priced = fit if gap is None else with_gap(fit, gap)
+    comparisons = tuple(replay(b, priced, chain, cfg, log, server) for b in benches if b.requests is not None)
     return VllmCalibration(config=cfg, log=log, server=server, fit=fit, held_out=held, acceptance=chain,
-                           comparisons=comparisons)
+                           comparisons=comparisons, gap=gap, gap_notes=gap_notes)
 
 
 def engine_of(cfg: CalibrateVllmConfig, log: ServerLog, server: ServerMetrics) -> configuration.SimConfig:
@@ -455,11 +540,14 @@ def summary_record(cal: VllmCalibration, out: str | Path) -> dict:
                      "steps_in_log": len(log.steps), "coefficients_s": {
                          k: cal.fit.coefficients_s[k] for k in ("overhead", "target_token", "attn_request")},
                      "fitted_median_pct": cal.fit.median_abs_pct_error, "held_out": asdict(cal.held_out),
+                     "outside_elapsed": None if cal.gap is None else asdict(cal.gap),
+                     "outside_elapsed_notes": list(cal.gap_notes),
                      "not_identified": "attention's per-context term (no context lengths in the log: inside the "
                                        "per-token and per-sequence terms at these contexts), the LM head (in "
                                        "the per-token term), the drafter's terms (in the terms they grow with; "
-                                       "0 in the model), scheduling and output processing (not in the elapsed "
-                                       "time)"},
+                                       "0 in the model); scheduling and output processing are not in the "
+                                       "elapsed time: outside_elapsed adds them where a saturated benchmark "
+                                       "(all requests at once, --max-concurrency) was given"},
         "acceptance": None if cal.acceptance is None else {
             "per_position_rates": list(cal.acceptance.rates),
             "model_per_position_rates": list(cal.acceptance.model_rates),
@@ -475,8 +563,9 @@ def write(out: str | Path, cal: VllmCalibration) -> list[str]:
     marker last); returns its files."""
     check_target(out)
     with staged_folder(out) as folder:
-        write_text(folder / "step_costs.json", dump_json({**cal.fit.to_json(),
-                                                          "held_out": asdict(cal.held_out)}, sort_keys=False))
+        write_text(folder / "step_costs.json", dump_json({
+            **cal.cost_fit.to_json(), "held_out": asdict(cal.held_out),
+            "outside_elapsed": None if cal.gap is None else asdict(cal.gap)}, sort_keys=False))
         if cal.acceptance is not None:
             write_text(folder / "acceptance.json", dump_json(
                 acceptance_record(cal.acceptance, cal.config.model, cal.config.metrics), sort_keys=False))

@@ -59,11 +59,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import nnls
 
 from simspec import __version__
-from simspec.calibrate_vllm import ChainAcceptance, fit_chain_acceptance, replay_requests, request_rounds, \
-    spread_text
+from simspec.calibrate_vllm import ChainAcceptance, EngineGap, fit_chain_acceptance, fit_engine_gap, \
+    replay_requests, request_rounds, spread_text, with_gap
 from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, read_json, write_png, write_text
 from simspec.runfolder import MARKER, check_target
@@ -300,16 +299,6 @@ class LiveRun:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EngineGap:
-    """The engine's time a step outside the logged elapsed time (step 2 of the module docstring)."""
-
-    per_step_s: float
-    per_sequence_s: float
-    runs: tuple[str, ...]
-    residual_pct: tuple[float, ...]  # per run: (predicted - measured) / measured gap, %
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class MethodCalibration:
     method: str
     policy: str  # the simulator's: ar or linear:k=K
@@ -435,30 +424,9 @@ def fit_gap(runs: list[LiveRun]) -> EngineGap:
     that never let the engine idle (step 2 of the module docstring)."""
     saturated = [r for r in runs if r.traffic.saturating]
     require(bool(saturated), "no saturating calibration run to fit the engine's CPU time to")
-    rows, gaps = [], []
     for r in saturated:
-        _, requests, elapsed = _step_columns(r.steps)
-        require(len(elapsed) > 0, f"{r.bench.path}: no iteration lines in the server log during the run")
-        rows.append([len(elapsed), requests.sum()])
-        gaps.append(r.bench.summary["duration"] - elapsed.sum())
-    x, y = np.array(rows), np.array(gaps)
-    if len(saturated) == 1:
-        coef = np.array([max(y[0], 0.0) / x[0, 0], 0.0])
-    else:
-        scale = np.where(y > 0, y, 1.0)
-        coef, _ = nnls(x / scale[:, None], y / scale)
-    predicted = x @ coef
-    return EngineGap(per_step_s=float(coef[0]), per_sequence_s=float(coef[1]),
-                     runs=tuple(Path(r.bench.path).name for r in saturated),
-                     residual_pct=tuple(float((p / g - 1) * 100) if g > 0 else math.nan
-                                        for p, g in zip(predicted, y)))
-
-
-def with_gap(fit: StepCostFit, gap: EngineGap) -> StepCostFit:
-    c = dict(fit.coefficients_s)
-    c["overhead"] += gap.per_step_s
-    c["attn_request"] += gap.per_sequence_s
-    return replace(fit, coefficients_s=c, label=fit.label + " + the engine's CPU time outside it (saturated runs)")
+        require(len(r.steps) > 0, f"{r.bench.path}: no iteration lines in the server log during the run")
+    return fit_engine_gap([(Path(r.bench.path).name, r.bench.summary["duration"], r.steps) for r in saturated])
 
 
 def _engine(kv_tokens: int, block_size: int, frontend_s: float):

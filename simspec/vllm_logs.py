@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -449,6 +450,34 @@ def read_bench(path: str | Path, model: str | None = None) -> BenchResult:
     if model is not None and result.model_id != model:
         raise InputError(f"{path}: a benchmark of model {result.model_id!r}, not of {model!r}")
     return result
+
+
+def steps_during(log: ServerLog, bench: BenchResult) -> tuple[EngineStep, ...]:
+    """The log's steps (engine 0, no padding steps) during ``bench``: those
+    whose line's clock (to the second) lies from the second the benchmark
+    started to the one it ended. Its end is its result's ``date``, which
+    ``vllm bench serve`` takes when the benchmark has finished
+    (vllm/benchmarks/serve.py 0.32, l.2257), and its start that less its
+    ``duration``; the log's clock has no year, the bench's lends it. The
+    client and the server must share a clock (one machine), and a step in
+    the second before the start or after the end is taken in with the
+    run's. Empty when the bench has no date or the log no clock."""
+    try:
+        end = datetime.strptime(bench.date, "%Y%m%d-%H%M%S")
+    except ValueError:
+        return ()
+    start = (end - timedelta(seconds=float(bench.summary.get("duration", 0.0)))).replace(microsecond=0)
+    during = []
+    for step in log.steps:
+        if step.engine != 0 or step.dummy or not step.clock:
+            continue
+        try:
+            at = datetime.strptime(f"{end.year}-{step.clock}", "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            continue
+        if start <= at <= end:
+            during.append(step)
+    return tuple(during)
 
 
 def replay_rounds(matches: list[list[bool]], depth_tokens: int) -> tuple[list[int], int]:

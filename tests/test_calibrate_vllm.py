@@ -241,3 +241,34 @@ def test_the_spread_is_left_out_where_rounds_are_not_drafts():
                               accepted_per_position=(552, 282, 185))
     chain = fit_chain_acceptance(full, 3, "test", rounds)
     assert chain.model.round_sigma == 0.0 and "differ from the counters' acceptance length" in chain.spread_unused
+
+
+def test_saturated_benchmarks_give_the_engines_time_outside_the_logged_steps(tmp_path, device):
+    """calibrate vllm places each saturated benchmark in the log by the
+    clock (its end date less its duration) and fits the engine's time
+    outside the logged steps to them: the same steps and the same gap as
+    validate, which recorded each run's iteration range while serving."""
+    from simspec import validate_vllm as vv
+    from simspec.vllm_logs import steps_during
+
+    quick = Path(__file__).parent / "data" / "vllm" / "validate_quick"
+    _, runs, logs, _ = vv.load_runs(quick)
+    for r in runs:  # the recorded steps, and at most a few more of the seconds at either end (tiny steps: ms)
+        if r.phase != "warmup":
+            window, recorded = [s.index for s in steps_during(logs[r.method], r.bench)], [s.index for s in r.steps]
+            assert set(recorded) <= set(window) and len(window) - len(recorded) <= 3, r.bench.path
+    recorded = vv.fit_gap([r for r in runs if r.method == "none" and r.phase == "calibration"])
+    benches = [str(quick / "none" / f"{name}.json") for name in ("cal-sat4", "cal-sat16", "cal-light", "low-r0")]
+    code, out, err = invoke(["calibrate", "vllm", "--log", str(quick / "none" / "server.log"),
+                             "--metrics", str(quick / "none" / "low-r0.metrics.after.txt"), "--model", STAND_IN,
+                             "--device", device, "--out", str(tmp_path / "cal"), "--sim-seeds", "1"]
+                            + [a for b in benches for a in ("--bench", b)])
+    assert code == 0, err
+    assert "outside the logged steps (scheduling" in out
+    stored = json.loads((tmp_path / "cal" / "step_costs.json").read_text())["outside_elapsed"]
+    assert stored["runs"] == ["cal-sat4.json", "cal-sat16.json"]  # the saturated ones only
+    assert stored["per_step_s"] == pytest.approx(recorded.per_step_s, rel=1e-9)
+    assert stored["per_sequence_s"] == pytest.approx(recorded.per_sequence_s, rel=1e-9)
+    fit = json.loads((tmp_path / "cal" / "calibration.json").read_text())["step_fit"]["coefficients_s"]
+    costs = json.loads((tmp_path / "cal" / "step_costs.json").read_text())["coefficients_s"]
+    assert costs["overhead"] == pytest.approx(fit["overhead"] + recorded.per_step_s, rel=1e-9)

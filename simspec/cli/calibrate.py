@@ -32,6 +32,15 @@ def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
           f"(fitted steps: median {fit.median_abs_pct_error:.1f}%)")
     print("  not identified by the log: attention's per-context term, the LM head, the drafter's own terms "
           "(folded into the three above)")
+    if cal.gap is not None:
+        g = cal.gap
+        print(f"outside the logged steps (scheduling, output processing; from {', '.join(g.runs)}): "
+              f"{g.per_step_s * 1e3:.2f} ms a step + {g.per_sequence_s * 1e3:.3f} ms a sequence, added to the above")
+    else:
+        print("outside the logged steps: not fitted (give a saturated benchmark: all requests at once with "
+              "--max-concurrency); the step costs leave out scheduling and output processing")
+    for note in cal.gap_notes:
+        print(f"  {note}")
     if cal.acceptance is None:
         print("acceptance: none (the server runs without speculation: no acceptance.json)")
     else:
