@@ -397,6 +397,7 @@ def write_report(path, out_dir, config: ReportConfig = ReportConfig()) -> str:
                     f"seed {s.config.seed}\ncost model: {s.costs.label} "
                     f"({s.costs.calibration.upper() if s.costs.calibration == 'uncalibrated' else s.costs.calibration})",
                     fontsize="small")
+    figure.subplots_adjust(top=1 - 0.75 / figure.get_figheight())  # room for the two-line title (fixed layout)
     write_png(folder / PLOTS[3], figure)
     figures[PLOTS[3]] = figure
     lines.append(f"\nplan mix: scenario {chosen} (seed {s.config.seed}) re-simulated from its stored config")

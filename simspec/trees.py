@@ -19,6 +19,8 @@ some 300,000 steps, and these small per-step loops would dominate in numpy.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from simspec.compiled import jit
@@ -134,6 +136,13 @@ def expand_paths(conf: np.ndarray, depth: int, topk: int):
 
 
 @jit
+def log_confidences(conf: np.ndarray, depth: int, topk: int) -> np.ndarray:
+    """[B, depth, topk] log drafter confidences as the expansion reads them
+    (floored at 1e-30): one home, so every path sums the same floats."""
+    return np.log(np.maximum(conf[:, :depth, :topk], 1e-30))
+
+
+@jit
 def expand_log(conf: np.ndarray, depth: int, topk: int):
     """:func:`expand_paths` with each node's log path confidence (the
     expansion's own arithmetic; exponentiating is left to the caller)."""
@@ -145,34 +154,47 @@ def expand_log(conf: np.ndarray, depth: int, topk: int):
     depths[:topk] = 1
     for d in range(1, depth):
         depths[topk + (d - 1) * topk * topk: topk + d * topk * topk] = d + 1
-    logc = np.log(np.maximum(conf[:, :depth, :topk], 1e-30))
-    front_code = np.empty(topk, dtype=np.int64)
-    front_val = np.empty(topk)
-    child_code = np.empty(topk * topk, dtype=np.int64)
-    child_val = np.empty(topk * topk)
-    best = np.empty(topk, dtype=np.int64)
-    scratch = np.empty(topk * topk)
+    logc = log_confidences(conf, depth, topk)
+    bufs = _ExpandBuffers(np.empty(topk, dtype=np.int64), np.empty(topk), np.empty(topk * topk, dtype=np.int64),
+                          np.empty(topk * topk), np.empty(topk, dtype=np.int64), np.empty(topk * topk))
     for i in range(b):
-        for r in range(topk):
-            front_code[r] = r + 1
-            front_val[r] = logc[i, 0, r]
-            codes[i, r] = r + 1
-            values[i, r] = front_val[r]
-        at = topk
-        for d in range(1, depth):
-            shift = RANK_BITS * d
-            for f in range(topk):
-                for r in range(topk):
-                    child_code[f * topk + r] = front_code[f] + (np.int64(r + 1) << shift)
-                    child_val[f * topk + r] = front_val[f] + logc[i, d, r]
-            codes[i, at: at + topk * topk] = child_code
-            values[i, at: at + topk * topk] = child_val
-            at += topk * topk
-            top_into(child_val, topk, best, scratch)
-            for f in range(topk):
-                front_code[f] = child_code[best[f]]
-                front_val[f] = child_val[best[f]]
+        _expand_row(logc[i], depth, topk, codes[i], values[i], bufs)
     return codes, values, depths
+
+
+class _ExpandBuffers(NamedTuple):
+    front_code: np.ndarray  # [topk] int the frontier's codes
+    front_val: np.ndarray  # [topk] float their log path confidences
+    child_code: np.ndarray  # [topk**2] int the frontier's children
+    child_val: np.ndarray  # [topk**2] float
+    best: np.ndarray  # [topk] int
+    scratch: np.ndarray  # [topk**2] float
+
+
+@jit
+def _expand_row(logc: np.ndarray, depth: int, topk: int, codes: np.ndarray, values: np.ndarray,
+                bufs: _ExpandBuffers) -> None:
+    """One request's expansion (logc [depth, topk]) into codes and log values [M]."""
+    front_code, front_val, child_code, child_val = bufs.front_code, bufs.front_val, bufs.child_code, bufs.child_val
+    for r in range(topk):
+        front_code[r] = r + 1
+        front_val[r] = logc[0, r]
+        codes[r] = r + 1
+        values[r] = front_val[r]
+    at = topk
+    for d in range(1, depth):
+        shift = RANK_BITS * d
+        for f in range(topk):
+            for r in range(topk):
+                child_code[f * topk + r] = front_code[f] + (np.int64(r + 1) << shift)
+                child_val[f * topk + r] = front_val[f] + logc[d, r]
+        codes[at: at + topk * topk] = child_code
+        values[at: at + topk * topk] = child_val
+        at += topk * topk
+        top_into(child_val, topk, bufs.best, bufs.scratch)
+        for f in range(topk):
+            front_code[f] = child_code[bufs.best[f]]
+            front_val[f] = child_val[bufs.best[f]]
 
 
 @jit
@@ -260,34 +282,233 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
     Only nodes that can make the budget are exponentiated (exp is most of
     the work): every node whose log confidence is under the budget-th
     largest one's, by more than the depth tie-break and rounding allow,
-    ranks below the budget-th node, so leaving it out changes nothing."""
-    codes, logs, depths = expand_log(conf, depth, topk)
-    b, m = codes.shape
+    ranks below the budget-th node, so leaving it out changes nothing.
+
+    A row whose confidences fall with rank at every depth (the drafter's
+    own order, as the acceptance model draws them) is not expanded at all
+    (:func:`_sorted_row`): its frontiers and the budget-th log confidence
+    are merged from the sorted sibling lists, and the nodes above the
+    floor are read off as a prefix of each list, in the expansion's own
+    order. Any other row is expanded whole (:func:`_full_row`). Both pick
+    the same nodes in the same order, float for float."""
+    b = conf.shape[0]
+    m = topk + (depth - 1) * topk * topk
     keep = min(budget, m)
     out = np.empty((b, keep), dtype=np.int64)
-    key = np.empty(m)
-    column = np.empty(m, dtype=np.int64)
-    best = np.empty(keep, dtype=np.int64)
-    scratch = np.empty(m)
+    logc = log_confidences(conf, depth, topk)  # [B, depth, topk]
+    expand = _ExpandBuffers(np.empty(topk, dtype=np.int64), np.empty(topk), np.empty(topk * topk, dtype=np.int64),
+                            np.empty(topk * topk), np.empty(topk, dtype=np.int64), np.empty(topk * topk))
+    fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
+                     np.empty((depth, topk), dtype=np.int64), np.full((depth, topk * topk), -1, dtype=np.int64),
+                     np.empty(topk, dtype=np.int64), np.empty(2 * keep + 2), np.empty(2 * keep + 2, dtype=np.int64))
+    picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(m))
+    row_codes = np.empty(m, dtype=np.int64)
+    row_logs = np.empty(m)
     for i in range(b):
-        floor = -np.inf
-        if keep < m:
-            # keep nodes have log value >= kth, so key >= exp(kth) - tiebreak * depth: the budget-th key is at least that
-            # (less a margin far above exp's and the subtraction's rounding)
-            least = np.exp(kth_largest(logs[i], keep, scratch)) - _DEPTH_TIEBREAK * depth
-            least = least * (1.0 - 1e-9) - 1e-12
-            if least > 0:
-                floor = np.log(least) - 1e-9
-        n = 0
-        for j in range(m):
-            if logs[i, j] >= floor:
-                key[n] = np.exp(logs[i, j]) - _DEPTH_TIEBREAK * depths[j]
-                column[n] = j
-                n += 1
-        top_into(key[:n], keep, best, scratch)
-        for j in range(keep):
-            out[i, j] = codes[i, column[best[j]]]
+        if keep < m and _sorted_row(logc[i]):
+            _merged_row(logc[i], depth, topk, keep, fronts, picked, out[i])
+        else:
+            _expand_row(logc[i], depth, topk, row_codes, row_logs, expand)
+            _full_row(row_codes, row_logs, depth, topk, keep, picked, out[i])
     return out
+
+
+class _Fronts(NamedTuple):
+    """A sorted row's frontiers, level by level, and the heap that finds its budget-th log confidence."""
+
+    code: np.ndarray  # [depth, topk] int the frontier's codes at each level (0-based)
+    value: np.ndarray  # [depth, topk] float their log path confidences
+    index: np.ndarray  # [depth, topk] int their index among the level's children (parent position * topk + rank - 1)
+    position: np.ndarray  # [depth, topk**2] int each child's place on its level's frontier, -1 off it
+    heads: np.ndarray  # [topk] int each sibling list's next rank - 1, while a frontier is merged
+    heap_value: np.ndarray  # [2 * keep + 2] float
+    heap_node: np.ndarray  # [2 * keep + 2] int level << 16 | parent position << 8 | rank - 1 (shifts: no division)
+
+
+class _Picked(NamedTuple):
+    """The nodes above the floor, in expansion order, and the budget's pick among them."""
+
+    key: np.ndarray  # [M] float path confidence less the depth tie-break
+    code: np.ndarray  # [M] int
+    best: np.ndarray  # [keep] int
+    scratch: np.ndarray  # [M] float
+
+
+@jit
+def _floor(kth_log: float, depth: int) -> float:
+    """The log confidence under which no node can make the budget, from the
+    budget-th largest log confidence: nodes that make it have log value >=
+    kth, so key >= exp(kth) - tiebreak * depth, and the budget-th key is at
+    least that (less a margin far above exp's and the subtraction's rounding)."""
+    least = np.exp(kth_log) - _DEPTH_TIEBREAK * depth
+    least = least * (1.0 - 1e-9) - 1e-12
+    return np.log(least) - 1e-9 if least > 0 else -np.inf
+
+
+@jit
+def _full_row(codes: np.ndarray, logs: np.ndarray, depth: int, topk: int, keep: int, picked: _Picked,
+              out: np.ndarray) -> None:
+    """The budget's pick of one expanded row (codes, log values [M], in expansion order)."""
+    m = len(codes)
+    floor = _floor(kth_largest(logs, keep, picked.scratch), depth) if keep < m else -np.inf
+    n = 0
+    for j in range(m):
+        if logs[j] >= floor:
+            level = 1 if j < topk else 2 + (j - topk) // (topk * topk)
+            picked.key[n] = np.exp(logs[j]) - _DEPTH_TIEBREAK * level
+            picked.code[n] = codes[j]
+            n += 1
+    top_into(picked.key[:n], keep, picked.best, picked.scratch)
+    for j in range(keep):
+        out[j] = picked.code[picked.best[j]]
+
+
+@jit
+def _sorted_row(logc: np.ndarray) -> bool:
+    """Whether every level's log confidences [depth, topk] are <= 0 and never
+    rise with rank: then a node's children and younger siblings never
+    outrank it, and every list of siblings is sorted (float sums keep the
+    order of their terms)."""
+    for d in range(logc.shape[0]):
+        previous = 0.0
+        for r in range(logc.shape[1]):
+            if not logc[d, r] <= previous:  # NaN fails too
+                return False
+            previous = logc[d, r]
+    return True
+
+
+@jit
+def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fronts, picked: _Picked,
+                out: np.ndarray) -> None:
+    """:func:`_full_row`'s pick for a sorted row, without expanding it."""
+    # the buffers as locals: a tuple field read in a loop costs numba a reference count each time
+    code, value_of, index_of, heads = fronts.code, fronts.value, fronts.index, fronts.heads
+    position = fronts.position
+    heap_value, heap_node = fronts.heap_value, fronts.heap_node
+    key, picked_code = picked.key, picked.code
+    # Frontiers: level 0 is every rank; level d the topk best of the previous
+    # frontier's children by (value, lowest index), in top_into's order.
+    for r in range(topk):
+        code[0, r] = r + 1
+        value_of[0, r] = logc[0, r]
+        index_of[0, r] = r
+        position[0, r] = r
+    for d in range(1, depth - 1):
+        for f in range(topk):
+            heads[f] = 0
+        kth = 0.0
+        for t in range(topk):
+            top = -1
+            top_value = 0.0
+            for f in range(topk):
+                if heads[f] < topk:
+                    value = value_of[d - 1, f] + logc[d, heads[f]]
+                    if top < 0 or value > top_value:
+                        top, top_value = f, value
+            r = heads[top]
+            heads[top] += 1
+            index_of[d, t] = top * topk + r
+            value_of[d, t] = top_value
+            code[d, t] = code[d - 1, top] + (np.int64(r + 1) << (RANK_BITS * d))
+            kth = top_value
+        _order_front(code[d], value_of[d], index_of[d], topk, kth)
+        for p in range(topk):
+            position[d, index_of[d, p]] = p
+
+    # The budget-th largest log value: best first over the nodes, each node
+    # opening its next sibling and, on the frontier, its first child.
+    size = 1
+    heap_value[0] = logc[0, 0]
+    heap_node[0] = 0
+    kth_log = 0.0
+    for _ in range(keep):
+        kth_log, node = heap_value[0], heap_node[0]
+        size = _heap_pop(heap_value, heap_node, size)
+        level, f, r = node >> 16, (node >> 8) & 255, node & 255
+        if r + 1 < topk:
+            value = logc[0, r + 1] if level == 0 else value_of[level - 1, f] + logc[level, r + 1]
+            size = _heap_push(heap_value, heap_node, size, value, node + 1)
+        p = position[level, r if level == 0 else f * topk + r] if level + 1 < depth else -1
+        if p >= 0:
+            size = _heap_push(heap_value, heap_node, size, value_of[level, p] + logc[level + 1, 0],
+                              (level + 1) << 16 | p << 8)
+
+    # The nodes above the floor, in expansion order: a prefix of each sibling list.
+    floor = _floor(kth_log, depth)
+    n = 0
+    for r in range(topk):
+        if not logc[0, r] >= floor:
+            break
+        key[n] = np.exp(logc[0, r]) - _DEPTH_TIEBREAK * 1
+        picked_code[n] = r + 1
+        n += 1
+    for d in range(1, depth):
+        for f in range(topk):
+            for r in range(topk):
+                value = value_of[d - 1, f] + logc[d, r]
+                if not value >= floor:
+                    break
+                key[n] = np.exp(value) - _DEPTH_TIEBREAK * (d + 1)
+                picked_code[n] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
+                n += 1
+    top_into(key[:n], keep, picked.best, picked.scratch)
+    for j in range(keep):
+        out[j] = picked_code[picked.best[j]]
+    for d in range(1, depth - 1):  # the next row starts from an empty frontier map
+        for p in range(topk):
+            position[d, index_of[d, p]] = -1
+
+
+@jit
+def _order_front(code: np.ndarray, value: np.ndarray, index: np.ndarray, topk: int, kth: float) -> None:
+    """Put a level's frontier [topk], picked best first, in top_into's order:
+    the values above the k-th by index, then its ties by index (picked so already)."""
+    above = 0
+    while above < topk and value[above] > kth:
+        above += 1
+    for t in range(1, above):  # insertion sort by index
+        moved_index, moved_value, moved_code = index[t], value[t], code[t]
+        u = t
+        while u > 0 and index[u - 1] > moved_index:
+            index[u], value[u], code[u] = index[u - 1], value[u - 1], code[u - 1]
+            u -= 1
+        index[u], value[u], code[u] = moved_index, moved_value, moved_code
+
+
+@jit
+def _heap_push(values: np.ndarray, nodes: np.ndarray, size: int, value: float, node: int) -> int:
+    """Push onto a max-heap of ``size`` values; returns the new size."""
+    j = size
+    while j > 0:
+        up = (j - 1) >> 1
+        if values[up] >= value:
+            break
+        values[j], nodes[j] = values[up], nodes[up]
+        j = up
+    values[j], nodes[j] = value, node
+    return size + 1
+
+
+@jit
+def _heap_pop(values: np.ndarray, nodes: np.ndarray, size: int) -> int:
+    """Drop a max-heap's top; returns the new size."""
+    size -= 1
+    value, node = values[size], nodes[size]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and values[c + 1] > values[c]:
+            c += 1
+        if values[c] <= value:
+            break
+        values[j], nodes[j] = values[c], nodes[c]
+        j = c
+    if size > 0:
+        values[j], nodes[j] = value, node
+    return size
 
 
 @jit

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,65 @@ def test_eagle_expansion_generates_its_node_count_and_a_tree(depth, topk):
         held = set(row.tolist())
         for c in held:
             assert trees.depth(c) == 1 or trees.parent(c) in held
+
+
+def eagle_reference(conf, depth, topk, budget):
+    """The spec of trees.eagle_tree's set of nodes: every node of the
+    expansion keyed by its path confidence less the depth tie-break, the
+    budget largest keys, ties by expansion order. Scalar exp, as the
+    compiled code's (numpy's vector exp may round the last bit otherwise)."""
+    codes, logs, depths = trees.expand_log(conf, depth, topk)
+    keys = np.array([[math.exp(v) - 1e-9 * d for v, d in zip(row, depths)] for row in logs.tolist()])
+    return np.stack([codes[i, trees.top_indices(keys[i], budget)] for i in range(len(conf))])
+
+
+def _confidences(kind, rng, b, depth, topk):
+    if kind == "sorted":
+        return np.sort(rng.uniform(0, 1, (b, depth, topk)), axis=2)[:, :, ::-1].copy()
+    if kind == "ties":  # few distinct values, and clamped ones: equal paths across levels
+        return np.sort(rng.choice([0.0, 1e-40, 0.25, 0.5, 1.0], (b, depth, topk)), axis=2)[:, :, ::-1].copy()
+    if kind == "drafter":  # as the acceptance model draws them: the first candidate, then shares of the rest
+        top = rng.uniform(0.05, 0.95, (b, depth, 1))
+        return np.minimum.accumulate(np.concatenate([top, (1 - top) * 0.5 ** np.arange(1, topk)], axis=2), axis=2)
+    return rng.uniform(0, 1.2, (b, depth, topk))  # unsorted, some above 1: the rows expanded whole
+
+
+@pytest.mark.parametrize("kind", ["sorted", "ties", "drafter", "unsorted"])
+def test_eagle_tree_is_the_budget_best_of_the_expansion(kind):
+    rng = np.random.default_rng(len(kind))
+    for depth, topk, budget in [(1, 1, 1), (1, 4, 2), (2, 3, 5), (4, 4, 17), (6, 10, 1), (6, 10, 7), (6, 10, 60),
+                                (6, 10, 509), (6, 10, 510), (7, 2, 9), (8, 7, 64)]:
+        conf = _confidences(kind, rng, 37, depth, topk)
+        expected = np.sort(eagle_reference(conf, depth, topk, budget), axis=1)  # rows are sets: order unspecified
+        got = np.sort(trees.eagle_tree(conf, depth, topk, budget), axis=1)
+        assert got.tolist() == expected.tolist(), (depth, topk, budget)
+
+
+def expanded_pick(conf, depth, topk, budget):
+    """eagle_tree's pick of every row by expanding it whole (the path rows
+    not sorted by rank take): the same codes in the same order is what the
+    merged path of sorted rows must give."""
+    m = topk + (depth - 1) * topk * topk
+    keep = min(budget, m)
+    logc = trees.log_confidences(conf, depth, topk)
+    bufs = trees._ExpandBuffers(np.empty(topk, np.int64), np.empty(topk), np.empty(topk * topk, np.int64),
+                                np.empty(topk * topk), np.empty(topk, np.int64), np.empty(topk * topk))
+    picked = trees._Picked(np.empty(m), np.empty(m, np.int64), np.empty(keep, np.int64), np.empty(m))
+    out = np.empty((len(conf), keep), np.int64)
+    codes, logs = np.empty(m, np.int64), np.empty(m)
+    for i in range(len(conf)):
+        trees._expand_row(logc[i], depth, topk, codes, logs, bufs)
+        trees._full_row(codes, logs, depth, topk, keep, picked, out[i])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["sorted", "ties", "drafter"])
+def test_eagle_tree_merged_rows_pick_what_expanded_rows_pick(kind):
+    rng = np.random.default_rng(7 + len(kind))
+    for depth, topk, budget in [(2, 3, 5), (4, 4, 17), (6, 10, 1), (6, 10, 7), (6, 10, 60), (6, 10, 200), (8, 7, 64)]:
+        conf = _confidences(kind, rng, 53, depth, topk)
+        got = trees.eagle_tree(conf, depth, topk, budget)
+        assert got.tolist() == expanded_pick(conf, depth, topk, budget).tolist(), (depth, topk, budget)
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 37, 129, 510])

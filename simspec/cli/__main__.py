@@ -1,7 +1,5 @@
 """``python -m simspec.cli``: the ``simspec`` command."""
 
-import sys
+from simspec.cli import entry
 
-from simspec.cli import main
-
-sys.exit(main())
+entry()

@@ -297,7 +297,7 @@ def _verifying(costs: CostTables, p: Pricing) -> Verifying:
     return Verifying((m1 + m2) ** BLEND_P, c1, l1, p.padded * costs.kv_s_per_padded, p.pairs0 - p.pf_pairs, b)
 
 
-@jit
+@jit(inline=True)
 def _verify_s(costs: CostTables, p: Pricing, v: Verifying, memo: np.ndarray, n: int, pairs: int,
               deepest: int) -> float:
     """``_step_s(costs, p, n, pairs, deepest)`` for ``n >= 1`` draft tokens,
@@ -447,33 +447,38 @@ def _marginal_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, c:
     A node worth 0 (or less) would end the expansion when popped, and a
     heap pops it after every positive one, so it is never added."""
     b = len(batch.context_tokens)
+    # tuple fields read in the loop as locals: numba counts a reference at every read of one
     f = e.frontier
-    e.memo[0] = np.nan
+    value_of, request_of, code_of, parent_of = f.value, f.request, f.code, f.parent
+    rows, chosen, depths, memo = e.rows, e.chosen, e.depths, e.memo
+    context, remaining = batch.context_tokens, batch.remaining_tokens
+    max_depth, topk, max_nodes = e.depth, e.topk, e.max_nodes
+    memo[0] = np.nan
     size = 0
     for i in range(b):
         first = _confidence(c, i, 0, 0)
-        if batch.remaining_tokens[i] > 1 and first > 0:
+        if remaining[i] > 1 and first > 0:
             size = _push(f, size, first, i, np.int64(1), 1.0)
     gain, pairs, deepest, best, take, n = float(b), 0, 0, p.rate0, 0, 0
-    while size > 0 and n < e.max_nodes:
-        value, i, code, parent = f.value[0], f.request[0], f.code[0], f.parent[0]
+    while size > 0 and n < max_nodes:
+        value, i, code, parent = value_of[0], request_of[0], code_of[0], parent_of[0]
         d = trees.depth(code)
         # Later nodes are worth at most this one and cost at least the
         # forward's slope here; best is already the highest rate seen.
-        slope = _verify_s(costs, p, v, e.memo, n + 2, pairs, 0) - _verify_s(costs, p, v, e.memo, n + 1, pairs, 0)
+        slope = _verify_s(costs, p, v, memo, n + 2, pairs, 0) - _verify_s(costs, p, v, memo, n + 1, pairs, 0)
         if slope > 0 and value / slope < best:
             break
-        e.rows[n], e.chosen[n], e.depths[n] = i, code, d
+        rows[n], chosen[n], depths[n] = i, code, d
         n += 1
         gain += value
-        pairs += batch.context_tokens[i]
+        pairs += context[i]
         deepest = max(deepest, d)
-        rate = gain / _verify_s(costs, p, v, e.memo, n, pairs, deepest)
+        rate = gain / _verify_s(costs, p, v, memo, n, pairs, deepest)
         if rate > best:
             best, take = rate, n
-        below = value * _confidence(c, i, d, 0) if d < e.depth and d + 1 < batch.remaining_tokens[i] else 0.0
+        below = value * _confidence(c, i, d, 0) if d < max_depth and d + 1 < remaining[i] else 0.0
         r = trees.rank(code)
-        beside = parent * _confidence(c, i, d - 1, r) if r < e.topk else 0.0
+        beside = parent * _confidence(c, i, d - 1, r) if r < topk else 0.0
         if below > 0:  # the first child takes the popped node's place
             _sift_down(f, size, below, i, trees.child_at(code, d, 1), value)
             if beside > 0:
