@@ -458,7 +458,9 @@ def engine_of(cfg: CalibrateVllmConfig, log: ServerLog, server: ServerMetrics) -
 
 def bench_requests(bench: BenchResult, cached: np.ndarray | None = None) -> list[Request]:
     """The benchmark's completed requests as it sent them: arrivals from its
-    first send, its prompt and output lengths, in arrival order. ``cached``
+    start (its first send after :attr:`~simspec.vllm_logs.BenchResult.lead_s`,
+    so the simulated run's duration spans what the benchmark's did), its
+    prompt and output lengths, in arrival order. ``cached``
     (per request of the bench, in its order): prompt tokens the server had
     in its prefix cache already, left out of the prompt the simulator
     prefills (the fitted step costs have no per-context term, so this
@@ -466,7 +468,7 @@ def bench_requests(bench: BenchResult, cached: np.ndarray | None = None) -> list
     r = bench.requests
     require(r is not None, f"{bench.path}: no per-request arrays (run vllm bench serve with --save-detailed)")
     ok = np.flatnonzero(r.ok)
-    arrival = r.arrival_s
+    arrival = r.arrival_s + bench.lead_s
     order = ok[np.argsort(arrival[ok], kind="stable")]
     hit = np.zeros(len(r.input_tokens), np.int64) if cached is None else np.asarray(cached, np.int64)
     return [Request(id=i, arrival_s=float(arrival[j]), prompt_tokens=int(r.input_tokens[j] - hit[j]),

@@ -506,19 +506,26 @@ def _sum_counters(parts) -> SpecDecodeCounters | None:
                                         for p in parts) for j in range(k)))
 
 
-def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.ndarray], tuple[str, ...]]:
+def prefix_hits(runs: list[LiveRun], block: int | None, spec_tokens: dict[str, int] | None = None
+                ) -> tuple[dict[int, np.ndarray], tuple[str, ...]]:
     """The prompt tokens each request of a run found in its server's prefix
     cache (by ``id(run)``; ``runs`` in the order they ran), and a note per
-    run that found any.
+    run that found any. ``spec_tokens``: each method's K (0 or absent: no
+    speculation).
 
     vLLM's random dataset gives the same prompts for the same traffic and
     seed, and the server keeps a served prompt's full KV blocks cached (its
     prefix caching is on by default): a repeat of a traffic computes only
     what is past the last full block of each prompt, at most prompt - 1
-    tokens (vllm/v1/core/kv_cache_manager.py 0.33 l.296-302). That rule is
-    used for a run only when it gives exactly the prompt tokens the server
-    logged as computed during the run; otherwise the note says what the
-    log shows and the run is replayed whole."""
+    tokens (vllm/v1/core/kv_cache_manager.py 0.33 l.296-302). When it
+    speculates, a request left with one prompt token to compute may be
+    scheduled as 1 + K rows, K of them placeholder drafts, which the log
+    counts as context tokens (vllm/v1/core/sched/scheduler.py 0.32
+    l.1131-1152: new requests are padded to the speculative width when no
+    other prefill was scheduled before them in the step). The rule is used
+    for a run only when it gives exactly the prompt tokens the server logged
+    as computed during the run, up to K for each request so left; otherwise
+    the note says what the log shows and the run is replayed whole."""
     hits, notes, served = {}, [], {}
     for r in runs:
         seen = served.setdefault(r.method, set())
@@ -530,12 +537,17 @@ def prefix_hits(runs: list[LiveRun], block: int | None) -> tuple[dict[int, np.nd
         label = f"{r.method} {r.traffic.name} #{r.repeat + 1}"
         if r.traffic in seen and block:
             hit = np.where(req.ok, (req.input_tokens - 1) // block * block, 0)
-            if sent - int(hit.sum()) == computed:
+            k = (spec_tokens or {}).get(r.method, 0)
+            padded = computed - (sent - int(hit.sum()))
+            one_left = int(np.sum(req.ok & (req.input_tokens - hit == 1)))
+            if padded == 0 or (k > 0 and padded % k == 0 and 0 < padded // k <= one_left):
                 hits[id(r)] = hit
                 if hit.any():
+                    pad = (f" ({padded} of them vLLM's placeholder draft rows for {padded // k} request(s) left "
+                           f"with one prompt token)" if padded else "")
                     notes.append(f"{label}: {int(hit.sum())} of {sent} prompt tokens found in the prefix cache (its "
                                  f"prompts were served before; {block}-token blocks), as the log's {computed} "
-                                 f"computed tokens confirm: replayed without them")
+                                 f"computed tokens confirm{pad}: replayed without them")
             else:
                 notes.append(f"{label}: the log computed {computed} of {sent} prompt tokens, not the "
                              f"{sent - int(hit.sum())} the block rule says: replayed whole")
@@ -561,7 +573,7 @@ def analyse(out: Path, say=print) -> VllmValidation:
     table: dict[str, dict[str, dict[str, Cell]]] = {}
     loadavg: dict[str, dict[str, float]] = {}
     replays = {}
-    hits, notes = prefix_hits(runs, block)
+    hits, notes = prefix_hits(runs, block, {m: 0 if m == "none" else cfg.k for m in cfg.methods})
     for traffic in cfg.held_out:
         for method, cal in calibrations.items():
             held = [r for r in runs if r.method == method and r.phase == "held_out" and r.traffic.name == traffic.name]

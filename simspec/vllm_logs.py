@@ -382,6 +382,23 @@ class BenchResult:
     spec_decode: SpecDecodeCounters | None  # the counters' difference over the run
     requests: BenchRequests | None  # None without --save-detailed
 
+    @property
+    def lead_s(self) -> float:
+        """Seconds from the benchmark's start to its first request. ``vllm
+        bench serve`` starts the clock its ``duration`` is read on before
+        its request generator's first sleep, and that sleep is a drawn
+        inter-arrival time, not 0 (vllm/benchmarks/serve.py 0.32 l.451-515,
+        l.1011, l.1090): at 0.25 req/s about 4 s of a 100 s run, which
+        output throughput is divided by. It is not saved, so it is inferred:
+        the duration less the span from the first send to the last
+        completion (at least 0; the milliseconds after the last completion
+        count in it). 0 without per-request arrays."""
+        r = self.requests
+        if r is None or not r.ok.any():
+            return 0.0
+        span_s = float(np.max((r.start_s + r.e2el_s)[r.ok]) - np.min(r.start_s))
+        return max(0.0, float(self.summary.get("duration", span_s)) - span_s)
+
 
 def _number(value, key: str, path: str) -> float:
     require(isinstance(value, (int, float)) and not isinstance(value, bool),

@@ -361,3 +361,18 @@ def test_a_repeat_is_replayed_with_what_the_prefix_cache_held():
     assert len(notes) == 2 and notes[0].startswith("none low #2: 384 of 600 prompt tokens found")
     assert notes[1].startswith("none mid #2: the log computed 500 of 600 prompt tokens, not the 216")
     assert vv.prefix_hits(runs, None)[0] == {}
+    # speculating (K = 3), a request left with one prompt token may be scheduled as 1 + K rows
+    one = np.array([129, 200, 300])  # 128 + 1: one token left after the cached block
+    def spec_run(repeat, computed):
+        requests = SimpleNamespace(input_tokens=one, ok=np.array([True, True, True]))
+        return vv.LiveRun(method="ngram", phase="held_out", repeat=repeat, traffic=traffic,
+                          bench=SimpleNamespace(requests=requests), steps=(SimpleNamespace(prefill_tokens=computed),),
+                          counters=None, loadavg=(0.0, 0.0))
+    for computed, used in ((629, False), (1 + 72 + 44, True), (1 + 72 + 44 + 3, True), (1 + 72 + 44 + 6, False),
+                           (1 + 72 + 44 + 2, False)):
+        spec = [spec_run(0, 629), spec_run(1, computed)]
+        hits, notes = vv.prefix_hits(spec, 128, {"ngram": 3})
+        assert (id(spec[1]) in hits) == used, computed
+    padded = [spec_run(0, 629), spec_run(1, 120)]
+    assert "placeholder draft rows" in vv.prefix_hits(padded, 128, {"ngram": 3})[1][0]
+    assert id(padded[1]) not in vv.prefix_hits(padded, 128, {"ngram": 0})[0]  # no speculation: no padding

@@ -207,3 +207,23 @@ def test_reading_vllms_output_never_imports_vllm_or_torch():
             "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_benchmarks_lead_before_its_first_request_is_kept_in_the_replay():
+    """vllm bench serve's duration starts before its first, drawn, sleep:
+    the lead is the duration less the first send to the last completion,
+    and the replay's arrivals start after it, so the simulated duration
+    spans the benchmark's."""
+    from simspec.calibrate_vllm import bench_requests
+
+    data = json.loads((DATA / "bench_ngram.json").read_text())
+    start, e2el = np.array(data["start_times"]), np.array(data["latencies"])
+    span = float(np.max(start + e2el) - start.min())
+    data["duration"] = span + 3.25
+    result = parse_bench(data, "b.json")
+    assert result.lead_s == pytest.approx(3.25, abs=1e-9)
+    arrivals = sorted(r.arrival_s for r in bench_requests(result))
+    assert arrivals[0] == pytest.approx(3.25, abs=1e-9)
+    assert arrivals[-1] - arrivals[0] == pytest.approx(float(start.max() - start.min()), abs=1e-9)
+    data["duration"] = span - 0.5  # never negative
+    assert parse_bench(data, "b.json").lead_s == 0.0
