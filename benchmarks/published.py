@@ -74,8 +74,9 @@ How a row becomes a simulation (assumptions of this script, not of the rows):
   benchmarks and per-batch throughput tables measure). AR and speculation see
   the same requests (one seed, common random numbers).
 
-About 40 rows x 2 simulations take about 10 s on one core once simspec's
-compiled kernels are cached (a first run compiles them: a minute or two).
+About 46 rows x 2 simulations take about a minute on one core once
+simspec's compiled kernels are cached (a first run compiles them: a minute
+or two); ``--fit`` evaluates the fit rows about 100 times (10-20 minutes).
 
     python benchmarks/published.py [--split fit|held_out|all] [--cost-model auto|roofline|...]
 """
