@@ -147,17 +147,17 @@ if _Locator not in _impl._locator_classes:
     _impl._locator_classes.insert(0, _Locator)
 
 
-def jit(fn=None, *, inline: bool = False):
+def jit(fn):
     """``numba.njit`` as every compiled simspec function is built: no GIL,
     cached in :data:`CACHE_DIR` (when it can be written).
 
-    ``@jit(inline=True)`` inlines the function into its compiled callers
-    (numba's ``inline="always"``): for small functions called in hot loops
-    with arrays among their arguments, whose reference counts (an atomic
-    call each, on entry and exit) numba cannot drop across a call."""
-    if fn is None:
-        return lambda f: jit(f, inline=inline)
-    return numba.njit(cache=CACHING, nogil=True, inline="always" if inline else "never")(fn)
+    A small function called in a hot loop with arrays among its arguments
+    should read them all before its first branch: numba counts a
+    reference for each on entry (an atomic call) and drops the pair only
+    when the release falls in the same block (simspec.policies.rules'
+    _verified_s and _confidence; inlining such a function by numba's
+    ``inline="always"`` kept the counts, at every call site)."""
+    return numba.njit(cache=CACHING, nogil=True)(fn)
 
 
 __all__ = ["jit", "CACHE_DIR", "CACHING", "cache_key", "cache_root", "compiled_modules", "keyed_sources"]

@@ -70,14 +70,16 @@ def resolve(config: SimConfig) -> Scenario:
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
 
 
-def run(config: SimConfig, *, progress: bool = False) -> Results:
+def run(config: SimConfig, *, progress: bool = False, event_detail: bool = True) -> Results:
     """Serve the scenario's requests with each policy of ``config``."""
-    return serve(resolve(config), progress=progress)
+    return serve(resolve(config), progress=progress, event_detail=event_detail)
 
 
-def serve(scenario: Scenario, *, progress: bool = False) -> Results:
+def serve(scenario: Scenario, *, progress: bool = False, event_detail: bool = True) -> Results:
     """Serve a resolved scenario's requests with each policy of its config
-    (for a scenario whose parts were changed after :func:`resolve`)."""
+    (for a scenario whose parts were changed after :func:`resolve`).
+    ``event_detail`` False: the logs keep no per-chunk and per-round arrays
+    (simspec.sim.simulate), which the metrics and run folders never read."""
     config = scenario.config
     logs = []
     n = len(scenario.requests)
@@ -91,7 +93,7 @@ def serve(scenario: Scenario, *, progress: bool = False) -> Results:
             logs.append(simulate(scenario.requests, policy=policies.parse(spec), label=spec, costs=scenario.costs,
                                  acceptance=scenario.acceptance, engine=config.engine,
                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
-                                 progress=advance if progress else None))
+                                 progress=advance if progress else None, event_detail=event_detail))
     table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
                                            slo_e2el_ms=config.slo_e2el_ms,
                                            empty_as_zero=config.engine.kind == "vllm")

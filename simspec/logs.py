@@ -17,8 +17,10 @@ as it arrives:
 
 The per-chunk and per-round arrays themselves are kept while the run has at
 most DETAIL_EVENTS chunks (tests and golden timelines read them) and
-dropped beyond. A million-request run thus needs a row per request, a few
-numbers per step and the histogram.
+dropped beyond, or not kept at all where the run says so
+(``event_detail=False``: metrics, plots and run folders never read them,
+and an hour's trace has millions). A million-request run thus needs a row
+per request, a few numbers per step and the histogram.
 """
 
 from __future__ import annotations
@@ -170,17 +172,19 @@ class _Steps:
 
 class LogBuilder:
     """A run's log, fed in blocks (module docstring). Requests are indexed
-    0..N-1 here; ``ids`` [N] gives each its request id."""
+    0..N-1 here; ``ids`` [N] gives each its request id. ``event_detail``
+    False keeps no per-chunk and per-round arrays (RunLog's ``chunk_*`` and
+    ``round_*`` are None), whatever the run's size."""
 
-    def __init__(self, ids: np.ndarray):
+    def __init__(self, ids: np.ndarray, *, event_detail: bool = True):
         self.ids = np.asarray(ids, dtype=np.int64)
         self._gaps = _Gaps(len(self.ids))
         self._rounds = _Rounds()
         self._steps: dict[str, list[np.ndarray]] | None = {k: [] for k in ("start", "duration", "batch", "plans",
                                                                                   "tokens")}
         self._totals = _Steps()
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
-        self._round_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if event_detail else None
+        self._round_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = [] if event_detail else None
         self._events = 0
 
     def chunks(self, index: np.ndarray, time_s: np.ndarray, tokens: np.ndarray) -> None:

@@ -331,7 +331,9 @@ class RunLog:
     ``timeline``, ``rounds``, ``gaps``). The per-step, per-chunk and
     per-round arrays are kept only while a run has at most
     ``simspec.logs.DETAIL_STEPS`` steps and ``DETAIL_EVENTS`` chunks (None
-    beyond): golden timelines, tests and small runs' plots read them.
+    beyond): golden timelines, tests and small runs' plots read them. The
+    per-chunk and per-round ones are None also where a run leaves them out
+    (simspec.sim.simulate's ``event_detail``, as ``simspec simulate`` does).
     """
 
     policy: str

@@ -174,6 +174,32 @@ def test_module_entry_point_defaults():
     assert table(done.stdout)[1] == list(DEFAULT_POLICIES)
 
 
+def _registered(parser) -> list[str]:
+    import argparse
+
+    return list(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+def test_each_command_module_registers_exactly_its_commands():
+    from simspec import cli
+
+    assert _registered(cli.parser()) == list(cli.COMMANDS)
+    for command, module in cli.COMMANDS.items():
+        assert _registered(cli.parser(command)) == [c for c, m in cli.COMMANDS.items() if m == module], command
+
+
+def test_a_command_imports_no_other_command_module():
+    from simspec import cli
+
+    code = ("import json, sys; from simspec import cli; cli.parser('simulate'); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('simspec.cli.'))))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = set(json.loads(done.stdout))
+    assert "simspec.cli.simulate" in imported
+    assert not imported & {f"simspec.cli.{m}" for m in cli.COMMANDS.values() if m != "simulate"}
+
+
 def test_trace_replay(tmp_path):
     conv = shared("traces", "azure_llm_2023_conv.csv")
     folder = tmp_path / "trace"

@@ -232,6 +232,27 @@ def test_chain_first_drafting_counts_each_off_chain_parent_once():
     assert offchain_rows(chain, np.array([3]), 3).tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("python", [False, True], ids=["compiled-path", "python-path"])
+def test_a_run_without_event_detail_leaves_out_only_the_chunk_and_round_arrays(python, roofline):
+    import dataclasses
+    import pickle
+
+    from simspec.sim import simulate
+    from simspec.types import RunLog
+
+    reqs = requests_at(np.sort(np.random.default_rng(2).uniform(0, 2, 50)), output=30, images=(576,))
+    full, lean = (simulate(reqs, policy=policies.parse("marginal"), costs=roofline,
+                           acceptance=acceptance.preset(acceptance.DEFAULT_PRESET), engine=EngineConfig(),
+                           kv_budget_tokens=200_000, seed=3, event_detail=detail, _python=python)
+                  for detail in (True, False))
+    for field in dataclasses.fields(RunLog):
+        a, b = getattr(full, field.name), getattr(lean, field.name)
+        if field.name.startswith(("chunk_", "round_")):
+            assert a is not None and len(a) and b is None, field.name
+        else:
+            assert pickle.dumps(a) == pickle.dumps(b), field.name
+
+
 def test_a_long_run_keeps_counts_not_events_and_its_metrics(monkeypatch):
     """Past the detail and exact-gap limits the log drops its per-chunk and
     per-round arrays and bins the gaps; every metric but the ITL percentiles

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import signal
 import sys
 import threading
 
 from simspec import __version__
-from simspec.cli import calibrate, costs, dashboard, export, live, profile, report, simulate, sweep, tune, vllm_models
 from simspec.types import InputError
 
-COMMANDS = (simulate, costs, live, profile, sweep, report, tune, export, dashboard, vllm_models, calibrate)
-"""The modules that register subcommands, in the order ``--help`` lists them."""
+COMMANDS = {"simulate": "simulate", "presets": "simulate", "costs": "costs", "train": "live", "live": "live",
+            "validate": "live", "profile-gpu": "profile", "sweep": "sweep", "report": "report", "tune": "tune",
+            "export": "export", "dashboard": "dashboard", "vllm-models": "vllm_models", "calibrate": "calibrate"}
+"""Each subcommand, in the order ``--help`` lists them, and the module of
+simspec.cli that registers it (``add(subparsers)``). A command imports only
+its own module and what that imports (the others' ~0.1 s a simulate never
+uses); a test checks each module registers exactly its names here."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,13 +47,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"simspec: error: {command + ': ' if command else ''}{message} (see {self.prog} --help)\n")
 
 
-def parser() -> argparse.ArgumentParser:
+def _modules(command: str | None) -> list:
+    """The modules of simspec.cli that register ``command`` (one of
+    COMMANDS), imported; every one for any other word or None."""
+    names = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
+    return [importlib.import_module(f"simspec.cli.{name}") for name in names]
+
+
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``simspec`` parser: every subcommand, or, for ``command`` (one
+    of COMMANDS), only those its module registers."""
     top = Parser(prog="simspec", description="Which speculative-decoding verification "
                                   "strategy should a VLM server use, and what latency will users see?")
     top.add_argument("--version", action="version", version=f"simspec {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        command.add(sub)
+    for module in _modules(command):
+        module.add(sub)
     return top
 
 
@@ -69,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _stop)
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(argv[0] if argv else None).parse_args(argv)
     if not getattr(args, "handler", None):
         parser().print_help()
         return 2
@@ -103,14 +118,15 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``simspec`` console script: :func:`main` on ``sys.argv``, then exit.
 
-    The heap is frozen (``gc.freeze``) twice: after the imports, so the
-    command's garbage collections do not walk numba's and numpy's objects
-    again and again, and before exiting, so the interpreter's last
-    collections skip everything (the OS frees a process's memory; that
-    teardown took ~0.4 s of a simulate process). atexit handlers and
-    reference-count finalizers still run; only cyclic garbage left at exit
-    is not collected.
+    The heap is frozen (``gc.freeze``) twice: after the imports (the
+    command's module and what it imports), so the command's garbage
+    collections do not walk numba's and numpy's objects again and again,
+    and before exiting, so the interpreter's last collections skip
+    everything (the OS frees a process's memory; that teardown took ~0.4 s
+    of a simulate process). atexit handlers and reference-count finalizers
+    still run; only cyclic garbage left at exit is not collected.
     """
+    _modules(sys.argv[1] if len(sys.argv) > 1 else None)
     gc.freeze()
     code = main()
     gc.freeze()

@@ -308,18 +308,51 @@ def wave_factor(queries, wave_tokens, wave_share):
     return np.where((wave_tokens > 0) & (waves > 1.0), np.ceil(waves) / np.maximum(waves, 1.0), 1.0)
 
 
+class Attention(NamedTuple):
+    """One kind's row of CostModel.attention (ATTENTION_TERMS, same units)
+    as plain numbers: a compiled loop that prices many calls of one kind
+    binds it once and passes no array (numba counts a reference for every
+    array a call receives, an atomic operation at each call)."""
+
+    floor_s: float
+    kv_s: float
+    kv_over_s: float
+    kv_knee: float
+    pair_s: float
+    pair_over_s: float
+    pair_knee: float
+    request_s: float
+    query_s: float
+    wave_tokens: float
+    wave_share: float
+
+
+@jit
+def attention_kind(a: np.ndarray, kind: int) -> Attention:
+    """Row ``kind`` of CostModel.attention ``a`` [3, 11]."""
+    return Attention(a[kind, A_FLOOR], a[kind, A_KV], a[kind, A_KV_OVER], a[kind, A_KV_KNEE], a[kind, A_PAIR],
+                     a[kind, A_PAIR_OVER], a[kind, A_PAIR_KNEE], a[kind, A_REQUEST], a[kind, A_QUERY],
+                     a[kind, A_WAVE_TOKENS], a[kind, A_WAVE_SHARE])
+
+
 @jit
 def attention_parts(a: np.ndarray, kind: int, kv: int, pairs: int, requests: int, queries: int):
     """(memory s, compute s, linear s) of one kind's attention call (module docstring)."""
-    memory = kv * a[kind, A_KV] + max(kv - a[kind, A_KV_KNEE], 0.0) * a[kind, A_KV_OVER]
-    compute = pairs * a[kind, A_PAIR] + max(pairs - a[kind, A_PAIR_KNEE], 0.0) * a[kind, A_PAIR_OVER]
-    if a[kind, A_WAVE_TOKENS] > 0 and queries > 0:
-        waves = np.ceil(queries / a[kind, A_WAVE_TOKENS]) * a[kind, A_WAVE_SHARE]
+    return call_parts(attention_kind(a, kind), kv, pairs, requests, queries)
+
+
+@jit
+def call_parts(t: Attention, kv: int, pairs: int, requests: int, queries: int):
+    """:func:`attention_parts` of a call priced by the row ``t``."""
+    memory = kv * t.kv_s + max(kv - t.kv_knee, 0.0) * t.kv_over_s
+    compute = pairs * t.pair_s + max(pairs - t.pair_knee, 0.0) * t.pair_over_s
+    if t.wave_tokens > 0 and queries > 0:
+        waves = np.ceil(queries / t.wave_tokens) * t.wave_share
         if waves > 1.0:
             compute *= np.ceil(waves) / waves
-    linear = requests * a[kind, A_REQUEST] + queries * a[kind, A_QUERY]
+    linear = requests * t.request_s + queries * t.query_s
     if queries > 0:
-        linear += a[kind, A_FLOOR]
+        linear += t.floor_s
     return memory, compute, linear
 
 

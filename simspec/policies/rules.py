@@ -29,8 +29,8 @@ import numpy as np
 
 from simspec import trees
 from simspec.compiled import jit
-from simspec.costs.base import (BLEND_P, PREFILL, VERIFY, CostTables, Forward, attention_parts, cpu_s, draft_cost,
-                                forward_cost, select_cost, table_at)
+from simspec.costs.base import (BLEND_P, PREFILL, VERIFY, Attention, CostTables, Forward, attention_kind,
+                                attention_parts, call_parts, cpu_s, draft_cost, forward_cost, select_cost, table_at)
 from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 AR, LINEAR, TREE, TRUNCATE, BATCH_TABLE, GOODPUT, MARGINAL, ORACLE, STAGED = range(9)
@@ -279,7 +279,10 @@ class Verifying(NamedTuple):
     """The parts of costs.base.forward_cost that a verifying step's draft
     tokens and their pairs leave unchanged (the prefill chunks' attention,
     the decode rounds' memory time, the padded cache), computed once a step
-    by :func:`_verifying`; :func:`_verify_s` adds the rest."""
+    by :func:`_verifying`; :func:`_verified_s` adds the rest. Numbers only
+    (the verify kind's attention row among them): the best-first loop
+    passes it to every pricing call, and numba would count a reference for
+    each array in it at each call."""
 
     memory_4: float  # (prefill + decode memory seconds) ** BLEND_P
     compute0: float  # the prefill chunks' compute seconds
@@ -287,6 +290,10 @@ class Verifying(NamedTuple):
     padded_s: float  # padded slots x their cost
     pairs0: int  # the decode rounds' attention pairs without drafts
     requests: int  # decode requests (B)
+    tokens0: int  # Pricing.tokens0
+    logits0: int  # Pricing.logits0
+    fixed_s: float  # Pricing.fixed_s
+    verify: Attention  # costs.attn's VERIFY row
 
 
 @jit
@@ -294,28 +301,56 @@ def _verifying(costs: CostTables, p: Pricing) -> Verifying:
     b = p.logits0 - p.pf_requests
     m1, c1, l1 = attention_parts(costs.attn, PREFILL, p.pf_kv, p.pf_pairs, p.pf_requests, p.pf_tokens)
     m2, _, _ = attention_parts(costs.attn, VERIFY, p.kv_tokens - p.pf_kv, p.pairs0 - p.pf_pairs, b, b)
-    return Verifying((m1 + m2) ** BLEND_P, c1, l1, p.padded * costs.kv_s_per_padded, p.pairs0 - p.pf_pairs, b)
+    return Verifying((m1 + m2) ** BLEND_P, c1, l1, p.padded * costs.kv_s_per_padded, p.pairs0 - p.pf_pairs, b,
+                     p.tokens0, p.logits0, p.fixed_s, attention_kind(costs.attn, VERIFY))
 
 
-@jit(inline=True)
+class Memo(NamedTuple):
+    """:func:`_verified_s`'s last (compute, blend): the blend of memory and
+    compute time (a power, most of the pricing) is a function of the
+    compute time alone there, and the compute time changes with the pairs
+    (and a wave count), not with each draft token; the best-first loop
+    prices each pair count three times. NaN at first: never equal."""
+
+    compute_s: float
+    blend_s: float
+
+
+@jit
+def _verified_s(v: Verifying, layers_s: np.ndarray, head_s: np.ndarray, draft_s: np.ndarray, memo: Memo, n: int,
+                pairs: int, deepest: int) -> tuple[float, Memo]:
+    """``_step_s(costs, p, n, pairs, deepest)`` for ``n >= 1`` draft tokens,
+    the same float, and the memo for the next call: forward_cost's
+    operations in its order, those that do not depend on ``n`` and
+    ``pairs`` read from ``v``; ``layers_s``, ``head_s`` are the cost
+    tables', ``draft_s`` the Pricing's drafting table.
+
+    The three arrays are read first, before any branch: numba counts a
+    reference for each array argument on entry and drops the pair only
+    when its release falls in the same block (in a hot loop, a pair of
+    atomic calls per array per call otherwise)."""
+    layers = table_at(layers_s, v.tokens0 + n)
+    head = table_at(head_s, v.logits0 + n)
+    drafting = draft_s[deepest]
+    _, compute2, linear2 = call_parts(v.verify, 0, v.pairs0 + pairs, v.requests, v.requests + n)
+    compute = v.compute0 + compute2
+    if compute != memo.compute_s:
+        memo = Memo(compute, (v.memory_4 + compute ** BLEND_P) ** (1.0 / BLEND_P))
+    attention = memo.blend_s + v.linear0 + linear2 + v.padded_s
+    forward = layers + head + attention
+    return v.fixed_s + forward + drafting, memo
+
+
+@jit
 def _verify_s(costs: CostTables, p: Pricing, v: Verifying, memo: np.ndarray, n: int, pairs: int,
               deepest: int) -> float:
-    """``_step_s(costs, p, n, pairs, deepest)`` for ``n >= 1`` draft tokens,
-    the same float: forward_cost's operations in its order, those that do
-    not depend on ``n`` and ``pairs`` read from ``v``. The blend of memory
-    and compute time (a power, most of the work) is a function of the
-    compute time alone here, so ``memo`` [2] keeps the last (compute,
-    blend): the compute time changes with the pairs (and a wave count),
-    not with each draft token, and the best-first loop prices each pair
-    count three times."""
-    _, compute2, linear2 = attention_parts(costs.attn, VERIFY, 0, v.pairs0 + pairs, v.requests, v.requests + n)
-    compute = v.compute0 + compute2
-    if compute != memo[0]:  # NaN at first: never equal
-        memo[0] = compute
-        memo[1] = (v.memory_4 + compute ** BLEND_P) ** (1.0 / BLEND_P)
-    attention = memo[1] + v.linear0 + linear2 + v.padded_s
-    forward = table_at(costs.layers_s, p.tokens0 + n) + table_at(costs.head_s, p.logits0 + n) + attention
-    return p.fixed_s + forward + p.draft_s[deepest]
+    """:func:`_verified_s` with its memo kept in ``memo`` [2], for callers
+    outside the best-first loop (the planner's tests compare it with
+    :func:`_step_s`)."""
+    seconds, last = _verified_s(v, costs.layers_s, costs.head_s, p.draft_s, Memo(memo[0], memo[1]), n, pairs,
+                                deepest)
+    memo[0], memo[1] = last.compute_s, last.blend_s
+    return seconds
 
 
 class Frontier(NamedTuple):
@@ -405,10 +440,17 @@ class Confidence(NamedTuple):
 
 @jit
 def _confidence(c: Confidence, i: int, d: int, r: int) -> float:
-    """Confidence of request ``i``'s rank-``r + 1`` candidate at depth ``d + 1``."""
+    """Confidence of request ``i``'s rank-``r + 1`` candidate at depth ``d + 1``
+    (``d`` below the rule's depth, ``r`` below its topk: ``c.conf`` has
+    both, as :func:`_marginal` checks).
+
+    Every array is read before the branch: numba counts a reference for
+    each array of ``c`` on entry and, with the releases spread over the
+    branches, kept the atomic pairs (6 a pop of the best-first loop)."""
+    drafted, alpha, seen = c.levels[i], c.alpha[i], c.conf[i, d, r]
     if c.prior:
-        return c.alpha[i] if r == 0 else 0.0
-    return c.conf[i, d, r] if d < c.levels[i] else 0.0
+        return alpha if r == 0 else 0.0
+    return seen if d < drafted else 0.0
 
 
 class Expansion(NamedTuple):
@@ -421,7 +463,6 @@ class Expansion(NamedTuple):
     rows: np.ndarray  # [max_nodes] int64 the popped nodes' requests, in pop order
     chosen: np.ndarray  # [max_nodes] int64 their codes
     depths: np.ndarray  # [max_nodes] int64 their depths
-    memo: np.ndarray  # [2] float64 _verify_s's last (compute s, blend s)
 
 
 @jit
@@ -429,7 +470,7 @@ def _expansion(b: int, depth: int, topk: int, max_nodes: int) -> Expansion:
     c = b + max_nodes + 1
     frontier = Frontier(np.empty(c), np.empty(c, dtype=np.int64), np.empty(c, dtype=np.int64), np.empty(c))
     return Expansion(depth, topk, max_nodes, frontier, np.empty(max_nodes, dtype=np.int64),
-                     np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64), np.full(2, np.nan))
+                     np.empty(max_nodes, dtype=np.int64), np.empty(max_nodes, dtype=np.int64))
 
 
 @jit
@@ -447,13 +488,16 @@ def _marginal_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, c:
     A node worth 0 (or less) would end the expansion when popped, and a
     heap pops it after every positive one, so it is never added."""
     b = len(batch.context_tokens)
-    # tuple fields read in the loop as locals: numba counts a reference at every read of one
+    # Every array the loop reads is bound here, once: numba counts a
+    # reference at each read of a tuple's array field and at each array
+    # passed to an inlined call, atomic operations that were most of a run.
     f = e.frontier
     value_of, request_of, code_of, parent_of = f.value, f.request, f.code, f.parent
-    rows, chosen, depths, memo = e.rows, e.chosen, e.depths, e.memo
+    rows, chosen, depths = e.rows, e.chosen, e.depths
     context, remaining = batch.context_tokens, batch.remaining_tokens
+    layers_s, head_s, draft_s = costs.layers_s, costs.head_s, p.draft_s
     max_depth, topk, max_nodes = e.depth, e.topk, e.max_nodes
-    memo[0] = np.nan
+    memo = Memo(np.nan, np.nan)
     size = 0
     for i in range(b):
         first = _confidence(c, i, 0, 0)
@@ -465,7 +509,9 @@ def _marginal_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, c:
         d = trees.depth(code)
         # Later nodes are worth at most this one and cost at least the
         # forward's slope here; best is already the highest rate seen.
-        slope = _verify_s(costs, p, v, memo, n + 2, pairs, 0) - _verify_s(costs, p, v, memo, n + 1, pairs, 0)
+        after, memo = _verified_s(v, layers_s, head_s, draft_s, memo, n + 2, pairs, 0)
+        here, memo = _verified_s(v, layers_s, head_s, draft_s, memo, n + 1, pairs, 0)
+        slope = after - here
         if slope > 0 and value / slope < best:
             break
         rows[n], chosen[n], depths[n] = i, code, d
@@ -473,7 +519,8 @@ def _marginal_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, c:
         gain += value
         pairs += context[i]
         deepest = max(deepest, d)
-        rate = gain / _verify_s(costs, p, v, memo, n, pairs, deepest)
+        step_s, memo = _verified_s(v, layers_s, head_s, draft_s, memo, n, pairs, deepest)
+        rate = gain / step_s
         if rate > best:
             best, take = rate, n
         below = value * _confidence(c, i, d, 0) if d < max_depth and d + 1 < remaining[i] else 0.0
@@ -503,6 +550,8 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
        lower-ranked candidates pay).
     """
     b = len(batch.context_tokens)
+    if batch.conf.shape[1] < depth or batch.conf.shape[2] < topk:  # _confidence reads within these
+        raise ValueError("marginal: Batch.conf must be [B, D >= depth, R >= topk]")
     p = _pricing(batch, costs, topk)
     v = _verifying(costs, p)
     e = _expansion(b, depth, topk, max_nodes)

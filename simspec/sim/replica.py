@@ -181,8 +181,10 @@ class Replica:
     def __init__(self, env: simpy.Environment, requests: Sequence[Request], *, policy: Policy,
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
-                 progress: Callable[[int], None] | None, _python: bool = False):
-        """``_python`` forces the Python path (tests compare the two)."""
+                 progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False):
+        """``event_detail``: keep the log's per-chunk and per-round arrays
+        (simspec.logs.LogBuilder); ``_python`` forces the Python path
+        (tests compare the two)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
@@ -223,7 +225,8 @@ class Replica:
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
-        self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n), LogBuilder(np.array([r.id for r in requests], np.int64)))
+        self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
+                                LogBuilder(np.array([r.id for r in requests], np.int64), event_detail=event_detail))
         sched.check_fits()
         self.fast = not _python and sched.prefixes is None and sched.images is None
         if self.fast:
@@ -372,21 +375,24 @@ class Replica:
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
              acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
-             seed: int = 0, progress: Callable[[int], None] | None = None, _python: bool = False) -> RunLog:
+             seed: int = 0, progress: Callable[[int], None] | None = None, event_detail: bool = True,
+             _python: bool = False) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
     The run's seed gives the difficulty and round streams (SeedSequence spawn
     keys 1 and 2; key 0 is the workload's), so policies compared under one
     seed share request difficulties, and the same seed gives the same log,
-    byte for byte. Requests must be sorted by arrival. ``_python`` forces
-    the Python path (module docstring; tests compare the two paths).
+    byte for byte. Requests must be sorted by arrival. ``event_detail``
+    False leaves the log's per-chunk and per-round arrays out (None; the
+    rest of the log is the same). ``_python`` forces the Python path
+    (module docstring; tests compare the two paths).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key,)))
                                   for key in (1, 2))
     env = simpy.Environment()
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
-                      progress=progress, _python=_python)
+                      progress=progress, event_detail=event_detail, _python=_python)
     if not replica.fast:
         env.process(replica.arrivals())
     env.process(replica.replica())
