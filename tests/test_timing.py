@@ -47,12 +47,15 @@ def test_shapes_it_cannot_build_are_refused(name, message):
 def test_replayed_iid_acceptance_matches_the_closed_form():
     """Random weights accept nothing on their own; with i.i.d. acceptance
     a = 0.7 replayed, a 3-token chain emits (1 - a^4) / (1 - a) tokens a
-    round. ~400 rounds: the standard error is ~0.05; the bound is 5 of them."""
+    round. The live engine's batching follows the wall clock, so the rounds
+    the replayed draws fall on vary: 296-325 in six runs on the development
+    machine. A round's tokens have s.d. 1.24, so from 250 rounds the bound
+    (0.25) is at least 3.2 standard errors."""
     result = serve("linear:k=3", AcceptanceModel.iid(0.7))
     assert result.log.complete
     length = metrics.summarize(result.log)["spec_decode_acceptance_length"]
     assert length == pytest.approx(mean_chain_tokens(0.7, 3), abs=0.25)
-    assert len(result.log.round_accepted) > 300
+    assert len(result.log.round_accepted) >= 250
 
 
 def test_replay_lifts_acceptance_above_what_random_weights_give():
