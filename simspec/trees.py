@@ -299,8 +299,9 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
     expand = _ExpandBuffers(np.empty(topk, dtype=np.int64), np.empty(topk), np.empty(topk * topk, dtype=np.int64),
                             np.empty(topk * topk), np.empty(topk, dtype=np.int64), np.empty(topk * topk))
     fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
-                     np.empty((depth, topk), dtype=np.int64), np.full((depth, topk * topk), -1, dtype=np.int64),
-                     np.empty(topk, dtype=np.int64), np.empty(2 * keep + 2), np.empty(2 * keep + 2, dtype=np.int64))
+                     np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
+                     np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty(depth, dtype=np.int64),
+                     np.empty(depth, dtype=np.int64), np.empty((1, depth)))
     picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(m))
     row_codes = np.empty(m, dtype=np.int64)
     row_logs = np.empty(m)
@@ -314,15 +315,18 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
 
 
 class _Fronts(NamedTuple):
-    """A sorted row's frontiers, level by level, and the heap that finds its budget-th log confidence."""
+    """A sorted row's levels as sorted streams: each level's frontier, and the
+    merge of its sibling lists that yields the level's nodes best first."""
 
     code: np.ndarray  # [depth, topk] int the frontier's codes at each level (0-based)
-    value: np.ndarray  # [depth, topk] float their log path confidences
+    value: np.ndarray  # [depth, topk] float their log path confidences, in top_into's order
     index: np.ndarray  # [depth, topk] int their index among the level's children (parent position * topk + rank - 1)
-    position: np.ndarray  # [depth, topk**2] int each child's place on its level's frontier, -1 off it
-    heads: np.ndarray  # [topk] int each sibling list's next rank - 1, while a frontier is merged
-    heap_value: np.ndarray  # [2 * keep + 2] float
-    heap_node: np.ndarray  # [2 * keep + 2] int level << 16 | parent position << 8 | rank - 1 (shifts: no division)
+    best_first: np.ndarray  # [depth, topk] float the frontier's log values as picked: the level's best, in order
+    heads: np.ndarray  # [depth, topk] int each sibling list's next rank - 1 in the level's merge
+    head_value: np.ndarray  # [depth, topk] float that node's log value, -inf once the list is spent
+    top: np.ndarray  # [depth] int the list holding the level's next node (the first of the best)
+    taken: np.ndarray  # [depth] int nodes of the level the budget's search has taken
+    ahead: np.ndarray  # [1, depth] float the level's next value in that search
 
 
 class _Picked(NamedTuple):
@@ -379,60 +383,85 @@ def _sorted_row(logc: np.ndarray) -> bool:
 
 
 @jit
+def _first_max(values: np.ndarray, row: int, n: int) -> int:
+    """The index of the largest of ``values[row, :n]``, the first on ties;
+    written as selects, so the compiled loop has no branch to mispredict
+    (and given the row, not a view of it, which would cost a reference count)."""
+    top = 0
+    best = values[row, 0]
+    for f in range(1, n):
+        v = values[row, f]
+        better = v > best
+        top = f if better else top
+        best = v if better else best
+    return top
+
+
+@jit
 def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fronts, picked: _Picked,
                 out: np.ndarray) -> None:
-    """:func:`_full_row`'s pick for a sorted row, without expanding it."""
+    """:func:`_full_row`'s pick for a sorted row, without expanding it.
+
+    Level d >= 1's nodes are the sibling lists of level d - 1's frontier,
+    each sorted (value_of[d - 1, f] + logc[d, r] falls with r), so merging
+    the lists yields the level best first: the frontier is the merge's
+    first ``topk`` nodes, and the budget-th largest log value overall is
+    found by merging the levels' streams."""
     # the buffers as locals: a tuple field read in a loop costs numba a reference count each time
-    code, value_of, index_of, heads = fronts.code, fronts.value, fronts.index, fronts.heads
-    position = fronts.position
-    heap_value, heap_node = fronts.heap_value, fronts.heap_node
+    code, value_of, index_of = fronts.code, fronts.value, fronts.index
+    best_first, heads, head_value = fronts.best_first, fronts.heads, fronts.head_value
+    top, taken, ahead = fronts.top, fronts.taken, fronts.ahead
     key, picked_code = picked.key, picked.code
     # Frontiers: level 0 is every rank; level d the topk best of the previous
     # frontier's children by (value, lowest index), in top_into's order.
     for r in range(topk):
         code[0, r] = r + 1
         value_of[0, r] = logc[0, r]
+        best_first[0, r] = logc[0, r]
         index_of[0, r] = r
-        position[0, r] = r
-    for d in range(1, depth - 1):
+    for d in range(1, depth):
         for f in range(topk):
-            heads[f] = 0
-        kth = 0.0
+            heads[d, f] = 0
+            head_value[d, f] = value_of[d - 1, f] + logc[d, 0]
+        top[d] = _first_max(head_value, d, topk)
+        if d == depth - 1:
+            break  # the last level has no frontier
         for t in range(topk):
-            top = -1
-            top_value = 0.0
-            for f in range(topk):
-                if heads[f] < topk:
-                    value = value_of[d - 1, f] + logc[d, heads[f]]
-                    if top < 0 or value > top_value:
-                        top, top_value = f, value
-            r = heads[top]
-            heads[top] += 1
-            index_of[d, t] = top * topk + r
-            value_of[d, t] = top_value
-            code[d, t] = code[d - 1, top] + (np.int64(r + 1) << (RANK_BITS * d))
-            kth = top_value
-        _order_front(code[d], value_of[d], index_of[d], topk, kth)
-        for p in range(topk):
-            position[d, index_of[d, p]] = p
+            f = top[d]
+            r = heads[d, f]
+            index_of[d, t] = f * topk + r
+            value_of[d, t] = best_first[d, t] = head_value[d, f]
+            code[d, t] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
+            heads[d, f] = r + 1  # the list's next node (written out: a call's arrays cost more than this)
+            head_value[d, f] = value_of[d - 1, f] + logc[d, r + 1] if r + 1 < topk else -np.inf
+            top[d] = _first_max(head_value, d, topk)
+        _order_front(code, value_of, index_of, d, topk, best_first[d, topk - 1])
 
-    # The budget-th largest log value: best first over the nodes, each node
-    # opening its next sibling and, on the frontier, its first child.
-    size = 1
-    heap_value[0] = logc[0, 0]
-    heap_node[0] = 0
+    # The budget-th largest log value: merge the levels, each best first
+    # (its frontier as picked, then the rest of its merge). ahead[0, d] is
+    # level d's next value, -inf once the level is spent.
+    for d in range(depth):
+        if 0 < d == depth - 1:  # the last level (past 0) has no frontier: it starts in its merge
+            taken[d] = topk
+            ahead[0, d] = head_value[d, top[d]]
+        else:
+            taken[d] = 0
+            ahead[0, d] = best_first[d, 0]
     kth_log = 0.0
     for _ in range(keep):
-        kth_log, node = heap_value[0], heap_node[0]
-        size = _heap_pop(heap_value, heap_node, size)
-        level, f, r = node >> 16, (node >> 8) & 255, node & 255
-        if r + 1 < topk:
-            value = logc[0, r + 1] if level == 0 else value_of[level - 1, f] + logc[level, r + 1]
-            size = _heap_push(heap_value, heap_node, size, value, node + 1)
-        p = position[level, r if level == 0 else f * topk + r] if level + 1 < depth else -1
-        if p >= 0:
-            size = _heap_push(heap_value, heap_node, size, value_of[level, p] + logc[level + 1, 0],
-                              (level + 1) << 16 | p << 8)
+        level = _first_max(ahead, 0, depth)
+        kth_log = ahead[0, level]
+        if taken[level] >= topk:  # the value came from the level's merge: its list moves on, as above
+            f = top[level]
+            r = heads[level, f] + 1
+            heads[level, f] = r
+            head_value[level, f] = value_of[level - 1, f] + logc[level, r] if r < topk else -np.inf
+            top[level] = _first_max(head_value, level, topk)
+        taken[level] += 1
+        if taken[level] < topk:
+            ahead[0, level] = best_first[level, taken[level]]
+        else:
+            ahead[0, level] = head_value[level, top[level]] if level > 0 else -np.inf
 
     # The nodes above the floor, in expansion order: a prefix of each sibling list.
     floor = _floor(kth_log, depth)
@@ -455,60 +484,24 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     top_into(key[:n], keep, picked.best, picked.scratch)
     for j in range(keep):
         out[j] = picked_code[picked.best[j]]
-    for d in range(1, depth - 1):  # the next row starts from an empty frontier map
-        for p in range(topk):
-            position[d, index_of[d, p]] = -1
 
 
 @jit
-def _order_front(code: np.ndarray, value: np.ndarray, index: np.ndarray, topk: int, kth: float) -> None:
-    """Put a level's frontier [topk], picked best first, in top_into's order:
-    the values above the k-th by index, then its ties by index (picked so already)."""
+def _order_front(code: np.ndarray, value: np.ndarray, index: np.ndarray, d: int, topk: int, kth: float) -> None:
+    """Put level ``d``'s frontier (row d of each [depth, topk] array), picked
+    best first, in top_into's order: the values above the k-th by index,
+    then its ties by index (picked so already). Given the row, not views of
+    it: a view costs a reference count."""
     above = 0
-    while above < topk and value[above] > kth:
+    while above < topk and value[d, above] > kth:
         above += 1
     for t in range(1, above):  # insertion sort by index
-        moved_index, moved_value, moved_code = index[t], value[t], code[t]
+        moved_index, moved_value, moved_code = index[d, t], value[d, t], code[d, t]
         u = t
-        while u > 0 and index[u - 1] > moved_index:
-            index[u], value[u], code[u] = index[u - 1], value[u - 1], code[u - 1]
+        while u > 0 and index[d, u - 1] > moved_index:
+            index[d, u], value[d, u], code[d, u] = index[d, u - 1], value[d, u - 1], code[d, u - 1]
             u -= 1
-        index[u], value[u], code[u] = moved_index, moved_value, moved_code
-
-
-@jit
-def _heap_push(values: np.ndarray, nodes: np.ndarray, size: int, value: float, node: int) -> int:
-    """Push onto a max-heap of ``size`` values; returns the new size."""
-    j = size
-    while j > 0:
-        up = (j - 1) >> 1
-        if values[up] >= value:
-            break
-        values[j], nodes[j] = values[up], nodes[up]
-        j = up
-    values[j], nodes[j] = value, node
-    return size + 1
-
-
-@jit
-def _heap_pop(values: np.ndarray, nodes: np.ndarray, size: int) -> int:
-    """Drop a max-heap's top; returns the new size."""
-    size -= 1
-    value, node = values[size], nodes[size]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and values[c + 1] > values[c]:
-            c += 1
-        if values[c] <= value:
-            break
-        values[j], nodes[j] = values[c], nodes[c]
-        j = c
-    if size > 0:
-        values[j], nodes[j] = value, node
-    return size
+        index[d, u], value[d, u], code[d, u] = moved_index, moved_value, moved_code
 
 
 @jit
