@@ -67,7 +67,7 @@ class _Gaps:
         """Chunks of requests ``index`` [C] at ``time_s`` [C], in time order."""
         if not len(index):
             return
-        order = np.argsort(index, kind="stable")  # each request's chunks, still in time order
+        order = stable_order(index)  # each request's chunks, still in time order
         idx, t = index[order], time_s[order]
         previous = np.empty(len(t))
         previous[1:] = t[:-1]
@@ -104,9 +104,23 @@ class _Gaps:
             return Gaps(count=self.count, bins=self.bins, mean_s=self.mean_s, m2_s2=self.m2)
         who = np.concatenate(self.requests) if self.requests else np.zeros(0, np.int64)
         values = np.concatenate(self.values) if self.values else np.zeros(0)
-        order = np.argsort(ids[who], kind="stable")  # by request id, each request's in time order
+        order = stable_order(ids[who])  # by request id, each request's in time order
         return Gaps(count=self.count, exact_s=values[order], exact_request=who[order], mean_s=self.mean_s,
                     m2_s2=self.m2)
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` (the same permutation: a stable
+    order is unique) in linear time where the keys are integers in
+    [0, 2**32): numpy sorts 16-bit keys by radix, so the low half, then
+    the high half stably; an hour's trace has millions of chunks, which
+    numpy's stable sort of 64-bit keys (timsort) takes ~3x as long on."""
+    if keys.dtype.kind not in "iu" or not len(keys) or keys.min() < 0 or keys.max() >= 1 << 32:
+        return np.argsort(keys, kind="stable")
+    order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+    if keys.max() < 1 << 16:
+        return order
+    return order[np.argsort((keys[order] >> 16).astype(np.uint16), kind="stable")]
 
 
 class _Rounds:

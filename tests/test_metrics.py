@@ -458,3 +458,14 @@ def test_format_table():
 def test_format_table_unknown_column_is_input_error():
     with pytest.raises(InputError, match="mean_ttf_ms"):
         format_table({"ar": {"mean_ttft_ms": 1.0}}, ["mean_ttf_ms"])
+
+
+@pytest.mark.parametrize("high", [1, 7, 1 << 16, 1 << 20, 1 << 32, 1 << 40])
+def test_stable_order_is_numpys_stable_argsort(high):
+    from simspec.logs import stable_order
+    rng = np.random.default_rng(high % 1000)
+    for n in (0, 1, 5, 1000, 100_000):
+        keys = rng.integers(0, high, n)
+        assert stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
+    keys = rng.integers(-3, 3, 1000)  # negative keys: numpy's own sort
+    assert stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
