@@ -20,7 +20,8 @@ SMALL = replace(MODELS["LLaVA-1.5-7B"], name="small-llava-shape", layers=2, hidd
                 vision_mlp_hidden=128, max_context_tokens=1024)
 
 
-def serve(policy: str, acceptance: AcceptanceModel, *, n: int = 16, dtype=torch.float32, seed: int = 0):
+def serve(policy: str, acceptance: AcceptanceModel, *, n: int = 16, dtype=torch.float32, seed: int = 0,
+          realtime: bool = True):
     target, drafter = timing.shaped_models(SMALL, dtype=dtype, seed=seed)
     models = live.Models(target=target, drafter=drafter, target_dir="", drafter_dir="")
     cfg = workloads.WorkloadConfig(arrival="poisson", rate_per_s=1000.0, num_requests=n, output_mean_tokens=60,
@@ -28,7 +29,8 @@ def serve(policy: str, acceptance: AcceptanceModel, *, n: int = 16, dtype=torch.
     requests, examples = timing.shaped_workload(cfg, SMALL, seed, max_context_tokens=SMALL.max_context_tokens)
     config = LiveConfig()
     replay = timing.AcceptanceReplay(acceptance, DraftContext.parse(config.drafter_context), seed=seed)
-    return live.serve_live(models, policy, requests, examples, affine(1.0, 0.05), config, replay=replay)
+    return live.serve_live(models, policy, requests, examples, affine(1.0, 0.05), config, replay=replay,
+                           realtime=realtime)
 
 
 def test_shape_of_llava_15_7b():
@@ -72,9 +74,17 @@ def test_every_policy_serves_in_bfloat16(policy):
 
 
 def test_same_seed_same_acceptance():
-    a = serve("linear:k=3", AcceptanceModel.iid(0.6), n=4).log
-    b = serve("linear:k=3", AcceptanceModel.iid(0.6), n=4).log
+    """The replay draws each round for the batch as it stands, so the same
+    seed gives the same acceptance given the same batches. In real time the
+    batches follow the wall clock (a request that arrives a millisecond
+    later joins a step later, on a loaded machine), so both runs take
+    every request at t=0: then the scheduler alone forms the batches."""
+    a = serve("linear:k=3", AcceptanceModel.iid(0.6), n=4, realtime=False).log
+    b = serve("linear:k=3", AcceptanceModel.iid(0.6), n=4, realtime=False).log
+    assert len(a.round_accepted) > 20
     assert np.array_equal(a.round_accepted, b.round_accepted)
+    other = serve("linear:k=3", AcceptanceModel.iid(0.6), n=4, seed=1, realtime=False).log
+    assert not np.array_equal(a.round_accepted[:20], other.round_accepted[:20])
 
 
 def test_cli_timing_only_on_the_tiny_spec(tmp_path, capsys):

@@ -85,9 +85,9 @@ def drafter_top1(models: Models, context: str) -> float:
 
 def serve_live(models: Models, policy: str, requests: Sequence[Request], examples: Sequence[Example],
                costs: CostModel, live: LiveConfig, progress: Callable[[int], None] | None = None,
-               replay: AcceptanceReplay | None = None) -> LiveResult:
+               replay: AcceptanceReplay | None = None, realtime: bool = True) -> LiveResult:
     engine = LiveEngine(models.target, models.drafter, policies.parse(policy), costs, live, replay)
-    return engine.serve(requests, examples, label=policy, progress=progress)
+    return engine.serve(requests, examples, label=policy, progress=progress, realtime=realtime)
 
 
 def warm_up(models: Models, policy_specs: Sequence[str], live: LiveConfig) -> None:
