@@ -115,10 +115,13 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
     [0, 2**32): numpy sorts 16-bit keys by radix, so the low half, then
     the high half stably; an hour's trace has millions of chunks, which
     numpy's stable sort of 64-bit keys (timsort) takes ~3x as long on."""
-    if keys.dtype.kind not in "iu" or not len(keys) or keys.min() < 0 or keys.max() >= 1 << 32:
+    if keys.dtype.kind not in "iu" or not len(keys):
+        return np.argsort(keys, kind="stable")
+    low, high = keys.min(), keys.max()  # one pass each, read once
+    if low < 0 or high >= 1 << 32:
         return np.argsort(keys, kind="stable")
     order = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
-    if keys.max() < 1 << 16:
+    if high < 1 << 16:
         return order
     return order[np.argsort((keys[order] >> 16).astype(np.uint16), kind="stable")]
 

@@ -573,7 +573,9 @@ def analyse(out: Path, say=print) -> VllmValidation:
     table: dict[str, dict[str, dict[str, Cell]]] = {}
     loadavg: dict[str, dict[str, float]] = {}
     replays = {}
-    hits, notes = prefix_hits(runs, block, {m: 0 if m == "none" else cfg.k for m in cfg.methods})
+    drafts = {m: (speculative_config(m, cfg.models, cfg.k) or {}).get("num_speculative_tokens", 0)
+              for m in cfg.methods}  # K per method, as the server was started
+    hits, notes = prefix_hits(runs, block, drafts)
     for traffic in cfg.held_out:
         for method, cal in calibrations.items():
             held = [r for r in runs if r.method == method and r.phase == "held_out" and r.traffic.name == traffic.name]
