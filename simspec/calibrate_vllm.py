@@ -113,6 +113,10 @@ class ChainAcceptance:
     # per-request timing was given; None without
     spread: tuple[float, float] | None = None
     spread_unused: str | None = None  # why the spread did not shape the fit (None: it did, or none was given)
+    # the pooled tokens a round's standard error over the requests, as a share (RequestRounds.relative_se):
+    # how far the counters' acceptance would move on other prompts of the same shape; None without timing
+    sampling_se: float | None = None
+    requests: int = 0  # how many requests' timing gave the spread and sampling_se
 
     @property
     def draft_tokens_per_draft(self) -> float:
@@ -301,6 +305,18 @@ class RequestRounds:
     def spread(self) -> float:
         return float(self.tokens_per_round.std(ddof=1))
 
+    @property
+    def relative_se(self) -> float:
+        """The pooled tokens a round's standard error over these requests,
+        as a share of it: how far the same measurement on another set of
+        prompts of this shape would typically land (a ratio estimator's
+        linearised variance, sum(a) / sum(r) with a the tokens and r the
+        rounds of each request)."""
+        tokens, rounds = self.tokens_after_first, self.tokens_after_first / self.tokens_per_round
+        n, ratio = len(tokens), self.pooled
+        residual = tokens - ratio * rounds
+        return float(np.sqrt((residual @ residual) / (n * (n - 1))) / rounds.mean() / ratio)
+
 
 def request_rounds(benches) -> RequestRounds | None:
     """The requests of ``benches`` (BenchResult) with at least two chunks
@@ -373,7 +389,9 @@ def fit_chain_acceptance(counters: SpecDecodeCounters, k: int, name: str,
     spread = None if rounds is None else (rounds.spread, _spread(chains, rounds.tokens_after_first)[1])
     return ChainAcceptance(counters=counters, k=k, rates=tuple(float(r) for r in rates),
                            model_rates=tuple(float(r) for r in _rates(chains)),
-                           model=model, spread=spread, spread_unused=why_not)
+                           model=model, spread=spread, spread_unused=why_not,
+                           sampling_se=None if rounds is None else rounds.relative_se,
+                           requests=0 if rounds is None else len(rounds.tokens_per_round))
 
 
 def spread_text(chain: ChainAcceptance) -> str:
@@ -383,7 +401,8 @@ def spread_text(chain: ChainAcceptance) -> str:
     measured, model = chain.spread
     use = (f"round term {chain.model.round_sigma:.2f} fitted to it" if chain.spread_unused is None
            else f"not fitted: {chain.spread_unused}")
-    return f"requests' s.d. of tokens a round {measured:.3f} (model {model:.3f}; {use})"
+    return (f"requests' s.d. of tokens a round {measured:.3f} (model {model:.3f}; {use}); sampling error of "
+            f"the acceptance over these {chain.requests} requests' prompts ±{100 * chain.sampling_se:.1f}%")
 
 
 def acceptance_record(chain: ChainAcceptance, fitted_to: str, metrics_path: str) -> dict:
@@ -398,7 +417,8 @@ def acceptance_record(chain: ChainAcceptance, fitted_to: str, metrics_path: str)
         "draft_tokens_per_draft": chain.draft_tokens_per_draft, "acceptance_length": c.acceptance_length,
         "requests_spread_of_tokens_per_round": None if chain.spread is None else
         {"measured": chain.spread[0], "model": chain.spread[1], "shaped_the_fit": chain.spread_unused is None,
-         "why_not": chain.spread_unused},
+         "why_not": chain.spread_unused, "requests": chain.requests,
+         "acceptance_sampling_relative_se": chain.sampling_se},
         "approximations": "chain rates fitted with token and confidence noise off; a rate of 1 held at "
                           "1 - 1e-6; the simulator drafts all K tokens where vLLM drafted "
                           f"{chain.draft_tokens_per_draft:.2f} a draft"}}

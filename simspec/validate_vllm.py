@@ -323,6 +323,18 @@ class Cell:
     # simulated with each held-out run's own acceptance (its counters) instead of the calibration's:
     # what the cost model alone gets wrong (None without speculation)
     sim_own_acceptance: float | None = None
+    # the acceptance length only: its sampling error over the held-out run's prompts (standard error, % of it;
+    # RequestRounds.relative_se), and the calibration's over its prompts; None without per-request timing
+    sampling_se_pct: float | None = None
+    calibration_se_pct: float | None = None
+
+    @property
+    def sampling_z(self) -> float | None:
+        """The error in standard errors of the two prompt sets' difference (None: not an acceptance cell)."""
+        if self.sampling_se_pct is None or self.calibration_se_pct is None:
+            return None
+        se = math.hypot(self.sampling_se_pct, self.calibration_se_pct)
+        return self.error_pct / se if se > 0 else None  # an oracle's: every request accepts everything
 
     @property
     def error_pct(self) -> float:
@@ -343,7 +355,10 @@ class Cell:
         return {"live": self.live, "sim": self.sim, "error_pct": self.error_pct, "bound_pct": self.bound_pct,
                 "within_bound": self.within, "live_runs": list(self.live_runs), "live_spread_pct": self.spread_pct,
                 "sim_own_acceptance": own,
-                "error_own_acceptance_pct": None if own is None or not self.live else (own / self.live - 1) * 100}
+                "error_own_acceptance_pct": None if own is None or not self.live else (own / self.live - 1) * 100,
+                **({} if self.sampling_se_pct is None else {
+                    "sampling_se_pct": self.sampling_se_pct, "calibration_sampling_se_pct": self.calibration_se_pct,
+                    "error_in_standard_errors": self.sampling_z})}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -591,11 +606,18 @@ def analyse(out: Path, say=print) -> VllmValidation:
                                        fit_chain_acceptance(r.counters, cfg.k, f"own:{method}",
                                                             request_rounds([r.bench])).model, engine,
                                        cal.kv_cache_tokens, cfg.sim_seeds, hits.get(id(r)))[0] for r in held]
+            sampling = {}
+            if cal.acceptance is not None and cal.acceptance.sampling_se is not None:
+                rounds = request_rounds([held[0].bench])  # the repeats send the same prompts
+                if rounds is not None:
+                    sampling = {"sampling_se_pct": 100 * rounds.relative_se,
+                                "calibration_se_pct": 100 * cal.acceptance.sampling_se}
             table.setdefault(traffic.name, {})[method] = {
                 m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
                         sim=float(np.mean([s[m] for s, _ in sims])),
                         live_runs=tuple(_live_value(r, m) for r in held), bound_pct=bound,
-                        sim_own_acceptance=None if own is None else float(np.mean([s[m] for s in own])))
+                        sim_own_acceptance=None if own is None else float(np.mean([s[m] for s in own])),
+                        **(sampling if m == "spec_decode_acceptance_length" else {}))
                 for m, bound in BOUNDS.items()}
             loadavg.setdefault(traffic.name, {})[method] = float(np.mean([np.mean(r.loadavg) for r in held]))
             replays[(traffic.name, method)] = (held[0].bench.requests.e2el_s[held[0].bench.requests.ok],
@@ -647,6 +669,13 @@ def format_report(result: VllmValidation) -> str:
                 lines.append("  " + " " * 7 + "".join(
                     f"{'':>9s}  {cells[m].sim_own_acceptance:>9.4g} {(cells[m].sim_own_acceptance / cells[m].live - 1) * 100:+6.1f}%      "
                     for m in BOUNDS) + "  (each run's own acceptance)")
+        sampled = [(method, cells["spec_decode_acceptance_length"]) for method, cells in methods.items()
+                   if cells["spec_decode_acceptance_length"].sampling_z is not None]
+        if sampled:
+            lines.append("  accept length's sampling error over the prompts (s.e. from each request's tokens a chunk; "
+                         "this load's, the calibration's; the error in s.e. of their difference): " + "; ".join(
+                             f"{method} ±{c.sampling_se_pct:.1f}%, ±{c.calibration_se_pct:.1f}%: {c.sampling_z:+.1f}"
+                             for method, c in sampled))
         if len(methods) > 1:
             live, sim = result.ranking(load, "live"), result.ranking(load, "sim")
             lines.append(f"  ranking by mean E2EL: live {' < '.join(live)}; sim {' < '.join(sim)} "

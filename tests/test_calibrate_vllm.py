@@ -272,3 +272,23 @@ def test_saturated_benchmarks_give_the_engines_time_outside_the_logged_steps(tmp
     fit = json.loads((tmp_path / "cal" / "calibration.json").read_text())["step_fit"]["coefficients_s"]
     costs = json.loads((tmp_path / "cal" / "step_costs.json").read_text())["coefficients_s"]
     assert costs["overhead"] == pytest.approx(fit["overhead"] + recorded.per_step_s, rel=1e-9)
+
+
+def test_the_pooled_tokens_a_rounds_standard_error_is_how_far_other_prompts_move_it():
+    """RequestRounds.relative_se from one set of requests must predict how
+    far the pooled tokens a round of other sets of the same size, drawn
+    from the same population, scatter around the population's."""
+    from simspec.calibrate_vllm import RequestRounds
+
+    rng = np.random.default_rng(5)
+    population_rate = rng.gamma(4.0, 0.4, 200_000) + 1.0  # tokens a round per request, skewed as copying drafts are
+    population_after = rng.integers(24, 72, 200_000).astype(float)
+    pooled, predicted = [], []
+    for _ in range(2000):
+        pick = rng.integers(0, len(population_rate), 24)
+        rounds = RequestRounds(tokens_per_round=population_rate[pick], tokens_after_first=population_after[pick])
+        pooled.append(rounds.pooled)
+        predicted.append(rounds.relative_se)
+    scatter = np.std(pooled, ddof=1) / np.mean(pooled)
+    assert np.mean(predicted) == pytest.approx(scatter, rel=0.1)
+    assert 0.02 < scatter < 0.2  # a real spread: the test could tell a wrong formula (a factor sqrt(n)) apart

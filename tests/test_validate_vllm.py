@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from simspec import validate_vllm as vv
+from simspec.calibrate_vllm import request_rounds
+from simspec.vllm_logs import parse_bench
 from simspec.types import InputError
 from simspec.vllm_server import Traffic
 
@@ -95,9 +97,16 @@ def test_table_holds_the_live_values_and_the_bounds(analysed):
             accept = cells["spec_decode_acceptance_length"]
             assert accept.live == pytest.approx(4.0 if method == "oracle" else 1.0)
             assert accept.sim == pytest.approx(accept.live, rel=0.02)
+            if method == "oracle":  # the sampling error of the run's prompts, from its own requests' chunks
+                rounds = request_rounds([parse_bench(bench, "r0")])
+                assert accept.sampling_se_pct == pytest.approx(100 * rounds.relative_se)
+                assert accept.calibration_se_pct == pytest.approx(0.0, abs=1e-9)  # every draft accepted
+            else:
+                assert accept.sampling_se_pct is None and accept.sampling_z is None
         assert sorted(result.ranking(load, "live")) == ["none", "oracle"]
     report = (out / "report.txt").read_text()
     assert "ranking by mean E2EL" in report and "cells within the bounds" in report
+    assert "accept length's sampling error over the prompts" in report
     assert json.loads((out / "report.json").read_text())["validation"]["low"]["oracle"]["mean_e2el_ms"]["live"] > 0
     for name in ("latency_cdf.png", "none/step_costs.json", "oracle/acceptance.json", "simspec-run.json"):
         assert (out / name).is_file()
