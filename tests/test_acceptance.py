@@ -100,3 +100,46 @@ def test_bad_acceptance_names_the_problem(spec, needle):
 def test_bad_drafter_context(text):
     with pytest.raises(InputError, match="drafter_context"):
         DraftContext.parse(text)
+
+
+def test_random_blocks_serve_one_generators_stream_in_order_across_refills():
+    """RandomBlocks refills into two buffers in turn: the numbers served must
+    be the generator's own blocks in draw order (at each window that finds
+    too few unread numbers: max(BLOCK, n) normals, then as many uniforms),
+    whatever the window sizes, and a window handed out must keep its numbers
+    across the next refill (draw() reads normals, then asks for uniforms,
+    which may refill the normals)."""
+    blocks = RandomBlocks(np.random.default_rng(3))
+    blocks.BLOCK = 64
+    reference = np.random.default_rng(3)
+    expected = [np.empty(0), np.empty(0)]
+
+    def expect(n):  # what a window(n) call draws, from the unread counts before it
+        for k, draw in ((0, reference.standard_normal), (1, reference.random)):
+            if blocks._filled[k] - int(blocks._used[k]) < n:
+                expected[k] = np.append(expected[k], draw(max(64, n)))
+
+    served_n, served_u = [], []
+    rng = np.random.default_rng(9)
+    for step in range(300):
+        n = int(rng.integers(0, 200))
+        expect(n)
+        window = blocks.window(n)
+        assert len(window.normals) >= n and len(window.uniforms) >= n
+        take = int(rng.integers(0, n + 1))
+        served_n.append(window.normals[:take].copy())
+        served_u.append(window.uniforms[:take].copy())
+        window.used[:] = take
+        blocks.consume(window)
+        if step % 7 == 0:  # normals() then uniforms(): the first view must survive the second call's refill
+            expect(150)
+            first = blocks.normals(150)
+            kept = first.copy()
+            expect(150)
+            served_u.append(blocks.uniforms(150).copy())
+            assert np.array_equal(first, kept)
+            served_n.append(kept)
+    served_n, served_u = np.concatenate(served_n), np.concatenate(served_u)
+    assert np.array_equal(served_n, expected[0][:len(served_n)])
+    assert np.array_equal(served_u, expected[1][:len(served_u)])
+    assert len(served_n) > 5000 and len(served_u) > 5000

@@ -73,26 +73,47 @@ def _tail(mass: float, decay: float) -> np.ndarray:
 
 class RandomBlocks:
     """Standard normals and uniforms from one Generator, served in order from
-    large blocks: one numpy call per block instead of several per step."""
+    large blocks: one numpy call per block instead of several per step.
+
+    Each kind lives in two buffers used in turn: a refill copies the unread
+    numbers into the other buffer and draws the fresh block after them (the
+    same draws, in the same order, as one array a refill; without a new
+    array, and its fresh pages, for each). A window's numbers therefore stay
+    as they were until the next-but-one refill of their kind, which is
+    longer than any reader keeps one (``normals`` then ``uniforms`` in one
+    call: the second may refill the normals once)."""
 
     BLOCK = 1 << 16
 
     def __init__(self, rng: np.random.Generator):
         self._rng = rng
-        self._normal = np.empty(0)
-        self._uniform = np.empty(0)
-        self._used = np.zeros(2, dtype=np.int64)  # consumed from the front of each block
+        self._buffers = [[np.empty(0), np.empty(0)], [np.empty(0), np.empty(0)]]  # [kind][turn]
+        self._turn = [0, 0]
+        self._filled = [0, 0]  # numbers held in each kind's current buffer
+        self._used = np.zeros(2, dtype=np.int64)  # consumed from the front of each
+
+    def _refill(self, k: int, n: int) -> None:
+        used, filled, turn = int(self._used[k]), self._filled[k], self._turn[k]
+        left, fresh = filled - used, max(self.BLOCK, n)
+        target = self._buffers[k][1 - turn]
+        if len(target) < left + fresh:
+            target = self._buffers[k][1 - turn] = np.empty(2 * (left + fresh))
+        target[:left] = self._buffers[k][turn][used:filled]
+        if k == 0:
+            self._rng.standard_normal(out=target[left:left + fresh])
+        else:
+            self._rng.random(out=target[left:left + fresh])
+        self._turn[k], self._filled[k], self._used[k] = 1 - turn, left + fresh, 0
 
     def window(self, n: int) -> "Randoms":
         """At least ``n`` unread normals and uniforms, with a cursor that the
         reader advances; hand it back to :meth:`consume`."""
-        for k, name in enumerate(("_normal", "_uniform")):
-            block = getattr(self, name)
-            if len(block) - self._used[k] < n:
-                fresh = self._rng.standard_normal if k == 0 else self._rng.random
-                setattr(self, name, np.concatenate([block[self._used[k]:], fresh(max(self.BLOCK, n))]))
-                self._used[k] = 0
-        return Randoms(self._normal[self._used[0]:], self._uniform[self._used[1]:], np.zeros(2, dtype=np.int64))
+        for k in (0, 1):
+            if self._filled[k] - self._used[k] < n:
+                self._refill(k, n)
+        normal, uniform = self._buffers[0][self._turn[0]], self._buffers[1][self._turn[1]]
+        return Randoms(normal[self._used[0]:self._filled[0]], uniform[self._used[1]:self._filled[1]],
+                       np.zeros(2, dtype=np.int64))
 
     def consume(self, window: "Randoms") -> None:
         self._used += window.used
