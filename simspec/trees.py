@@ -41,6 +41,9 @@ def depth(code: int) -> int:
     return d
 
 
+_depth_of = depth  # for functions whose own ``depth`` is the expansion's
+
+
 @jit
 def parent(code: int) -> int:
     """The node's parent: its code with its own depth's rank cleared (the root's is 0)."""
@@ -469,7 +472,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     for r in range(topk):
         if not logc[0, r] >= floor:
             break
-        key[n] = np.exp(logc[0, r]) - _DEPTH_TIEBREAK * 1
+        key[n] = logc[0, r]
         picked_code[n] = r + 1
         n += 1
     for d in range(1, depth):
@@ -478,9 +481,15 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
                 value = value_of[d - 1, f] + logc[d, r]
                 if not value >= floor:
                     break
-                key[n] = np.exp(value) - _DEPTH_TIEBREAK * (d + 1)
+                key[n] = value
                 picked_code[n] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
                 n += 1
+    if n == keep:  # no node near the budget-th: all of them, in expansion order, as top_into gives k >= n
+        for j in range(keep):
+            out[j] = picked_code[j]
+        return
+    for j in range(n):  # the keys _full_row ranks by (exp only here: most rows need none)
+        key[j] = np.exp(key[j]) - _DEPTH_TIEBREAK * _depth_of(picked_code[j])
     top_into(key[:n], keep, picked.best, picked.scratch)
     for j in range(keep):
         out[j] = picked_code[picked.best[j]]

@@ -209,14 +209,26 @@ def _linear(batch: Batch, k: int) -> Plan:
 @jit
 def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
     b = len(batch.context_tokens)
-    codes = trees.eagle_tree(batch.conf, depth, topk, budget)
+    codes = trees.eagle_tree(batch.conf, depth, topk, budget)  # [B, keep], each row parent-closed
     keep = codes.shape[1]
-    rows = np.empty(b * keep, dtype=np.int64)
+    # what _packed makes of these rows, read off directly: the codes as they are, keep nodes a row, the
+    # deepest node's depth (a deeper node has the larger code), a chain only where keep nodes reach depth keep
+    num = np.full(b, keep, dtype=np.int64)
+    deepest = np.zeros(b, dtype=np.int64)
+    kind = np.zeros(b, dtype=np.int8)
+    draft_width = np.zeros(b, dtype=np.int64)
     for i in range(b):
-        rows[i * keep:(i + 1) * keep] = i
-    plan = _packed(rows, codes.ravel(), b, topk)
+        if keep == 0:
+            continue
+        deepest[i] = trees.depth(codes[i].max())
+        chain = deepest[i] == keep
+        if chain:
+            for j in range(keep):
+                chain = chain and trees.on_chain(codes[i, j])
+        kind[i] = PLAN_LINEAR if chain else PLAN_TREE
+        draft_width[i] = 1 if chain else topk
     steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
-    return Plan(plan.codes, plan.num_nodes, plan.depth, steps, plan.draft_width, plan.kind)
+    return Plan(codes, num, deepest, steps, draft_width, kind)
 
 
 @jit
