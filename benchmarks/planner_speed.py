@@ -1,13 +1,13 @@
-"""How long the marginal policy takes to plan one step, by decode batch size.
+"""How long a policy takes to plan one step, by decode batch size.
 
-Times ``rules.plan_batch`` for ``marginal`` (its defaults) inside a
+Times ``rules.plan_batch`` for ``marginal`` (or ``--policy``, with its defaults) inside a
 compiled loop (no Python call per plan) on random decode batches of the
 default scenario's shape (LLaVA-1.5-7B on the H100 roofline prior,
 contexts 200-3,000 tokens, drafter confidences falling with rank),
 and prints microseconds a plan and the nodes it verifies. Run it against
 two checkouts (PYTHONPATH) to compare planners; issue 21 says why.
 
-    python benchmarks/planner_speed.py [--sizes 1,8,32,64,128,256] [--batches 20] [--cost-model roofline]
+    python benchmarks/planner_speed.py [--policy marginal] [--sizes 1,8,32,64,128,256] [--batches 20] [--cost-model roofline]
 """
 
 from __future__ import annotations
@@ -49,16 +49,17 @@ def random_batch(rng: np.random.Generator, b: int, depth: int = 8, ranks: int = 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", default="marginal", help="a policy spec, as simspec simulate --policy takes")
     parser.add_argument("--sizes", default="1,8,32,64,128,256")
     parser.add_argument("--batches", type=int, default=20, help="random batches a size")
     parser.add_argument("--cost-model", default="roofline")
     parser.add_argument("--seconds", type=float, default=0.5, help="timed per batch size")
     args = parser.parse_args()
-    spec = policies.parse("marginal")
+    spec = policies.parse(args.policy)
     params = spec.params()
     tables = costs.build(args.cost_model, costs.model_spec("LLaVA-1.5-7B"), costs.gpu_spec("h100-sxm")).tables
     rng = np.random.default_rng(0)
-    print(f"marginal plan_batch, {args.cost_model}; load average {open('/proc/loadavg').read().split()[0]}")
+    print(f"{args.policy} plan_batch, {args.cost_model}; load average {open('/proc/loadavg').read().split()[0]}")
     print(f"{'batch':>6s} {'us/plan':>9s} {'nodes/plan':>11s}")
     for b in (int(s) for s in args.sizes.split(",")):
         batches = [random_batch(rng, b) for _ in range(args.batches)]

@@ -13,9 +13,10 @@ Two phases, so the second can be rerun on kept files (``--from OUT``):
 trained by distillation on the target, the identical-weight draft as an
 oracle; the EAGLE-1 head when asked) one ``vllm serve`` of ``simspec vllm-models``' target starts, serves a
 few warm-up requests (vLLM's first steps run 5-10x their later cost), then
-the calibration traffic, then the held-out traffic ``repeats`` times, going
-round the held-out loads (A B C, A B C: drift over minutes falls on every
-load alike), and stops. Around each benchmark: the server's ``/metrics``
+the held-out traffic ``repeats`` times, going round the held-out loads
+(A B C, A B C: drift over minutes falls on every load alike), with the
+calibration runs spread evenly among them (:func:`run_order`: drift falls on
+the calibration alike too), and stops. Around each benchmark: the server's ``/metrics``
 before and after (the speculative counters' difference is the run's), the
 log's line count before and after (its iteration lines between are the run's
 engine steps), and the load average. Every bench JSON, scrape and server
@@ -212,6 +213,25 @@ def _run_one(server, cfg: ValidateVllmConfig, traffic: Traffic, model: str, fold
             "wall_s": wall}
 
 
+def run_order(cfg: ValidateVllmConfig) -> list[tuple[str, Traffic, int]]:
+    """The order one server's runs go in: (phase, traffic, repeat). The
+    held-out runs go round the loads, repeat by repeat, and the calibration
+    runs are spread evenly among them (calibration run j at slot
+    floor((j + 1/2) x runs / calibration runs)), so the calibration samples
+    the server's step time over its whole life, as the held-out runs do:
+    the third whole run's `none` server ran one step shape 27 ms in its
+    calibration runs, all first, and 21-26 ms in the held-out runs that
+    followed (docs/vllm.md section 8)."""
+    held = [("held_out", t, repeat) for repeat in range(cfg.repeats) for t in cfg.held_out]
+    cal = [("calibration", t, 0) for t in cfg.calibration]
+    total = len(held) + len(cal)
+    slots = {int((j + 0.5) * total / len(cal)): run for j, run in enumerate(cal)}
+    order, rest = [], iter(held)
+    for slot in range(total):
+        order.append(slots[slot] if slot in slots else next(rest))
+    return order
+
+
 def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
     """Serve and benchmark every method (module docstring); returns the
     ``runs.json`` record, written into ``out`` as the runs finish."""
@@ -244,17 +264,16 @@ def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
                 bench_env = dict(env)
                 bench_env.pop("LD_PRELOAD", None)
                 _run_one(server, cfg, WARMUP, bench_model, folder, "warmup", "warmup", method, 0, bench_env)
-                for traffic in cfg.calibration:
-                    say(f"{method}: calibration {traffic.name} ({traffic.describe()})")
-                    record["runs"].append(_run_one(server, cfg, traffic, bench_model, folder, traffic.name,
-                                                   "calibration", method, 0, bench_env))
-                for repeat in range(cfg.repeats):
-                    for traffic in cfg.held_out:
+                for phase, traffic, repeat in run_order(cfg):
+                    if phase == "calibration":
+                        say(f"{method}: calibration {traffic.name} ({traffic.describe()})")
+                        stem = traffic.name
+                    else:
                         say(f"{method}: held-out {traffic.name} #{repeat + 1} ({traffic.describe()})")
-                        record["runs"].append(_run_one(server, cfg, traffic, bench_model, folder,
-                                                       f"{traffic.name}-r{repeat}", "held_out", method, repeat,
-                                                       bench_env))
-                        write_text(out / RUNS, dump_json(record, sort_keys=False))
+                        stem = f"{traffic.name}-r{repeat}"
+                    record["runs"].append(_run_one(server, cfg, traffic, bench_model, folder, stem, phase, method,
+                                                   repeat, bench_env))
+                    write_text(out / RUNS, dump_json(record, sort_keys=False))
             write_text(out / RUNS, dump_json(record, sort_keys=False))
     return record
 

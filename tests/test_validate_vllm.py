@@ -385,3 +385,22 @@ def test_a_repeat_is_replayed_with_what_the_prefix_cache_held():
     padded = [spec_run(0, 629), spec_run(1, 120)]
     assert "placeholder draft rows" in vv.prefix_hits(padded, 128, {"ngram": 3})[1][0]
     assert id(padded[1]) not in vv.prefix_hits(padded, 128, {"ngram": 0})[0]  # no speculation: no padding
+
+
+@pytest.mark.parametrize("cfg", [vv.ValidateVllmConfig(), vv.QUICK, vv.ValidateVllmConfig(repeats=3)],
+                         ids=["full", "quick", "three-repeats"])
+def test_the_calibration_runs_are_spread_among_the_held_out_runs(cfg):
+    """Each calibration traffic once and each held-out load once a repeat,
+    the repeats in turn; the calibration spread over the server's life (a
+    calibration run in each half of the order, none two in a row), so a step
+    time that drifts while a server runs is sampled alike by both."""
+    order = vv.run_order(cfg)
+    cal = [i for i, (phase, _, _) in enumerate(order) if phase == "calibration"]
+    held = [(t.name, repeat) for phase, t, repeat in order if phase == "held_out"]
+    assert [order[i][1] for i in cal] == list(cfg.calibration)
+    assert held == [(t.name, r) for r in range(cfg.repeats) for t in cfg.held_out]
+    assert len(order) == len(cfg.calibration) + cfg.repeats * len(cfg.held_out)
+    assert min(cal) < len(order) / 2 <= max(cal)
+    assert all(b - a >= 2 for a, b in zip(cal, cal[1:]))
+    spacing = len(order) / len(cal)
+    assert all(0 <= (j + 0.5) * spacing - i < 1 for j, i in enumerate(cal))

