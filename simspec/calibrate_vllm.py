@@ -298,8 +298,13 @@ class RequestRounds:
     tokens_after_first: np.ndarray  # [R] output tokens after the first
 
     @property
+    def rounds(self) -> np.ndarray:
+        """[R] each request's chunks after its first."""
+        return self.tokens_after_first / self.tokens_per_round
+
+    @property
     def pooled(self) -> float:
-        return float(self.tokens_after_first.sum() / (self.tokens_after_first / self.tokens_per_round).sum())
+        return float(self.tokens_after_first.sum() / self.rounds.sum())
 
     @property
     def spread(self) -> float:
@@ -312,8 +317,8 @@ class RequestRounds:
         prompts of this shape would typically land (a ratio estimator's
         linearised variance, sum(a) / sum(r) with a the tokens and r the
         rounds of each request)."""
-        tokens, rounds = self.tokens_after_first, self.tokens_after_first / self.tokens_per_round
-        n, ratio = len(tokens), self.pooled
+        tokens, rounds = self.tokens_after_first, self.rounds
+        n, ratio = len(tokens), float(tokens.sum() / rounds.sum())
         residual = tokens - ratio * rounds
         return float(np.sqrt((residual @ residual) / (n * (n - 1))) / rounds.mean() / ratio)
 

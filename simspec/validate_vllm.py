@@ -619,17 +619,15 @@ def analyse(out: Path, say=print) -> VllmValidation:
             sims = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
                                     cal.acceptance.model if cal.acceptance else None, engine, cal.kv_cache_tokens,
                                     cfg.sim_seeds, hits.get(id(r))) for r in held]
-            own = None
+            own, sampling = None, {}
             if cal.acceptance is not None:  # the cost model alone: each run priced with its own counters' acceptance
+                rounds = [request_rounds([r.bench]) for r in held]
                 own = [replay_requests(r.bench, cal.policy, cal.fit.cost_model(),
-                                       fit_chain_acceptance(r.counters, cfg.k, f"own:{method}",
-                                                            request_rounds([r.bench])).model, engine,
-                                       cal.kv_cache_tokens, cfg.sim_seeds, hits.get(id(r)))[0] for r in held]
-            sampling = {}
-            if cal.acceptance is not None and cal.acceptance.sampling_se is not None:
-                rounds = request_rounds([held[0].bench])  # the repeats send the same prompts
-                if rounds is not None:
-                    sampling = {"sampling_se_pct": 100 * rounds.relative_se,
+                                       fit_chain_acceptance(r.counters, cfg.k, f"own:{method}", rr).model, engine,
+                                       cal.kv_cache_tokens, cfg.sim_seeds, hits.get(id(r)))[0]
+                       for r, rr in zip(held, rounds)]
+                if cal.acceptance.sampling_se is not None and rounds[0] is not None:  # the repeats: the same prompts
+                    sampling = {"sampling_se_pct": 100 * rounds[0].relative_se,
                                 "calibration_se_pct": 100 * cal.acceptance.sampling_se}
             table.setdefault(traffic.name, {})[method] = {
                 m: Cell(live=float(np.mean([_live_value(r, m) for r in held])),
