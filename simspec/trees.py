@@ -565,6 +565,35 @@ def pack_rows(rows: np.ndarray, codes: np.ndarray, b: int):
         deepest[i] = max(deepest[i], depth(codes[t]))
     kind = np.zeros(b, dtype=np.int8)
     for i in range(b):
-        if counts[i] > 0:
-            kind[i] = PLAN_LINEAR if chain[i] and counts[i] == deepest[i] else PLAN_TREE
+        kind[i] = _row_kind(counts[i], deepest[i], chain[i])
     return out, counts, deepest, kind
+
+
+@jit
+def pack_full_rows(codes: np.ndarray):
+    """:func:`pack_rows` of rows that are already a matrix, each row
+    ``codes.shape[1]`` parent-closed codes (eagle_tree's): the codes as they
+    are, no scatter. A row's deepest node is its largest code (a deeper node
+    has a rank field above every shallower node's), and only a row whose
+    node count is its depth can be a chain, so the ranks are walked only there."""
+    b, keep = codes.shape
+    counts = np.full(b, keep, dtype=np.int64)
+    deepest = np.zeros(b, dtype=np.int64)
+    kind = np.zeros(b, dtype=np.int8)
+    if keep == 0:
+        return codes, counts, deepest, kind
+    for i in range(b):
+        deepest[i] = depth(codes[i].max())
+        chain = deepest[i] == keep
+        for j in range(keep if chain else 0):
+            chain = chain and on_chain(codes[i, j])
+        kind[i] = _row_kind(keep, deepest[i], chain)
+    return codes, counts, deepest, kind
+
+
+@jit
+def _row_kind(count: int, deepest: int, chain: bool) -> int:
+    """A packed row's plan kind: none, a rank-1 chain (every node on it, one a depth) or a tree."""
+    if count == 0:
+        return 0
+    return PLAN_LINEAR if chain and count == deepest else PLAN_TREE

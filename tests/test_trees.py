@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simspec import trees
+from simspec.types import PLAN_LINEAR, PLAN_TREE
 
 
 def code(*ranks):
@@ -110,6 +111,27 @@ def test_eagle_tree_merged_rows_pick_what_expanded_rows_pick(kind):
         conf = _confidences(kind, rng, 53, depth, topk)
         got = trees.eagle_tree(conf, depth, topk, budget)
         assert got.tolist() == expanded_pick(conf, depth, topk, budget).tolist(), (depth, topk, budget)
+
+
+@pytest.mark.parametrize("kind", ["sorted", "ties", "drafter", "unsorted"])
+def test_full_rows_pack_as_scattered_rows_do(kind):
+    """pack_full_rows (eagle_tree's matrix as it is) must give what
+    pack_rows gives for the same rows scattered, chains among them (a budget
+    of one node a level makes rank-1 chains where rank 1 leads every level)."""
+    rng = np.random.default_rng(3 + len(kind))
+    kinds = set()
+    for depth, topk, budget in [(1, 1, 1), (3, 1, 3), (4, 2, 4), (6, 10, 6), (6, 10, 60), (2, 3, 5)]:
+        codes = trees.eagle_tree(_confidences(kind, rng, 41, depth, topk), depth, topk, budget)
+        b, keep = codes.shape
+        rows = np.repeat(np.arange(b), keep)
+        expected = trees.pack_rows(rows, codes.ravel(), b)
+        got = trees.pack_full_rows(codes)
+        for e, g in zip(expected, got):
+            assert g.dtype == e.dtype and g.tolist() == e.tolist(), (depth, topk, budget)
+        kinds |= set(got[3].tolist())
+    assert kinds == {PLAN_LINEAR, PLAN_TREE}
+    assert [a.tolist() for a in trees.pack_full_rows(np.empty((3, 0), np.int64))] == \
+        [a.tolist() for a in trees.pack_rows(np.empty(0, np.int64), np.empty(0, np.int64), 3)]
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 37, 129, 510])

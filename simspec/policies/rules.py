@@ -153,6 +153,13 @@ def _chain(batch: Batch, k: np.ndarray, steps: np.ndarray) -> Plan:
 @jit
 def _packed(rows: np.ndarray, codes: np.ndarray, b: int, width: int) -> Plan:
     plan_codes, num, depth, kind = trees.pack_rows(rows, codes, b)
+    return _plan_of(plan_codes, num, depth, kind, width)
+
+
+@jit
+def _plan_of(plan_codes: np.ndarray, num: np.ndarray, depth: np.ndarray, kind: np.ndarray, width: int) -> Plan:
+    """The plan of packed rows (trees.pack_rows): a tree drafts ``width`` candidates a level, a chain one."""
+    b = len(num)
     draft_width = np.zeros(b, dtype=np.int64)
     for i in range(b):
         if kind[i] == PLAN_TREE:
@@ -209,26 +216,10 @@ def _linear(batch: Batch, k: int) -> Plan:
 @jit
 def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
     b = len(batch.context_tokens)
-    codes = trees.eagle_tree(batch.conf, depth, topk, budget)  # [B, keep], each row parent-closed
-    keep = codes.shape[1]
-    # what _packed makes of these rows, read off directly: the codes as they are, keep nodes a row, the
-    # deepest node's depth (a deeper node has the larger code), a chain only where keep nodes reach depth keep
-    num = np.full(b, keep, dtype=np.int64)
-    deepest = np.zeros(b, dtype=np.int64)
-    kind = np.zeros(b, dtype=np.int8)
-    draft_width = np.zeros(b, dtype=np.int64)
-    for i in range(b):
-        if keep == 0:
-            continue
-        deepest[i] = trees.depth(codes[i].max())
-        chain = deepest[i] == keep
-        if chain:
-            for j in range(keep):
-                chain = chain and trees.on_chain(codes[i, j])
-        kind[i] = PLAN_LINEAR if chain else PLAN_TREE
-        draft_width[i] = 1 if chain else topk
+    codes, num, deepest, kind = trees.pack_full_rows(trees.eagle_tree(batch.conf, depth, topk, budget))
+    plan = _plan_of(codes, num, deepest, kind, topk)
     steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
-    return Plan(codes, num, deepest, steps, draft_width, kind)
+    return Plan(plan.codes, plan.num_nodes, plan.depth, steps, plan.draft_width, plan.kind)
 
 
 @jit
