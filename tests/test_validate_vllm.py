@@ -404,3 +404,34 @@ def test_the_calibration_runs_are_spread_among_the_held_out_runs(cfg):
     assert all(b - a >= 2 for a, b in zip(cal, cal[1:]))
     spacing = len(order) / len(cal)
     assert all(0 <= (j + 0.5) * spacing - i < 1 for j, i in enumerate(cal))
+
+
+def test_the_fake_vllm_moves_its_counters_on_in_any_order():
+    """fake_vllm's /metrics after a run (_counted_on): in the recorded order,
+    exactly the recorded scrapes; in another order, counters that never go
+    down and rise over each run by what the run added when it was recorded
+    (as simspec's own parser reads them)."""
+    import importlib.util
+
+    from simspec.vllm_logs import parse_metrics
+
+    spec = importlib.util.spec_from_file_location("fake_vllm", FAKE)
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    folder = DATA / "oracle"
+    record = json.loads((DATA / "runs.json").read_text())["runs"]
+    names = [Path(r["bench"]).stem for r in record if r["method"] == "oracle"]
+    scrape = lambda name, when: (folder / f"{name}.metrics.{when}.txt").read_text()  # noqa: E731
+    shown = scrape("warmup", "before")
+    for name in ["warmup", *names]:  # the recorded order
+        shown = fake._counted_on(shown, scrape(name, "before"), scrape(name, "after"))
+        assert shown.splitlines() == scrape(name, "after").splitlines()
+    shown = scrape("warmup", "before")
+    for name in ["warmup", *reversed(names)]:  # another order
+        before = parse_metrics(shown, "shown").spec_decode
+        shown = fake._counted_on(shown, scrape(name, "before"), scrape(name, "after"))
+        after = parse_metrics(shown, "shown").spec_decode
+        added = parse_metrics(scrape(name, "after"), "a").spec_decode.minus(
+            parse_metrics(scrape(name, "before"), "b").spec_decode)
+        assert after.minus(before) == added and after.num_drafts >= before.num_drafts
+    assert after.num_drafts == parse_metrics(scrape(names[-1], "after"), "last").spec_decode.num_drafts
