@@ -11,12 +11,23 @@ same command has loaded or built the compile cache. Targets (issue 21):
 >= 1,000x real time for marginal, tree and truncate, >= 3,000x for ar and
 linear, measured as the whole process.
 
+``--floor`` times what every such process pays before it simulates
+anything, as separate processes (best of ``--repeat``, at least 3): the
+interpreter, numpy, numba with one cached compiled function called (its
+import and the first load of compiled code, which builds numba's typing
+and target registries), matplotlib's Figure and Agg canvas on top, and a
+whole ``simspec simulate --num-requests 1 --policy ar --out DIR``
+process. Each is printed with the most x real time a process that pays it
+could reach over the hour (3,502 s / its seconds), to set beside the
+targets.
+
 ``--poisson N`` instead times one ``simspec simulate --arrival poisson
 --num-requests N --policy marginal --out DIR`` process (issue 21: a
 million requests in under 10 minutes on one core).
 
     python benchmarks/sim_speed.py [--trace PATH] [--policy NAME ...] [--repeat R] [--no-process]
     python benchmarks/sim_speed.py --poisson 1000000 [--policy marginal]
+    python benchmarks/sim_speed.py --floor [--repeat R]
 """
 
 from __future__ import annotations
@@ -38,6 +49,17 @@ from simspec.sim import simulate  # noqa: E402
 from _shared import shared_file  # noqa: E402
 
 TRACE = ("traces", "azure_llm_2023_conv.csv")  # in the shared data
+HOUR_S = 3502.0  # the Azure conv trace's span: the targets' x real time are of this
+CACHED = """import numba
+
+
+@numba.njit(cache=True)
+def total(values):
+    s = 0.0
+    for v in values:
+        s += v
+    return s
+"""  # one small compiled function, cached by numba beside it (the floor's numba line)
 
 
 def process_s(flags: list[str], out: Path) -> float:
@@ -86,6 +108,38 @@ def replay(args) -> None:
             print(f"{line} {log.steps.steps / wall_s:13.0f}", flush=True)
 
 
+def floor(args) -> None:
+    """What a simulate process pays before simulating: each step a process of its own."""
+    repeat = max(args.repeat, 3)
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "cached.py").write_text(CACHED)
+        numba_call = f"import sys; sys.path.insert(0, {scratch!r}); import numpy, cached; cached.total(numpy.ones(3))"
+        steps = [
+            ("python (the interpreter, site)", [sys.executable, "-c", "pass"]),
+            ("+ import numpy", [sys.executable, "-c", "import numpy"]),
+            ("+ numba: one cached function called", [sys.executable, "-c", numba_call]),
+            ("+ matplotlib Figure and Agg canvas", [sys.executable, "-c", numba_call + "; import matplotlib.figure, "
+                                                    "matplotlib.backends.backend_agg"]),
+            ("simspec simulate, 1 request, ar, --out", [sys.executable, "-m", "simspec.cli", "simulate",
+                                                        "--num-requests", "1", "--policy", "ar",
+                                                        "--out", str(Path(scratch) / "run"), "--quiet"]),
+        ]
+        subprocess.run(steps[2][1], check=True)  # numba compiles and caches the function
+        subprocess.run(steps[-1][1], check=True, capture_output=True)  # simspec's compile cache exists
+        print(f"what every simulate process pays, best of {repeat}; load average "
+              f"{open('/proc/loadavg').read().split()[0]}")
+        print(f"{'process':42s} {'wall s':>7s} {'at most x real (3,502 s hour)':>30s}")
+        for name, argv in steps:
+            best = min(_wall_s(argv) for _ in range(repeat))
+            print(f"{name:42s} {best:7.2f} {HOUR_S / best:30.0f}", flush=True)
+
+
+def _wall_s(argv: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
 def poisson(args) -> None:
     spec = (args.policy or ["marginal"])[0]
     flags = ["--arrival", "poisson", "--policy", spec]
@@ -105,7 +159,12 @@ def main() -> None:
                         help="time the simulation alone, not the whole simspec simulate process")
     parser.add_argument("--poisson", type=int, metavar="N",
                         help="time one simspec simulate process of N Poisson requests instead (default policy: marginal)")
+    parser.add_argument("--floor", action="store_true",
+                        help="time what every simspec simulate process pays before simulating, and stop")
     args = parser.parse_args()
+    if args.floor:
+        floor(args)
+        return
     if args.poisson:
         poisson(args)
         return

@@ -23,6 +23,7 @@ ever cached beside the sources.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -137,9 +138,15 @@ class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if not Path(py_file).resolve().is_relative_to(PACKAGE):
+        if not _ours(py_file):
             return None  # somebody else's function: numba's own locators decide
         return cls(py_func, py_file)
+
+
+@functools.cache
+def _ours(py_file: str) -> bool:
+    """Whether ``py_file`` is in the package (resolved once a file, not once a function)."""
+    return Path(py_file).resolve().is_relative_to(PACKAGE)
 
 
 _impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl

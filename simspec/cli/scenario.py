@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from simspec import config as configuration, tune
+from simspec import config as configuration
 from simspec.config import FLAGS, SimConfig
 from simspec.policies import POLICIES
 
@@ -51,5 +51,7 @@ def scenario_config(args: argparse.Namespace) -> SimConfig:
     file_values = configuration.load(args.config) if args.config else {}
     config = configuration.build(file_values, configuration.flag_overrides(vars(args)))
     if getattr(args, "policy_file", None):
+        from simspec import tune  # only for --policy-file: a simulate process need not import the tuner
+
         config = tune.with_policy_file(config, args.policy_file, keep=bool(args.policy) or "policies" in file_values)
     return config
