@@ -64,13 +64,17 @@ def total(values):
 
 def process_s(flags: list[str], out: Path) -> float:
     """Wall seconds of one ``simspec simulate ... --out out --quiet`` process."""
-    argv = [sys.executable, "-m", "simspec.cli", "simulate", *flags, "--out", str(out), "--quiet"]
+    return timed_s([sys.executable, "-m", "simspec.cli", "simulate", *flags, "--out", str(out), "--quiet"])
+
+
+def timed_s(argv: list[str]) -> float:
+    """Wall seconds of one process; a failed one stops the benchmark with its error."""
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
-    wall_s = time.perf_counter() - started
+    seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall_s
+    return seconds
 
 
 def sim_s(scenario, cfg, requests, spec: str):
@@ -124,20 +128,14 @@ def floor(args) -> None:
                                                         "--num-requests", "1", "--policy", "ar",
                                                         "--out", str(Path(scratch) / "run"), "--quiet"]),
         ]
-        subprocess.run(steps[2][1], check=True)  # numba compiles and caches the function
-        subprocess.run(steps[-1][1], check=True, capture_output=True)  # simspec's compile cache exists
+        timed_s(steps[2][1])  # numba compiles and caches the function
+        timed_s(steps[-1][1])  # simspec's compile cache exists
         print(f"what every simulate process pays, best of {repeat}; load average "
               f"{open('/proc/loadavg').read().split()[0]}")
         print(f"{'process':42s} {'wall s':>7s} {'at most x real (3,502 s hour)':>30s}")
         for name, argv in steps:
-            best = min(_wall_s(argv) for _ in range(repeat))
+            best = min(timed_s(argv) for _ in range(repeat))
             print(f"{name:42s} {best:7.2f} {HOUR_S / best:30.0f}", flush=True)
-
-
-def _wall_s(argv: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - started
 
 
 def poisson(args) -> None:

@@ -215,11 +215,10 @@ def _linear(batch: Batch, k: int) -> Plan:
 
 @jit
 def _tree(batch: Batch, depth: int, topk: int, budget: int) -> Plan:
-    b = len(batch.context_tokens)
     codes, num, deepest, kind = trees.pack_full_rows(trees.eagle_tree(batch.conf, depth, topk, budget))
     plan = _plan_of(codes, num, deepest, kind, topk)
-    steps = np.full(b, depth, dtype=np.int64)  # EAGLE-2 drafts every level of its expansion
-    return Plan(plan.codes, plan.num_nodes, plan.depth, steps, plan.draft_width, plan.kind)
+    plan.draft_steps[:] = depth  # EAGLE-2 drafts every level of its expansion
+    return plan
 
 
 @jit
