@@ -1,0 +1,474 @@
+"""The load-adaptive rules, compiled: goodput, truncate and marginal.
+
+Imports: numpy, numba (simspec.compiled), simspec.trees,
+simspec.costs.base, simspec.policies.pricing. DESIGN.md "Policies".
+
+Each rule maximises one thing: the step's expected tokens per second,
+(B + expected accepted draft tokens) / step seconds, over the plans it may
+choose, each plan priced whole by the step formula the simulator charges
+(simspec.policies.pricing). The step's rate is the objective because a
+replica under load is a queue whose service rate is that rate: the more
+tokens each second of GPU time yields, the sooner every request in the
+batch finishes and the sooner a waiting one is admitted; under light load
+the same rate is each request's own speed.
+
+A step's costs come in lumps, not per token: drafting at all (the round's
+fixed and per-request terms, the first drafter call, selection), each
+level of draft depth (a drafter call, paid once for the whole batch), and
+the target's linear layers, whose measured cost steps up at each GEMM tile
+(every 64 tokens on an H100). A rule that adds one node at a time and
+stops when the next node does not pay never crosses a lump that several
+nodes together would amortise. So the rules choose among bundles:
+
+- the batch's draft depth is decided batch-wide: for each depth D the rule
+  prices the best plan that drafts at most D levels and keeps the best D;
+- within a depth, every prefix of the candidates in value order is priced
+  whole (not its last node's increment), so a prefix that fills a tile or
+  pays for a level is found;
+- the chains a rule chooses among (``linear:k=1..D`` for every request,
+  under the rule's own valuation) are among the plans it prices, so it
+  never plans worse than them by its own numbers.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simspec import trees
+from simspec.compiled import jit
+from simspec.costs.base import CostTables, select_cost, table_at
+from simspec.policies.pricing import (Batch, Memo, Plan, Pricing, Verifying, _chain, _packed, _pricing,
+                                      _verified_s, _verifying)
+from simspec.types import MAX_DEPTH
+
+CHORD_TOKENS = 64
+"""Tokens over which marginal's tree expansion measures the forward's
+slope when it asks whether any later node can still pay: a profiled
+linear layer is flat within a GEMM tile and steps at its edge (64 tokens
+on an H100), so a one-token slope is ~0 inside a tile and a jump at its
+edge; the slope over a tile is what a bundle of nodes pays per token."""
+
+
+# -- drafting, priced as requests draft deeper ----------------------------------
+
+class Drafted(NamedTuple):
+    """Who drafts how deep in a candidate plan, as running totals (one
+    step's): each drafter call's rows, and what the calls share."""
+
+    rows: np.ndarray  # [MAX_DEPTH] int64 rows of the drafter call at each level
+    totals: np.ndarray  # [6] float64: sum of the calls' table costs, rows, levels, kept tokens, selecting requests, keys
+
+
+T_TABLE, T_ROWS, T_LEVELS, T_KEPT, T_SELECTING, T_KEYS = range(6)
+
+
+@jit
+def _drafted() -> Drafted:
+    return Drafted(np.zeros(MAX_DEPTH + 1, np.int64), np.zeros(6))
+
+
+@jit
+def _reset(d: Drafted) -> None:
+    d.rows[:] = 0
+    d.totals[:] = 0.0
+
+
+@jit
+def _add_rows(costs: CostTables, d: Drafted, level: int, rows: int) -> None:
+    """``rows`` more rows in the drafter call of ``level`` (0-based)."""
+    before = d.rows[level]
+    d.totals[T_TABLE] += table_at(costs.draft_s, before + rows) - (table_at(costs.draft_s, before) if before > 0
+                                                                     else 0.0)
+    d.rows[level] = before + rows
+    d.totals[T_ROWS] += rows
+    if level + 1 > d.totals[T_LEVELS]:
+        d.totals[T_LEVELS] = level + 1
+
+
+@jit
+def _start(batch: Batch, d: Drafted, i: int) -> None:
+    """Request ``i`` drafts: its kept visual tokens join every call, and it selects them."""
+    kept, visual = batch.kept_visual_tokens[i], batch.visual_tokens[i]
+    d.totals[T_KEPT] += kept
+    if 0 < kept < visual:
+        d.totals[T_SELECTING] += 1
+        d.totals[T_KEYS] += visual
+
+
+@jit
+def _drafting_s(costs: CostTables, d: Drafted, b: int) -> float:
+    """Seconds of the drafting in ``d``: costs.base.step_cost's round terms,
+    each call's draft_cost and selection, for a batch of ``b`` decode requests."""
+    levels = d.totals[T_LEVELS]
+    if levels == 0:
+        return 0.0
+    kept = d.totals[T_KEPT]
+    cross = levels * costs.draft_cross_call + d.totals[T_ROWS] * costs.draft_cross_row if kept > 0 else 0.0
+    return (costs.draft_round_s + b * costs.draft_round_request_s + d.totals[T_TABLE] + cross
+            + levels * kept * costs.draft_s_per_kept
+            + select_cost(costs, int(d.totals[T_SELECTING]), int(d.totals[T_KEYS])))
+
+
+@jit
+def _decode_s(p: Pricing) -> float:
+    """The step without drafts (AR for every request)."""
+    b = p.logits0 - p.pf_requests
+    return b / p.rate0 if b > 0 else 0.0
+
+
+# -- chains: the batch's depth decided batch-wide --------------------------------
+
+class Choice(NamedTuple):
+    """A chain plan found by :func:`_best_chains`: each request's chain length, and its rate."""
+
+    k: np.ndarray  # [B] int64
+    rate: float  # predicted tokens per second of the step
+
+
+@jit
+def _best_chains(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, values: np.ndarray,
+                 max_depth: int) -> Choice:
+    """The best chain plan for rank-1 values ``values`` [B, max_depth] (the
+    expected acceptance of each request's depth-d token, non-increasing in
+    d): for each batch depth D the best prefix of the depth-<= D nodes in
+    value order, priced whole; the best over D. The last prefix of depth D
+    is ``linear:k=D`` (cut at each request's last token)."""
+    b = len(batch.context_tokens)
+    codes = np.zeros((b, max_depth), np.int64)
+    depths = np.empty((b, max_depth), np.int64)
+    for i in range(b):
+        for d in range(max_depth):
+            depths[i, d] = d + 1
+    rows, _, value, depth = trees.ranked_candidates(values, codes, depths, batch.remaining_tokens, 0.0,
+                                                    b * max_depth)
+    total = np.zeros(max_depth + 1)  # value of every candidate up to each depth
+    for t in range(len(rows)):
+        total[depth[t]] += value[t]
+    for d in range(1, max_depth + 1):
+        total[d] += total[d - 1]
+    zero = np.zeros(1)
+    drafted = _drafted()
+    started = np.zeros(b, np.bool_)
+    decode_s = _decode_s(p)
+    best, best_depth, best_take = p.rate0, 0, 0
+    lump = costs.draft_round_s + b * costs.draft_round_request_s
+    for top in range(1, max_depth + 1):
+        # No plan of depth <= top gains more than every candidate, nor costs
+        # less than AR plus the round terms and top one-row drafter calls.
+        if (b + total[top]) / (decode_s + lump + top * table_at(costs.draft_s, 1)) <= best:
+            continue
+        _reset(drafted)
+        started[:] = False
+        memo = Memo(np.nan, np.nan)
+        gain, pairs, n = float(b), 0, 0
+        for t in range(len(rows)):
+            d = depth[t]
+            if d > top:
+                continue
+            i = rows[t]
+            if not started[i]:
+                started[i] = True
+                _start(batch, drafted, i)
+            _add_rows(costs, drafted, d - 1, 1)
+            n += 1
+            gain += value[t]
+            pairs += batch.context_tokens[i]
+            forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
+            rate = gain / (forward + _drafting_s(costs, drafted, b))
+            if rate > best:
+                best, best_depth, best_take = rate, top, t + 1
+    k = np.zeros(b, np.int64)
+    for t in range(best_take):
+        if depth[t] <= best_depth:
+            k[rows[t]] += 1
+    return Choice(k, best)
+
+
+@jit
+def _history_values(batch: Batch, depth: int) -> np.ndarray:
+    """SmartSpec's prediction from each request's history: accepted /
+    (accepted + 1) is the geometric estimate of its per-token acceptance
+    alpha when a round ends on its first rejection; its depth-d token is
+    accepted with alpha^d. [B, depth]."""
+    b = len(batch.context_tokens)
+    values = np.empty((b, depth))
+    for i in range(b):
+        alpha = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
+        for d in range(depth):
+            values[i, d] = alpha ** (d + 1)
+    return values
+
+
+@jit
+def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
+    """Per request the draft length, from its history, that maximises the
+    step's predicted tokens per second, the batch's depth chosen whole."""
+    p = _pricing(batch, costs, 1)
+    choice = _best_chains(batch, costs, p, _verifying(costs, p), _history_values(batch, k_max), k_max)
+    return _chain(batch, choice.k, choice.k)
+
+
+# -- truncate: the dynamic head, its depth capped where drafting stops paying ------
+
+@jit
+def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> Plan:
+    """Each request's chain is cut where its cumulative confidence falls
+    under ``threshold`` (the drafter ran one step past the cut). The batch's
+    drafting stops at the depth D <= k_max whose plan has the most
+    predicted tokens per second (the confidences valuing the tokens), and
+    at each D the uncut chains (``linear:k=D``) are a candidate too: a cut
+    that saves less verification than the tokens it drops is not made."""
+    b = len(batch.context_tokens)
+    cut = np.zeros(b, np.int64)
+    looked = np.zeros(b, np.int64)
+    worth = np.zeros((b, k_max + 1))  # expected accepted tokens of the first d drafts
+    for i in range(b):
+        path = 1.0
+        for d in range(k_max):
+            path *= batch.conf[i, d, 0]
+            worth[i, d + 1] = worth[i, d] + path
+            if path >= threshold and cut[i] == d:
+                cut[i] += 1
+        looked[i] = min(cut[i] + 1, k_max)
+    p = _pricing(batch, costs, 1)
+    v = _verifying(costs, p)
+    zero = np.zeros(1)
+    drafted = _drafted()
+    best, best_top, best_cut = p.rate0, 0, True
+    for top in range(1, k_max + 1):
+        for cutting in (True, False):
+            _reset(drafted)
+            gain, pairs, n = float(b), 0, 0
+            for i in range(b):
+                last = max(batch.remaining_tokens[i] - 1, 0)
+                steps = min(looked[i], top) if cutting else min(top, last)
+                if steps > 0:
+                    _start(batch, drafted, i)
+                    for level in range(steps):
+                        _add_rows(costs, drafted, level, 1)
+                k = min(cut[i], top) if cutting else min(top, last)
+                n += k
+                pairs += k * batch.context_tokens[i]
+                gain += worth[i, k]
+            if n > 0:
+                forward, _ = _verified_s(v, costs.layers_s, costs.head_s, zero, Memo(np.nan, np.nan), n, pairs, 0)
+            else:
+                forward = _decode_s(p)
+            rate = gain / (forward + _drafting_s(costs, drafted, b))
+            if rate > best:
+                best, best_top, best_cut = rate, top, cutting
+    if best_cut:
+        return _chain(batch, np.minimum(cut, best_top), np.minimum(looked, best_top))
+    k = np.minimum(np.maximum(batch.remaining_tokens - 1, 0), best_top)
+    return _chain(batch, k, k)
+
+
+# -- marginal: how deep to draft, then what to verify ------------------------------
+
+class Frontier(NamedTuple):
+    """The best-first expansion's candidate nodes: a binary heap in arrays,
+    ordered as the tuples (-value, request, code) (highest value first, ties
+    to the lower request, then the lower code; a node's (request, code) is
+    unique, so the order is total and any correct heap pops the same
+    sequence). Capacity: the batch plus max_nodes (each pop adds at most one)."""
+
+    value: np.ndarray  # [C] float64 the node's value (expected tokens)
+    request: np.ndarray  # [C] int64 its row in the batch
+    code: np.ndarray  # [C] int64 its rank-path code
+    parent: np.ndarray  # [C] float64 its parent's value (a sibling's is that x its confidence)
+
+
+@jit
+def _before(f: Frontier, a: int, value: float, request: int, code: int) -> bool:
+    """Whether heap entry ``a`` pops before the node (value, request, code)."""
+    if f.value[a] != value:
+        return f.value[a] > value
+    if f.request[a] != request:
+        return f.request[a] < request
+    return f.code[a] < code
+
+
+@jit
+def _move(f: Frontier, to: int, at: int) -> None:
+    f.value[to], f.request[to], f.code[to], f.parent[to] = f.value[at], f.request[at], f.code[at], f.parent[at]
+
+
+@jit
+def _put(f: Frontier, at: int, value: float, request: int, code: int, parent: float) -> None:
+    f.value[at], f.request[at], f.code[at], f.parent[at] = value, request, code, parent
+
+
+@jit
+def _push(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> int:
+    """Add a node; returns the new size."""
+    k = size
+    while k > 0:
+        up = (k - 1) >> 1
+        if _before(f, up, value, request, code):
+            break
+        _move(f, k, up)
+        k = up
+    _put(f, k, value, request, code, parent)
+    return size + 1
+
+
+@jit
+def _sift_down(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> None:
+    """Place a node at the root's hole and sift it down into heap order."""
+    k = 0
+    while True:
+        c = 2 * k + 1
+        if c >= size:
+            break
+        if c + 1 < size and _before(f, c + 1, f.value[c], f.request[c], f.code[c]):
+            c += 1
+        if not _before(f, c, value, request, code):
+            break
+        _move(f, k, c)
+        k = c
+    _put(f, k, value, request, code, parent)
+
+
+@jit
+def _pop(f: Frontier, size: int) -> int:
+    """Drop the root; returns the new size."""
+    size -= 1
+    if size > 0:
+        _sift_down(f, size, f.value[size], f.request[size], f.code[size], f.parent[size])
+    return size
+
+
+@jit
+def _chain_worth(batch: Batch, levels: np.ndarray) -> np.ndarray:
+    """Each request's drafted chain valued by the drafter's confidences:
+    the expected accepted tokens of its first ``levels`` rank-1 drafts. [B]."""
+    b = len(levels)
+    worth = np.zeros(b)
+    for i in range(b):
+        path = 1.0
+        for d in range(levels[i]):
+            path *= batch.conf[i, d, 0]
+            worth[i] += path
+    return worth
+
+
+@jit
+def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, levels: np.ndarray, topk: int,
+                 max_nodes: int, rows: np.ndarray, chosen: np.ndarray) -> int:
+    """What to verify once the drafter has run ``levels`` levels for each
+    request: nodes of depth <= its levels and rank <= topk, valued by the
+    drafter's confidences (a path's product), enumerated best first over
+    the whole batch (a heap of each request's frontier: popping a node adds
+    its first child and its next sibling, so pops come in non-increasing
+    value); every prefix of that order is priced whole, the drafting as the
+    simulator charges it (already run: the same for every prefix, except
+    that a request verifying a tree drafts ``topk`` rows a level where a
+    chain drafts one). It stops when no later node can raise the rate
+    (each is worth at most the one just popped and costs at least the
+    forward's slope over CHORD_TOKENS tokens), or at ``max_nodes``.
+    Returns how many popped nodes (``rows``, ``chosen``, in pop order) the
+    plan keeps, or -1 when verifying every drafted chain, and nothing
+    else, beats every prefix."""
+    b = len(batch.context_tokens)
+    drafted = _drafted()
+    for i in range(b):
+        if levels[i] > 0:
+            _start(batch, drafted, i)
+            for level in range(levels[i]):
+                _add_rows(costs, drafted, level, 1)
+    drafting_s = _drafting_s(costs, drafted, b)
+    zero = np.zeros(1)
+    context, remaining = batch.context_tokens, batch.remaining_tokens
+    # The chains as drafted: a candidate of its own.
+    worth = _chain_worth(batch, levels)
+    n_chain, pairs_chain, gain_chain = 0, 0, float(b)
+    for i in range(b):
+        n_chain += levels[i]
+        pairs_chain += levels[i] * context[i]
+        gain_chain += worth[i]
+    memo = Memo(np.nan, np.nan)
+    chain_forward = _decode_s(p)
+    if n_chain > 0:
+        chain_forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n_chain, pairs_chain, 0)
+    chain_rate = gain_chain / (chain_forward + drafting_s)
+    best = b / (_decode_s(p) + drafting_s)
+    take = 0
+    c = b + max_nodes + 1
+    f = Frontier(np.empty(c), np.empty(c, dtype=np.int64), np.empty(c, dtype=np.int64), np.empty(c))
+    value_of, request_of, code_of, parent_of = f.value, f.request, f.code, f.parent
+    conf = batch.conf
+    tree = np.zeros(b, np.bool_)
+    size = 0
+    for i in range(b):
+        if levels[i] > 0 and remaining[i] > 1 and conf[i, 0, 0] > 0:
+            size = _push(f, size, conf[i, 0, 0], i, np.int64(1), 1.0)
+    gain, pairs, n = float(b), 0, 0
+    while size > 0 and n < max_nodes:
+        value, i, code, parent = value_of[0], request_of[0], code_of[0], parent_of[0]
+        d = trees.depth(code)
+        if n > 0:
+            here, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
+            after, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n + CHORD_TOKENS, pairs, 0)
+            slope = (after - here) / CHORD_TOKENS
+            if slope > 0 and value / slope < best:
+                break
+        rows[n], chosen[n] = i, code
+        n += 1
+        gain += value
+        pairs += context[i]
+        if not tree[i] and not trees.on_chain(code):
+            tree[i] = True  # its later levels draft topk rows each
+            for level in range(1, levels[i]):
+                _add_rows(costs, drafted, level, topk - 1)
+            drafting_s = _drafting_s(costs, drafted, b)
+        forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
+        rate = gain / (forward + drafting_s)
+        if rate > best:
+            best, take = rate, n
+        below = value * conf[i, d, 0] if d < levels[i] and d + 1 < remaining[i] else 0.0
+        r = trees.rank(code)
+        beside = parent * conf[i, d - 1, r] if r < topk else 0.0
+        if below > 0:  # the first child takes the popped node's place
+            _sift_down(f, size, below, i, trees.child_at(code, d, 1), value)
+            if beside > 0:
+                size = _push(f, size, beside, i, trees.next_sibling(code, d), parent)
+        elif beside > 0:
+            _sift_down(f, size, beside, i, trees.next_sibling(code, d), parent)
+        else:
+            size = _pop(f, size)
+    return -1 if chain_rate > best else take
+
+
+@jit
+def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes: int) -> Plan:
+    """The load-adaptive rule in two phases, as an engine runs it: the
+    drafter's confidences exist only for the levels it has drafted.
+
+    1. *How deep to draft*, before drafting: each request's expected
+       acceptance from its history (goodput's alpha^d, rank 1 only) values
+       its chain; the batch's depth and each request's chain length are
+       the best chain plan (:func:`_best_chains`); the drafter runs them.
+    2. *What to verify*, after drafting: :func:`_verify_rule` on the
+       drafter's real confidences, cut to the drafted levels, picks the
+       nodes (a tree where lower-ranked candidates pay), or every drafted
+       chain when that is better.
+    """
+    b = len(batch.context_tokens)
+    if batch.conf.shape[1] < depth or batch.conf.shape[2] < topk:  # the rules read within these
+        raise ValueError("marginal: Batch.conf must be [B, D >= depth, R >= topk]")
+    p = _pricing(batch, costs, 1)
+    v = _verifying(costs, p)
+    levels = _best_chains(batch, costs, p, v, _history_values(batch, depth), depth).k
+    rows = np.empty(max_nodes, dtype=np.int64)
+    chosen = np.empty(max_nodes, dtype=np.int64)
+    take = _verify_rule(batch, costs, p, v, levels, topk, max_nodes, rows, chosen)
+    if take < 0:
+        return _chain(batch, levels, levels)
+    plan = _packed(rows[:take], chosen[:take], b, topk)
+    for i in range(b):
+        plan.draft_steps[i] = levels[i]
+        if levels[i] > 0 and plan.draft_width[i] == 0:
+            plan.draft_width[i] = 1
+    return plan
