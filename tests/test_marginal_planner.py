@@ -162,9 +162,10 @@ def test_marginal_is_never_worse_than_verifying_its_own_drafts_as_chains(name):
 
 
 @pytest.mark.parametrize("name", COST_MODELS)
-def test_marginal_drafts_no_worse_than_any_fixed_chain(name):
-    """Phase 1 (how deep to draft) by the history valuation: its chains
-    beat ``linear:k`` for every k up to the rule's depth."""
+def test_the_best_chain_search_is_never_worse_than_any_fixed_chain(name):
+    """goodput's search (adaptive._best_chains) by the history valuation:
+    its chains beat ``linear:k`` for every k up to the rule's depth, at the
+    price it says."""
     model = cost_model(name)
     for k, (batch, (depth, _, _)) in enumerate(batches(20 + COST_MODELS.index(name), 60)):
         p = rules._pricing(batch, model.tables, 1)
@@ -177,14 +178,48 @@ def test_marginal_drafts_no_worse_than_any_fixed_chain(name):
             assert got >= rate(model, batch, chain(batch, d), history_value) * (1 - 1e-9), f"batch {k}: k={d}"
 
 
+def known(batch: rules.Batch) -> rules.Batch:
+    """The batch with every level's rank-1 confidence above 0: a 0 says
+    "not drafted yet" (the live engine plans before it drafts a level)."""
+    conf = batch.conf.copy()
+    conf[:, :, 0] = np.maximum(conf[:, :, 0], 1e-3)
+    return batch._replace(conf=conf)
+
+
+def calibrated(batch: rules.Batch) -> rules.Batch:
+    """The batch with each request's confidences equal to its history's
+    alpha at every depth (rank 1): where the history is right, a rule that
+    drafts level by level knows from the start what each chain is worth."""
+    alpha = np.maximum(batch.recent_accepted / (batch.recent_accepted + 1.0), 1e-3)
+    conf = np.zeros_like(batch.conf)
+    conf[:, :, 0] = alpha[:, None]
+    return batch._replace(conf=conf, recent_accepted=alpha / (1.0 - alpha))
+
+
+@pytest.mark.parametrize("spec", ["truncate", "marginal"])
 @pytest.mark.parametrize("name", COST_MODELS)
-def test_truncate_is_never_worse_than_its_cuts_or_the_chains(name):
+def test_drafting_level_by_level_is_never_worse_than_a_fixed_chain_where_history_is_right(name, spec):
     model = cost_model(name)
-    for k, (batch, (depth, _, _)) in enumerate(batches(30 + COST_MODELS.index(name), 60)):
-        plan = rules.plan_batch(rules.TRUNCATE, np.array([depth, 0.4], float), batch, model.tables)
+    for k, (batch, (depth, topk, max_nodes)) in enumerate(batches(30 + COST_MODELS.index(name), 60)):
+        batch = known(calibrated(batch))
+        params = [depth, 1e-12] if spec == "truncate" else [depth, topk, max_nodes]  # no threshold cut
+        plan = rules.plan_batch(rules.TRUNCATE if spec == "truncate" else rules.MARGINAL, np.array(params, float),
+                                batch, model.tables)
         got = rate(model, batch, plan, conf_value)
         for d in range(1, depth + 1):
             assert got >= rate(model, batch, chain(batch, d), conf_value) * (1 - 1e-9), f"batch {k}: k={d}"
+
+
+@pytest.mark.parametrize("name", COST_MODELS)
+def test_truncate_verifies_the_better_of_its_cut_and_its_drafts(name):
+    model = cost_model(name)
+    for k, (batch, (depth, _, _)) in enumerate(batches(40 + COST_MODELS.index(name), 60)):
+        batch = known(batch)
+        plan = rules.plan_batch(rules.TRUNCATE, np.array([depth, 0.4], float), batch, model.tables)
+        got = rate(model, batch, plan, conf_value)
+        drafted = rules._chain(batch, plan.draft_steps.copy(), plan.draft_steps.copy())
+        assert got >= rate(model, batch, drafted, conf_value) * (1 - 1e-9), f"batch {k}"
+        assert np.all(plan.num_nodes <= plan.draft_steps)
 
 
 def test_the_comparisons_can_fail():

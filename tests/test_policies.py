@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -74,17 +76,29 @@ def test_a_view_too_shallow_for_the_policy_is_refused():
 def test_truncate_cuts_where_path_confidence_falls_below_threshold():
     conf = np.ones((1, 6, 1))
     conf[0, :, 0] = [0.9, 0.9, 0.9, 0.5, 0.9, 0.9]  # path: .9 .81 .729 .36 ...
-    plan = policies.parse("truncate:k_max=6,threshold=0.5").plan(view(batch=1, depth=6, ranks=1, conf=conf))
-    # Drafting the fourth level only to see the cut costs a drafter call at batch 1: the rule stops at the cut.
-    assert plan.num_nodes.tolist() == [3] and plan.draft_steps.tolist() == [3]
+    spec = "truncate:k_max=6,threshold=0.5"
+    # The drafter stops after the level whose path falls under the threshold (it drafted it to see that) ...
+    cheap = policies.parse(spec).plan(view(batch=1, depth=6, ranks=1, conf=conf))
+    assert cheap.draft_steps.tolist() == [4]
+    # ... and verifies it too where a verified token costs less than the 0.36 tokens it is worth,
+    assert cheap.num_nodes.tolist() == [4]
+    # but not where verifying costs 2 ms a token: the chain is cut at the threshold (a long history
+    # of accepted drafts, alpha 0.95, makes drafting the fourth level worth its price).
+    dear = policies.parse(spec).plan(replace(view(batch=1, depth=6, ranks=1, conf=conf, cost_model="affine:5,2"),
+                                             recent_accepted=np.array([19.0])))
+    assert dear.num_nodes.tolist() == [3] and dear.draft_steps.tolist() == [4]
 
 
-def test_truncate_caps_its_depth_under_load():
-    conf = np.full((128, 8, 1), 0.6)  # every chain runs to k_max by its confidences (0.6 ** 8 > 0.01)
-    idle = policies.parse("truncate:threshold=0.01").plan(view(batch=1, ranks=1, conf=np.full((1, 8, 1), 0.9)))
-    busy = policies.parse("truncate:threshold=0.01").plan(view(batch=128, ranks=1, conf=conf, ctx=2000))
-    assert idle.num_nodes.tolist() == [8]
-    assert 0 < busy.num_nodes.max() < 8 and busy.draft_steps.max() == busy.num_nodes.max()
+def test_truncate_stops_drafting_where_a_verified_token_costs_more_than_it_brings():
+    """The same confident chains (path confidence above the threshold to
+    k_max, long histories) are drafted to k_max where a verified token is
+    cheap, and cut short where each costs 0.5 ms."""
+    def plan(cost_model):
+        v = view(batch=32, ranks=1, conf=np.full((32, 8, 1), 0.8), cost_model=cost_model)
+        return policies.parse("truncate:threshold=0.01").plan(replace(v, recent_accepted=np.full(32, 19.0)))
+    cheap, dear = plan("affine:10,0.001"), plan("affine:10,0.5")
+    assert cheap.num_nodes.tolist() == [8] * 32
+    assert 0 < dear.draft_steps.max() < 8 and dear.num_nodes.max() == dear.draft_steps.max()
 
 
 @pytest.mark.parametrize("batch,k", [(1, 5), (7, 5), (8, 3), (40, 0)])

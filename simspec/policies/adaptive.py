@@ -210,59 +210,172 @@ def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
     return _chain(batch, choice.k, choice.k)
 
 
-# -- truncate: the dynamic head, its depth capped where drafting stops paying ------
+# -- drafting level by level: how deep, decided as the drafter goes --------------
+
+@jit
+def _copy_into(src: Drafted, dst: Drafted) -> None:
+    dst.rows[:] = src.rows
+    dst.totals[:] = src.totals
+
+
+@jit
+def _plan_rate(costs: CostTables, p: Pricing, v: Verifying, d: Drafted, b: int, gain: float, n: int,
+               pairs: int) -> float:
+    """Tokens per second of a step gaining ``gain`` tokens from ``n`` verified drafts and drafting ``d``."""
+    if n > 0:
+        forward, _ = _verified_s(v, costs.layers_s, costs.head_s, np.zeros(1), Memo(np.nan, np.nan), n, pairs, 0)
+    else:
+        forward = _decode_s(p)
+    return gain / (forward + _drafting_s(costs, d, b))
+
+
+class Drafting(NamedTuple):
+    """How deep each request drafts this round, decided level by level
+    (:func:`_draft_levels`), and what its chain is worth."""
+
+    levels: np.ndarray  # [B] int64 levels drafted
+    cut: np.ndarray  # [B] int64 drafted levels whose path confidence stays at or above the threshold
+    worth: np.ndarray  # [B, depth + 1] float64 expected accepted tokens of the first d drafted levels (confidences)
+
+
+@jit
+def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, depth: int,
+                  threshold: float) -> Drafting:
+    """Draft as an engine drafts, a level at a time, the confidences of a
+    level known once it is drafted. Before each level the rule prices
+    stopping (verify what is drafted) against drafting on to each depth D
+    up to ``depth`` (the requests still going value their undrafted tokens
+    by their history: the drafted path's confidence times alpha^j, alpha
+    as goodput's), each plan priced whole; it drafts the next level when
+    some D beats stopping. Who goes on: with a ``threshold`` (truncate),
+    every request whose path confidence has not fallen under it; without
+    (marginal, threshold 0), every request whose next token is worth its
+    cost at the step's current rate (the forward's slope over the batch's
+    tokens, its drafter rows). A level whose confidences are not known yet
+    (0: the live engine has not drafted it) ends the loop there, asking
+    for it; the engine drafts it and plans again, and the same decisions
+    are replayed up to it."""
+    b = len(batch.context_tokens)
+    levels = np.zeros(b, np.int64)
+    cut = np.zeros(b, np.int64)
+    worth = np.zeros((b, depth + 1))
+    path = np.ones(b)
+    alive = np.zeros(b, np.bool_)
+    alpha = np.empty(b)
+    for i in range(b):
+        alive[i] = batch.remaining_tokens[i] > 1
+        alpha[i] = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
+    now, trial = _drafted(), _drafted()
+    gain, n, pairs = float(b), 0, 0  # the stop plan: every drafted level verified
+    going = np.zeros(b, np.bool_)
+    everyone = np.zeros(b, np.bool_)
+    for d in range(depth):
+        stop = _plan_rate(costs, p, v, now, b, gain, n, pairs)
+        slope = 0.0
+        if threshold <= 0.0 and b > 0:
+            ctx = batch.context_tokens.sum() // b
+            wide = _plan_rate(costs, p, v, now, b, 1.0, n + b, pairs + b * ctx)  # 1 / seconds
+            base = _plan_rate(costs, p, v, now, b, 1.0, max(n, 1), pairs + (ctx if n == 0 else 0))
+            slope = (1.0 / wide - 1.0 / base) / b
+        g, eligible = 0, 0
+        for i in range(b):
+            ok = alive[i] and levels[i] == d and d + 1 < batch.remaining_tokens[i]
+            everyone[i] = ok
+            eligible += ok
+            if ok and threshold <= 0.0:
+                ok = path[i] * alpha[i] > stop * slope
+            going[i] = ok
+            g += ok
+        if eligible == 0:
+            break
+        # The requests whose next token pays at the current rate, and (where
+        # that is fewer) every request that can draft on: on a tiled cost a
+        # bundle of the batch's chains can fill a tile that one by one do not.
+        best, best_set = stop, 0
+        for which in range(2):
+            members = going if which == 0 else everyone
+            if (which == 0 and g == 0) or (which == 1 and g == eligible):
+                continue
+            for top in range(d + 1, depth + 1):
+                _copy_into(now, trial)
+                extra_gain, extra_n, extra_pairs = 0.0, 0, 0
+                for i in range(b):
+                    if not members[i]:
+                        continue
+                    if d == 0:
+                        _start(batch, trial, i)
+                    last = min(top, batch.remaining_tokens[i] - 1)
+                    future = path[i]
+                    for j in range(d, last):
+                        _add_rows(costs, trial, j, 1)
+                        future *= alpha[i]
+                        extra_gain += future
+                    extra_n += last - d
+                    extra_pairs += (last - d) * batch.context_tokens[i]
+                r = _plan_rate(costs, p, v, trial, b, gain + extra_gain, n + extra_n, pairs + extra_pairs)
+                if r > best:
+                    best, best_set = r, which
+        if best <= stop:
+            break
+        if best_set == 1:
+            going[:] = everyone
+        unknown = False
+        for i in range(b):
+            if going[i] and batch.conf[i, d, 0] <= 0.0:
+                unknown = True
+        for i in range(b):
+            if not going[i]:
+                continue
+            if d == 0:
+                _start(batch, now, i)
+            _add_rows(costs, now, d, 1)
+            levels[i] = d + 1
+            if unknown:
+                continue
+            path[i] *= batch.conf[i, d, 0]
+            worth[i, d + 1] = worth[i, d] + path[i]
+            gain += path[i]
+            n += 1
+            pairs += batch.context_tokens[i]
+            if path[i] >= threshold:
+                cut[i] = d + 1
+            else:
+                alive[i] = False  # the dynamic head stops here: it drafted this level to see it fall
+        if unknown:
+            break
+    return Drafting(levels, cut, worth)
+
 
 @jit
 def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> Plan:
-    """Each request's chain is cut where its cumulative confidence falls
-    under ``threshold`` (the drafter ran one step past the cut). The batch's
-    drafting stops at the depth D <= k_max whose plan has the most
-    predicted tokens per second (the confidences valuing the tokens), and
-    at each D the uncut chains (``linear:k=D``) are a candidate too: a cut
-    that saves less verification than the tokens it drops is not made."""
+    """The dynamic head: each request's chain is cut where its cumulative
+    confidence falls under ``threshold`` (the drafter ran one step past the
+    cut to see it), and the batch stops drafting where going deeper no
+    longer pays (:func:`_draft_levels`). It verifies the cut chains, or
+    every drafted level when that has the more predicted tokens per second
+    (a cut that saves less verification than the tokens it drops is not made)."""
     b = len(batch.context_tokens)
-    cut = np.zeros(b, np.int64)
-    looked = np.zeros(b, np.int64)
-    worth = np.zeros((b, k_max + 1))  # expected accepted tokens of the first d drafts
-    for i in range(b):
-        path = 1.0
-        for d in range(k_max):
-            path *= batch.conf[i, d, 0]
-            worth[i, d + 1] = worth[i, d] + path
-            if path >= threshold and cut[i] == d:
-                cut[i] += 1
-        looked[i] = min(cut[i] + 1, k_max)
     p = _pricing(batch, costs, 1)
     v = _verifying(costs, p)
-    zero = np.zeros(1)
+    drafting = _draft_levels(batch, costs, p, v, k_max, threshold)
+    levels, cut, worth = drafting.levels, drafting.cut, drafting.worth
     drafted = _drafted()
-    best, best_top, best_cut = p.rate0, 0, True
-    for top in range(1, k_max + 1):
-        for cutting in (True, False):
-            _reset(drafted)
-            gain, pairs, n = float(b), 0, 0
-            for i in range(b):
-                last = max(batch.remaining_tokens[i] - 1, 0)
-                steps = min(looked[i], top) if cutting else min(top, last)
-                if steps > 0:
-                    _start(batch, drafted, i)
-                    for level in range(steps):
-                        _add_rows(costs, drafted, level, 1)
-                k = min(cut[i], top) if cutting else min(top, last)
-                n += k
-                pairs += k * batch.context_tokens[i]
-                gain += worth[i, k]
-            if n > 0:
-                forward, _ = _verified_s(v, costs.layers_s, costs.head_s, zero, Memo(np.nan, np.nan), n, pairs, 0)
-            else:
-                forward = _decode_s(p)
-            rate = gain / (forward + _drafting_s(costs, drafted, b))
-            if rate > best:
-                best, best_top, best_cut = rate, top, cutting
-    if best_cut:
-        return _chain(batch, np.minimum(cut, best_top), np.minimum(looked, best_top))
-    k = np.minimum(np.maximum(batch.remaining_tokens - 1, 0), best_top)
-    return _chain(batch, k, k)
+    gain_cut, n_cut, pairs_cut, gain_all, n_all, pairs_all = float(b), 0, 0, float(b), 0, 0
+    for i in range(b):
+        if levels[i] > 0:
+            _start(batch, drafted, i)
+            for level in range(levels[i]):
+                _add_rows(costs, drafted, level, 1)
+        gain_cut += worth[i, cut[i]]
+        n_cut += cut[i]
+        pairs_cut += cut[i] * batch.context_tokens[i]
+        gain_all += worth[i, levels[i]]
+        n_all += levels[i]
+        pairs_all += levels[i] * batch.context_tokens[i]
+    if (_plan_rate(costs, p, v, drafted, b, gain_all, n_all, pairs_all)
+            > _plan_rate(costs, p, v, drafted, b, gain_cut, n_cut, pairs_cut)):
+        return _chain(batch, levels.copy(), levels.copy())
+    return _chain(batch, cut.copy(), levels.copy())
 
 
 # -- marginal: how deep to draft, then what to verify ------------------------------
@@ -446,10 +559,10 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
     """The load-adaptive rule in two phases, as an engine runs it: the
     drafter's confidences exist only for the levels it has drafted.
 
-    1. *How deep to draft*, before drafting: each request's expected
-       acceptance from its history (goodput's alpha^d, rank 1 only) values
-       its chain; the batch's depth and each request's chain length are
-       the best chain plan (:func:`_best_chains`); the drafter runs them.
+    1. *How deep to draft*, as the drafter goes (:func:`_draft_levels`):
+       a level at a time, the drafted levels valued by their confidences
+       and the undrafted ones by the request's history, the batch drafts
+       on while some deeper plan, priced whole, beats stopping.
     2. *What to verify*, after drafting: :func:`_verify_rule` on the
        drafter's real confidences, cut to the drafted levels, picks the
        nodes (a tree where lower-ranked candidates pay), or every drafted
@@ -460,7 +573,7 @@ def _marginal(batch: Batch, costs: CostTables, depth: int, topk: int, max_nodes:
         raise ValueError("marginal: Batch.conf must be [B, D >= depth, R >= topk]")
     p = _pricing(batch, costs, 1)
     v = _verifying(costs, p)
-    levels = _best_chains(batch, costs, p, v, _history_values(batch, depth), depth).k
+    levels = _draft_levels(batch, costs, p, v, depth, 0.0).levels
     rows = np.empty(max_nodes, dtype=np.int64)
     chosen = np.empty(max_nodes, dtype=np.int64)
     take = _verify_rule(batch, costs, p, v, levels, topk, max_nodes, rows, chosen)
