@@ -17,7 +17,7 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs, trees
 from simspec.costs.steps import load_step_costs
-from simspec.policies import adaptive, rules
+from simspec.policies import rules
 from simspec.types import MAX_RANK, RANK_BITS, StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,23 +159,6 @@ def test_marginal_is_never_worse_than_verifying_its_own_drafts_as_chains(name):
         got = rate(model, batch, plan, conf_value)
         chains = rules._chain(batch, levels.copy(), levels.copy())
         assert got >= rate(model, batch, chains, conf_value) * (1 - 1e-9), f"batch {k}"
-
-
-@pytest.mark.parametrize("name", COST_MODELS)
-def test_the_best_chain_search_is_never_worse_than_any_fixed_chain(name):
-    """goodput's search (adaptive._best_chains) by the history valuation:
-    its chains beat ``linear:k`` for every k up to the rule's depth, at the
-    price it says."""
-    model = cost_model(name)
-    for k, (batch, (depth, _, _)) in enumerate(batches(20 + COST_MODELS.index(name), 60)):
-        p = rules._pricing(batch, model.tables, 1)
-        choice = adaptive._best_chains(batch, model.tables, p, rules._verifying(model.tables, p),
-                                       adaptive._history_values(batch, depth), depth)
-        plan = rules._chain(batch, choice.k, choice.k)
-        got = rate(model, batch, plan, history_value)
-        assert got == pytest.approx(choice.rate, rel=1e-9), f"batch {k}: the planner's price is the simulator's"
-        for d in range(depth + 1):
-            assert got >= rate(model, batch, chain(batch, d), history_value) * (1 - 1e-9), f"batch {k}: k={d}"
 
 
 def known(batch: rules.Batch) -> rules.Batch:

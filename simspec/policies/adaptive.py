@@ -118,74 +118,6 @@ def _decode_s(p: Pricing) -> float:
     return b / p.rate0 if b > 0 else 0.0
 
 
-# -- chains: the batch's depth decided batch-wide --------------------------------
-
-class Choice(NamedTuple):
-    """A chain plan found by :func:`_best_chains`: each request's chain length, and its rate."""
-
-    k: np.ndarray  # [B] int64
-    rate: float  # predicted tokens per second of the step
-
-
-@jit
-def _best_chains(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, values: np.ndarray,
-                 max_depth: int) -> Choice:
-    """The best chain plan for rank-1 values ``values`` [B, max_depth] (the
-    expected acceptance of each request's depth-d token, non-increasing in
-    d): for each batch depth D the best prefix of the depth-<= D nodes in
-    value order, priced whole; the best over D. The last prefix of depth D
-    is ``linear:k=D`` (cut at each request's last token)."""
-    b = len(batch.context_tokens)
-    codes = np.zeros((b, max_depth), np.int64)
-    depths = np.empty((b, max_depth), np.int64)
-    for i in range(b):
-        for d in range(max_depth):
-            depths[i, d] = d + 1
-    rows, _, value, depth = trees.ranked_candidates(values, codes, depths, batch.remaining_tokens, 0.0,
-                                                    b * max_depth)
-    total = np.zeros(max_depth + 1)  # value of every candidate up to each depth
-    for t in range(len(rows)):
-        total[depth[t]] += value[t]
-    for d in range(1, max_depth + 1):
-        total[d] += total[d - 1]
-    zero = np.zeros(1)
-    drafted = _drafted()
-    started = np.zeros(b, np.bool_)
-    decode_s = _decode_s(p)
-    best, best_depth, best_take = p.rate0, 0, 0
-    lump = costs.draft_round_s + b * costs.draft_round_request_s
-    for top in range(1, max_depth + 1):
-        # No plan of depth <= top gains more than every candidate, nor costs
-        # less than AR plus the round terms and top one-row drafter calls.
-        if (b + total[top]) / (decode_s + lump + top * table_at(costs.draft_s, 1)) <= best:
-            continue
-        _reset(drafted)
-        started[:] = False
-        memo = Memo(np.nan, np.nan)
-        gain, pairs, n = float(b), 0, 0
-        for t in range(len(rows)):
-            d = depth[t]
-            if d > top:
-                continue
-            i = rows[t]
-            if not started[i]:
-                started[i] = True
-                _start(batch, drafted, i)
-            _add_rows(costs, drafted, d - 1, 1)
-            n += 1
-            gain += value[t]
-            pairs += batch.context_tokens[i]
-            forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
-            rate = gain / (forward + _drafting_s(costs, drafted, b))
-            if rate > best:
-                best, best_depth, best_take = rate, top, t + 1
-    k = np.zeros(b, np.int64)
-    for t in range(best_take):
-        if depth[t] <= best_depth:
-            k[rows[t]] += 1
-    return Choice(k, best)
-
-
 @jit
 def _history_values(batch: Batch, depth: int) -> np.ndarray:
     """SmartSpec's prediction from each request's history: accepted /
@@ -199,15 +131,6 @@ def _history_values(batch: Batch, depth: int) -> np.ndarray:
         for d in range(depth):
             values[i, d] = alpha ** (d + 1)
     return values
-
-
-@jit
-def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
-    """Per request the draft length, from its history, that maximises the
-    step's predicted tokens per second, the batch's depth chosen whole."""
-    p = _pricing(batch, costs, 1)
-    choice = _best_chains(batch, costs, p, _verifying(costs, p), _history_values(batch, k_max), k_max)
-    return _chain(batch, choice.k, choice.k)
 
 
 # -- drafting level by level: how deep, decided as the drafter goes --------------
@@ -376,6 +299,26 @@ def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> 
             > _plan_rate(costs, p, v, drafted, b, gain_cut, n_cut, pairs_cut)):
         return _chain(batch, levels.copy(), levels.copy())
     return _chain(batch, cut.copy(), levels.copy())
+
+
+@jit
+def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
+    """SmartSpec: per request the draft length that maximises the step's
+    predicted tokens per second, every token valued by the request's
+    history alone (goodput's alpha^d: the drafter's confidences go unread),
+    the batch's depth decided as :func:`_draft_levels` decides it."""
+    b = len(batch.context_tokens)
+    history = np.empty((b, k_max, 1))
+    values = _history_values(batch, 1)
+    for i in range(b):
+        history[i, :, 0] = max(values[i, 0], 1e-12)  # every level "drafted", at the history's acceptance
+    p = _pricing(batch, costs, 1)
+    seen = Batch(batch.context_tokens, batch.visual_tokens, batch.kept_visual_tokens, batch.remaining_tokens,
+                 batch.recent_accepted, history, batch.true_ranks, batch.prefill_tokens, batch.prefill_attn_pairs,
+                 batch.prefill_kv_tokens, batch.prefill_requests, batch.vision_tokens, batch.prefill_max_context,
+                 batch.table_key)
+    levels = _draft_levels(seen, costs, p, _verifying(costs, p), k_max, 0.0).levels
+    return _chain(batch, levels, levels.copy())
 
 
 # -- marginal: how deep to draft, then what to verify ------------------------------
