@@ -119,7 +119,7 @@ class Truncate(Policy):
     name = "truncate"
     kernel = rules.TRUNCATE
     k_max: int = 8
-    threshold: float = 0.4
+    threshold: float = 0.1  # the cost rule decides the depth; a low threshold leaves it room (benchmarks/adaptive_vs_fixed.py)
 
     def __post_init__(self):
         _check_depth(self.name, "k_max", self.k_max)
