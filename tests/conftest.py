@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +65,13 @@ def invoke(argv) -> tuple[int, str, str]:
         except Exception as exc:  # noqa: BLE001 - reported as the failure
             pytest.fail(f"simspec {' '.join(map(str, argv))} raised {type(exc).__name__}: {exc}")
     return code, out.getvalue(), err.getvalue()
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the benchmarks are scripts, not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module

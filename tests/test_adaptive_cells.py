@@ -6,27 +6,17 @@ fail (``tree``, a fixed policy, is far off the best at the same cells)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
+
 SATURATION = 18.29  # AR saturation of the default scenario, req/s (the benchmark's first line)
-
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("adaptive_vs_fixed", ROOT / "benchmarks" / "adaptive_vs_fixed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load_benchmark()
+    return load_benchmark("adaptive_vs_fixed")
 
 
 @pytest.mark.slow

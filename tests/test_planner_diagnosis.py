@@ -9,31 +9,21 @@ same numbers, and on the batch of 19 a 4-deep tree below ``linear:k=2``."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from conftest import load_benchmark
 
 from simspec import config as configuration, experiment, policies
 from simspec.policies import rules
 from test_marginal_planner import conf_value, step_s
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("planner_diagnosis", ROOT / "benchmarks" / "planner_diagnosis.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    bench = _load_benchmark()
+    bench = load_benchmark("planner_diagnosis")
     out = []
     for fields in bench.load(bench.RECORDED):
         fields.pop("p1")

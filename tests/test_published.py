@@ -6,12 +6,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "validation" / "published" / "speculative_decoding.csv"
@@ -22,14 +22,6 @@ POSITIVE = ("batch", "acceptance_length", "speedup", "tpot_ms", "ar_tpot_ms", "t
 METHODS = {"eagle1", "eagle2", "eagle3", "draft_model", "medusa", "ngram"}
 
 
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("published_benchmark", ROOT / "benchmarks" / "published.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def records() -> list[dict[str, str]]:
     with open(TABLE, newline="", encoding="utf-8") as f:
@@ -38,7 +30,7 @@ def records() -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def bench():
-    return _load_benchmark()
+    return load_benchmark("published")
 
 
 def test_columns_and_size(records):
