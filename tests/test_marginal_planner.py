@@ -17,7 +17,7 @@ import pytest
 from conftest import H100, LLAVA
 from simspec import costs, trees
 from simspec.costs.steps import load_step_costs
-from simspec.policies import rules
+from simspec.policies import adaptive, rules
 from simspec.types import MAX_RANK, RANK_BITS, StepShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +65,9 @@ def conf_value(batch: rules.Batch, plan: rules.Plan) -> float:
 
 
 def history_value(batch: rules.Batch, plan: rules.Plan) -> float:
-    """... and by each request's history (goodput's alpha^d, chains only)."""
-    alpha = batch.recent_accepted / (batch.recent_accepted + 1.0)
+    """... and by each request's history (goodput's alpha^d, chains only;
+    alpha as the rules estimate it: test_history_alpha_* below)."""
+    alpha = adaptive._history_alpha(batch)
     return float(sum(sum(alpha[i] ** d for d in range(1, int(k) + 1)) for i, k in enumerate(plan.num_nodes)))
 
 
@@ -173,10 +174,10 @@ def calibrated(batch: rules.Batch) -> rules.Batch:
     """The batch with each request's confidences equal to its history's
     alpha at every depth (rank 1): where the history is right, a rule that
     drafts level by level knows from the start what each chain is worth."""
-    alpha = np.maximum(batch.recent_accepted / (batch.recent_accepted + 1.0), 1e-3)
+    batch = batch._replace(recent_accepted=np.maximum(batch.recent_accepted, 0.01))
     conf = np.zeros_like(batch.conf)
-    conf[:, :, 0] = alpha[:, None]
-    return batch._replace(conf=conf, recent_accepted=alpha / (1.0 - alpha))
+    conf[:, :, 0] = adaptive._history_alpha(batch)[:, None]
+    return batch._replace(conf=conf)
 
 
 @pytest.mark.parametrize("spec", ["truncate", "marginal"])
@@ -203,6 +204,37 @@ def test_truncate_verifies_the_better_of_its_cut_and_its_drafts(name):
         drafted = rules._chain(batch, plan.draft_steps.copy(), plan.draft_steps.copy())
         assert got >= rate(model, batch, drafted, conf_value) * (1 - 1e-9), f"batch {k}"
         assert np.all(plan.num_nodes <= plan.draft_steps)
+
+
+def _recent(values) -> rules.Batch:
+    b = len(values)
+    return random_batch(np.random.default_rng(0), b)._replace(recent_accepted=np.asarray(values, float))
+
+
+def test_history_alpha_is_the_geometric_estimate_when_the_batch_agrees():
+    alpha = adaptive._history_alpha(_recent([2.0] * 5))
+    assert np.allclose(alpha, 2.0 / 3.0)
+
+
+def test_history_alpha_shrinks_a_noisy_average_toward_the_batch():
+    """Every average moves toward the batch's by its noise's share of its
+    noise plus the spread beyond noise; where requests truly differ (a
+    spread far beyond the noise) they stay apart."""
+    recent = np.array([0.5, 1.0, 2.0, 3.0])
+    alpha = adaptive._history_alpha(_recent(recent))
+    mean = recent.mean()
+    r = alpha / (1.0 - alpha)
+    assert np.all(np.abs(r - mean) <= np.abs(recent - mean) + 1e-12)
+    assert np.all(np.sign(r - mean) == np.sign(recent - mean))
+    keep = 0.3 / (2.0 - 0.3)  # RECENT_WEIGHT's moving average keeps this share of a round's variance
+    noise = keep * recent * (1 + recent)
+    between = max(recent.var(ddof=1) - noise.mean(), 0.0)
+    assert np.allclose(r, recent + noise / (noise + between) * (mean - recent))
+    wide = np.array([0.05, 0.1, 8.0, 12.0])  # two requests that rarely accept, two that nearly always do
+    kept = adaptive._history_alpha(_recent(wide))
+    moved = np.abs(kept / (1 - kept) - wide) / np.abs(wide - wide.mean())
+    assert np.all(moved[:2] < 0.01)  # a low average is a precise one (variance m (1 + m))
+    assert np.all(moved < 0.6)
 
 
 def test_the_comparisons_can_fail():

@@ -41,6 +41,7 @@ from simspec.compiled import jit
 from simspec.costs.base import CostTables, select_cost, table_at
 from simspec.policies.pricing import (Batch, Memo, Plan, Pricing, Verifying, _chain, _packed, _pricing,
                                       _verified_s, _verifying)
+from simspec.scheduling import RECENT_WEIGHT
 from simspec.types import MAX_DEPTH
 
 CHORD_TOKENS = 64
@@ -119,21 +120,36 @@ def _decode_s(p: Pricing) -> float:
 
 
 @jit
-def _history_values(batch: Batch, depth: int) -> np.ndarray:
-    """SmartSpec's prediction from each request's history: accepted /
-    (accepted + 1) is the geometric estimate of its per-token acceptance
-    alpha when a round ends on its first rejection; its depth-d token is
-    accepted with alpha^d. [B, depth]."""
+def _history_alpha(batch: Batch) -> np.ndarray:
+    """Each request's per-token acceptance from its history, [B]: the
+    geometric accepted / (accepted + 1) of its moving average of accepted
+    draft tokens per drafted round, that average first shrunk toward the
+    batch's (empirical Bayes): a request's average of a few rounds is
+    noisy (a round's count is geometric, variance m (1 + m) for mean m;
+    a moving average of weight w keeps w / (2 - w) of it), and alpha^d of
+    a noisy alpha overestimates a deep token, most for the requests whose
+    estimate is high by chance, which are the ones a rule drafts deepest.
+    The shrink weight of a request is its noise over its noise plus the
+    spread of the batch's averages beyond noise."""
     b = len(batch.context_tokens)
-    values = np.empty((b, depth))
+    recent = batch.recent_accepted
+    alpha = np.empty(b)
+    if b == 0:
+        return alpha
+    mean = recent.mean()
+    spread = 0.0
+    noise = np.empty(b)
+    keep = RECENT_WEIGHT / (2.0 - RECENT_WEIGHT)
     for i in range(b):
-        alpha = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
-        for d in range(depth):
-            values[i, d] = alpha ** (d + 1)
-    return values
+        spread += (recent[i] - mean) ** 2 / max(b - 1, 1)
+        noise[i] = keep * recent[i] * (1.0 + recent[i])
+    between = max(spread - noise.mean(), 0.0) if b > 1 else 0.0
+    for i in range(b):
+        shrink = noise[i] / (noise[i] + between) if noise[i] + between > 0 else 0.0
+        r = (1.0 - shrink) * recent[i] + shrink * mean
+        alpha[i] = r / (r + 1.0)
+    return alpha
 
-
-# -- drafting level by level: how deep, decided as the drafter goes --------------
 
 @jit
 def _copy_into(src: Drafted, dst: Drafted) -> None:
@@ -184,10 +200,9 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     worth = np.zeros((b, depth + 1))
     path = np.ones(b)
     alive = np.zeros(b, np.bool_)
-    alpha = np.empty(b)
+    alpha = _history_alpha(batch)
     for i in range(b):
         alive[i] = batch.remaining_tokens[i] > 1
-        alpha[i] = batch.recent_accepted[i] / (batch.recent_accepted[i] + 1.0)
     now, trial = _drafted(), _drafted()
     gain, n, pairs = float(b), 0, 0  # the stop plan: every drafted level verified
     going = np.zeros(b, np.bool_)
@@ -309,9 +324,9 @@ def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
     the batch's depth decided as :func:`_draft_levels` decides it."""
     b = len(batch.context_tokens)
     history = np.empty((b, k_max, 1))
-    values = _history_values(batch, 1)
+    alpha = _history_alpha(batch)
     for i in range(b):
-        history[i, :, 0] = max(values[i, 0], 1e-12)  # every level "drafted", at the history's acceptance
+        history[i, :, 0] = max(alpha[i], 1e-12)  # every level "drafted", at the history's acceptance
     p = _pricing(batch, costs, 1)
     seen = Batch(batch.context_tokens, batch.visual_tokens, batch.kept_visual_tokens, batch.remaining_tokens,
                  batch.recent_accepted, history, batch.true_ranks, batch.prefill_tokens, batch.prefill_attn_pairs,
