@@ -71,12 +71,6 @@ def _drafted() -> Drafted:
 
 
 @jit
-def _reset(d: Drafted) -> None:
-    d.rows[:] = 0
-    d.totals[:] = 0.0
-
-
-@jit
 def _add_rows(costs: CostTables, d: Drafted, level: int, rows: int) -> None:
     """``rows`` more rows in the drafter call of ``level`` (0-based)."""
     before = d.rows[level]
@@ -110,6 +104,18 @@ def _drafting_s(costs: CostTables, d: Drafted, b: int) -> float:
     return (costs.draft_round_s + b * costs.draft_round_request_s + d.totals[T_TABLE] + cross
             + levels * kept * costs.draft_s_per_kept
             + select_cost(costs, int(d.totals[T_SELECTING]), int(d.totals[T_KEYS])))
+
+
+@jit
+def _drafted_chains(batch: Batch, costs: CostTables, levels: np.ndarray) -> Drafted:
+    """The drafting of every request's rank-1 chain ``levels[i]`` levels deep."""
+    drafted = _drafted()
+    for i in range(len(levels)):
+        if levels[i] > 0:
+            _start(batch, drafted, i)
+            for level in range(levels[i]):
+                _add_rows(costs, drafted, level, 1)
+    return drafted
 
 
 @jit
@@ -162,10 +168,40 @@ def _plan_rate(costs: CostTables, p: Pricing, v: Verifying, d: Drafted, b: int, 
                pairs: int) -> float:
     """Tokens per second of a step gaining ``gain`` tokens from ``n`` verified drafts and drafting ``d``."""
     if n > 0:
-        forward, _ = _verified_s(v, costs.layers_s, costs.head_s, np.zeros(1), Memo(np.nan, np.nan), n, pairs, 0)
+        forward, _ = _verified_s(v, costs.layers_s, costs.head_s, p.draft_s, Memo(np.nan, np.nan), n, pairs, 0)
     else:
         forward = _decode_s(p)
     return gain / (forward + _drafting_s(costs, d, b))
+
+
+@jit
+def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, now: Drafted, trial: Drafted,
+                 members: np.ndarray, path: np.ndarray, alpha: np.ndarray, d: int, depth: int, gain: float, n: int,
+                 pairs: int) -> float:
+    """The best rate of drafting ``members`` on from level ``d`` to some
+    depth in d+1..depth (their undrafted tokens valued path x alpha^j), on
+    top of the plan so far (``now``, ``gain``, ``n``, ``pairs``); ``trial``
+    is scratch."""
+    b = len(batch.context_tokens)
+    best = 0.0
+    for top in range(d + 1, depth + 1):
+        _copy_into(now, trial)
+        extra_gain, extra_n, extra_pairs = 0.0, 0, 0
+        for i in range(b):
+            if not members[i]:
+                continue
+            if d == 0:
+                _start(batch, trial, i)
+            last = min(top, batch.remaining_tokens[i] - 1)
+            future = path[i]
+            for j in range(d, last):
+                _add_rows(costs, trial, j, 1)
+                future *= alpha[i]
+                extra_gain += future
+            extra_n += last - d
+            extra_pairs += (last - d) * batch.context_tokens[i]
+        best = max(best, _plan_rate(costs, p, v, trial, b, gain + extra_gain, n + extra_n, pairs + extra_pairs))
+    return best
 
 
 class Drafting(NamedTuple):
@@ -231,28 +267,12 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
         # bundle of the batch's chains can fill a tile that one by one do not.
         best, best_set = stop, 0
         for which in range(2):
-            members = going if which == 0 else everyone
             if (which == 0 and g == 0) or (which == 1 and g == eligible):
                 continue
-            for top in range(d + 1, depth + 1):
-                _copy_into(now, trial)
-                extra_gain, extra_n, extra_pairs = 0.0, 0, 0
-                for i in range(b):
-                    if not members[i]:
-                        continue
-                    if d == 0:
-                        _start(batch, trial, i)
-                    last = min(top, batch.remaining_tokens[i] - 1)
-                    future = path[i]
-                    for j in range(d, last):
-                        _add_rows(costs, trial, j, 1)
-                        future *= alpha[i]
-                        extra_gain += future
-                    extra_n += last - d
-                    extra_pairs += (last - d) * batch.context_tokens[i]
-                r = _plan_rate(costs, p, v, trial, b, gain + extra_gain, n + extra_n, pairs + extra_pairs)
-                if r > best:
-                    best, best_set = r, which
+            r = _deeper_rate(batch, costs, p, v, now, trial, going if which == 0 else everyone, path, alpha, d,
+                             depth, gain, n, pairs)
+            if r > best:
+                best, best_set = r, which
         if best <= stop:
             break
         if best_set == 1:
@@ -297,13 +317,9 @@ def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> 
     v = _verifying(costs, p)
     drafting = _draft_levels(batch, costs, p, v, k_max, threshold)
     levels, cut, worth = drafting.levels, drafting.cut, drafting.worth
-    drafted = _drafted()
+    drafted = _drafted_chains(batch, costs, levels)
     gain_cut, n_cut, pairs_cut, gain_all, n_all, pairs_all = float(b), 0, 0, float(b), 0, 0
     for i in range(b):
-        if levels[i] > 0:
-            _start(batch, drafted, i)
-            for level in range(levels[i]):
-                _add_rows(costs, drafted, level, 1)
         gain_cut += worth[i, cut[i]]
         n_cut += cut[i]
         pairs_cut += cut[i] * batch.context_tokens[i]
@@ -443,14 +459,9 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
     plan keeps, or -1 when verifying every drafted chain, and nothing
     else, beats every prefix."""
     b = len(batch.context_tokens)
-    drafted = _drafted()
-    for i in range(b):
-        if levels[i] > 0:
-            _start(batch, drafted, i)
-            for level in range(levels[i]):
-                _add_rows(costs, drafted, level, 1)
+    drafted = _drafted_chains(batch, costs, levels)
     drafting_s = _drafting_s(costs, drafted, b)
-    zero = np.zeros(1)
+    zero = p.draft_s  # depth 0 of the drafting table: the forward alone
     context, remaining = batch.context_tokens, batch.remaining_tokens
     # The chains as drafted: a candidate of its own.
     worth = _chain_worth(batch, levels)
@@ -459,12 +470,9 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         n_chain += levels[i]
         pairs_chain += levels[i] * context[i]
         gain_chain += worth[i]
+    chain_rate = _plan_rate(costs, p, v, drafted, b, gain_chain, n_chain, pairs_chain)
+    best = _plan_rate(costs, p, v, drafted, b, float(b), 0, 0)
     memo = Memo(np.nan, np.nan)
-    chain_forward = _decode_s(p)
-    if n_chain > 0:
-        chain_forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n_chain, pairs_chain, 0)
-    chain_rate = gain_chain / (chain_forward + drafting_s)
-    best = b / (_decode_s(p) + drafting_s)
     take = 0
     c = b + max_nodes + 1
     f = Frontier(np.empty(c), np.empty(c, dtype=np.int64), np.empty(c, dtype=np.int64), np.empty(c))
