@@ -19,8 +19,8 @@ import torch
 
 from simspec import policies
 from simspec.costs import affine
-from simspec.engine import LiveConfig, LiveEngine
-from simspec.engine.serve import live_workload, load_models
+from simspec.live import LiveConfig, LiveEngine
+from simspec.live.run import live_workload, load_models
 from simspec.models.drafter_train import VARIANTS
 from simspec.models.task import image_grounded_positions
 from simspec.workloads import WorkloadConfig

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import torch
 
-from simspec.engine.serve import load_models
+from simspec.live.run import load_models
 
 
 def poll(seconds: float) -> None:

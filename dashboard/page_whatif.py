@@ -23,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from simspec import config as configuration, engines
+from simspec import config as configuration
+from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
 from simspec.policies import POLICIES
@@ -111,7 +112,7 @@ def saved_upload(upload) -> Path:
 def _engine_policies() -> None:
     """A new engine starts from the policies it can run (its defaults)."""
     kind = st.session_state["engine"]
-    st.session_state["policies"] = "\n".join(engines.DEFAULT_POLICIES.get(kind, DASH.policies))
+    st.session_state["policies"] = "\n".join(modes.DEFAULT_POLICIES.get(kind, DASH.policies))
 
 
 def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
@@ -122,7 +123,7 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     device_names = whatif.devices()
     device = sb.selectbox("Device profile (device)", device_names, index=device_names.index(SIM.device), key="device",
                           format_func=lambda d: f"{d} · {profile_status(d, model).calibration}")
-    engine = sb.selectbox("Engine (engine)", engines.KINDS, index=engines.KINDS.index(SIM.engine.kind), key="engine",
+    engine = sb.selectbox("Engine (engine)", modes.KINDS, index=modes.KINDS.index(SIM.engine.kind), key="engine",
                           on_change=_engine_policies,
                           help="simspec: every policy on simspec's own engine; vllm / sglang: that engine's "
                                "defaults on this device and only the policies it can run (docs/engines.md)")
@@ -234,7 +235,7 @@ def show(result: whatif.WhatIf) -> None:
     if result.baseline_added:
         st.caption("`ar` was added: it is the baseline of every speedup.")
 
-    st.caption(engines.describe(config.engine))
+    st.caption(modes.describe(config.engine))
     st.subheader("Latency per policy at your rate")
     st.dataframe(_table(at))
     st.caption("Latencies in ms (vLLM `bench serve` definitions); speedup vs AR = AR's mean E2EL / the "

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import tomli_w
 
-from simspec import engines
+from simspec.serving import modes
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.costs.specs import check_drafter
 from simspec.files import read_toml
-from simspec.scheduling import EngineConfig
+from simspec.serving.config import EngineConfig
 from simspec.types import InputError, check_types, checked, field_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
 
@@ -58,7 +58,7 @@ class SimConfig:
         require(len(self.policies) >= 1, "policies must name at least one policy (got none)")
         require(len(set(self.policies)) == len(self.policies), f"policies must be distinct (got {list(self.policies)})")
         for spec in self.policies:
-            engines.check_policy(self.engine.kind, spec)  # parses it too
+            modes.check_policy(self.engine.kind, spec)  # parses it too
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
         check_drafter(self.drafter)
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
@@ -147,9 +147,9 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
             kind = overrides.get("kind", start.kind)
             device = merged.get("device", base.device)
             if isinstance(kind, str) and isinstance(device, str):
-                start = _replace(start, engines.preset(kind, device))
-                if kind in engines.DEFAULT_POLICIES and "policies" not in merged:
-                    merged["policies"] = list(engines.DEFAULT_POLICIES[kind])
+                start = _replace(start, modes.preset(kind, device))
+                if kind in modes.DEFAULT_POLICIES and "policies" not in merged:
+                    merged["policies"] = list(modes.DEFAULT_POLICIES[kind])
         try:
             tables[name] = _replace(start, overrides)
         except TypeError as err:

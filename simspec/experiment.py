@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tqdm import tqdm
 
-from simspec import acceptance, costs, engines, metrics, policies, workloads
+from simspec import acceptance, costs, metrics, policies, workloads
+from simspec.serving import modes
 from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
 from simspec.sim import simulate
@@ -55,7 +56,7 @@ class Results:
                        cost_model=s.costs.label, calibrated=s.costs.calibrated, calibration=s.costs.calibration,
                        acceptance=s.acceptance.name, model=s.model.name, device=s.gpu.slug,
                        kv_budget_tokens=s.kv_budget_tokens, clipped_requests=s.clipped_requests,
-                       engine=s.config.engine.kind, engine_version=engines.VERSIONS[s.config.engine.kind])
+                       engine=s.config.engine.kind, engine_version=modes.VERSIONS[s.config.engine.kind])
 
 
 def resolve(config: SimConfig) -> Scenario:

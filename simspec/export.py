@@ -33,8 +33,9 @@ import math
 from dataclasses import dataclass, replace
 
 
-from simspec import engines, policies, tune
-from simspec.scheduling import EngineConfig
+from simspec import policies, tune
+from simspec.serving import modes
+from simspec.serving.config import EngineConfig
 from simspec.types import require
 
 FORMATS = ("vllm", "sglang")
@@ -177,10 +178,10 @@ class Loss:
 
 def target_engine(tuned: tune.Tuned, fmt: str) -> EngineConfig:
     """The engine an export targets, as simspec's mode for it
-    (simspec.engines): its preset on the tuned device, with the batch limit
+    (simspec.serving.modes): its preset on the tuned device, with the batch limit
     the exported flags set (--max-num-seqs / --max-running-requests)."""
     scenario = tuned.scenario
-    preset = engines.preset(fmt, scenario.device)
+    preset = modes.preset(fmt, scenario.device)
     return replace(scenario.engine, **{**preset, "max_num_seqs": scenario.engine.max_num_seqs})
 
 
@@ -194,7 +195,7 @@ def losses(tuned: tune.Tuned, export: Export, approximation: str, seeds: int | N
     require(len(chosen) >= 2, f"seeds must be >= 2 (got {len(chosen)})")
     policy = next(s.policy for s in tuned.schedules if s.cv == export.cv)
     engine = engine or target_engine(tuned, export.format)
-    engines.check_policy(engine.kind, approximation)
+    modes.check_policy(engine.kind, approximation)
     tc = tune.TuneConfig(objective=tuned.objective, confirm_seeds=len(chosen))
     out = []
     for c in tuned.cells:

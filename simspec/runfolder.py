@@ -69,7 +69,7 @@ class RunMeta:
     acceptance: str | None = None
     kv_budget_tokens: int | None = None
     clipped_requests: int | None = None  # requests cut to the model's context
-    engine: str | None = None  # simulate: the engine mode (simspec.engines) ...
+    engine: str | None = None  # simulate: the engine mode (simspec.serving.modes) ...
     engine_version: str | None = None  # ... and the version of that engine whose behaviour it follows
     drafter_context: str | None = None  # live
     all_served: bool | None = None  # live: every policy served every request (not interrupted)

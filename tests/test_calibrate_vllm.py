@@ -14,7 +14,7 @@ import pytest
 from conftest import invoke
 from simspec.acceptance import load_acceptance
 from simspec.costs.steps import fit_iteration_costs
-from simspec.vllm_logs import read_metrics, read_server_log
+from simspec.vllm.logs import read_metrics, read_server_log
 
 DATA = Path(__file__).resolve().parent / "data" / "vllm"
 LOG, METRICS = DATA / "serve_ngram.log", DATA / "metrics_ngram.txt"
@@ -152,13 +152,14 @@ def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
     accepts little drafts more often: the mapping must weight difficulties as
     the simulator's rounds do, so a simulation with the fitted model reports
     the counters' rates back."""
-    from simspec import engines, metrics, policies
-    from simspec.calibrate_vllm import fit_chain_acceptance
+    from simspec import metrics, policies
+    from simspec.serving import modes
+    from simspec.vllm.calibrate import fit_chain_acceptance
     from simspec.costs.steps import FEATURES, cost_model_from
-    from simspec.scheduling import EngineConfig
+    from simspec.serving.config import EngineConfig
     from simspec.sim import simulate
     from simspec.types import Request
-    from simspec.vllm_logs import SpecDecodeCounters
+    from simspec.vllm.logs import SpecDecodeCounters
 
     drafts = 10_000
     per_position = tuple(round(r * drafts) for r in rates)
@@ -167,7 +168,7 @@ def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
     chain = fit_chain_acceptance(counters, 3, "test")
     requests = [Request(id=i, arrival_s=0.5 * i, prompt_tokens=64, output_tokens=200) for i in range(300)]
     costs = cost_model_from(dict.fromkeys(FEATURES, 0.0) | {"overhead": 0.01}, "10 ms a step")
-    engine = EngineConfig(**engines.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
+    engine = EngineConfig(**modes.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
     log = simulate(requests, policy=policies.parse("linear:k=3"), costs=costs, acceptance=chain.model, engine=engine,
                    kv_budget_tokens=1 << 20, seed=0)
     simulated = metrics.summarize_full(log)
@@ -177,15 +178,16 @@ def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
 
 def _simulated_rounds(model, requests: int = 300, output: int = 64):
     """Each simulated request's tokens a round after its first token (one chunk a round)."""
-    from simspec import engines, policies
+    from simspec import policies
+    from simspec.serving import modes
     from simspec.costs.steps import FEATURES, cost_model_from
-    from simspec.scheduling import EngineConfig
+    from simspec.serving.config import EngineConfig
     from simspec.sim import simulate
     from simspec.types import Request
 
     reqs = [Request(id=i, arrival_s=0.5 * i, prompt_tokens=64, output_tokens=output) for i in range(requests)]
     costs = cost_model_from(dict.fromkeys(FEATURES, 0.0) | {"overhead": 0.01}, "10 ms a step")
-    engine = EngineConfig(**engines.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
+    engine = EngineConfig(**modes.preset("vllm", "cpu"), kv_cache_tokens=1 << 20)
     log = simulate(reqs, policy=policies.parse("linear:k=3"), costs=costs, acceptance=model, engine=engine,
                    kv_budget_tokens=1 << 20, seed=0)
     chunks = np.bincount(log.chunk_request, minlength=requests) - 1  # the first chunk is the prefill's token
@@ -200,8 +202,8 @@ def test_the_round_term_reproduces_the_requests_spread_it_was_fitted_to():
     a simulation must report both back, and the fit without the spread must
     miss the spread (the test can tell the two apart)."""
     from simspec import metrics
-    from simspec.calibrate_vllm import RequestRounds, fit_chain_acceptance
-    from simspec.vllm_logs import SpecDecodeCounters
+    from simspec.vllm.calibrate import RequestRounds, fit_chain_acceptance
+    from simspec.vllm.logs import SpecDecodeCounters
 
     rates, spread = (0.22, 0.195, 0.17), 0.64  # the first vLLM validation's distilled draft
     drafts = 10_000
@@ -229,8 +231,8 @@ def test_the_spread_is_left_out_where_rounds_are_not_drafts():
     """ngram drafts fewer than K tokens and some rounds none: the chunks'
     tokens a round are not the counters' acceptance length, so the spread
     must not shape the fit (and the model has no round term)."""
-    from simspec.calibrate_vllm import RequestRounds, fit_chain_acceptance
-    from simspec.vllm_logs import SpecDecodeCounters
+    from simspec.vllm.calibrate import RequestRounds, fit_chain_acceptance
+    from simspec.vllm.logs import SpecDecodeCounters
 
     counters = SpecDecodeCounters(num_drafts=1000, draft_tokens=2620, accepted_tokens=1019,
                                   accepted_per_position=(552, 282, 185))
@@ -248,8 +250,8 @@ def test_saturated_benchmarks_give_the_engines_time_outside_the_logged_steps(tmp
     clock (its end date less its duration) and fits the engine's time
     outside the logged steps to them: the same steps and the same gap as
     validate, which recorded each run's iteration range while serving."""
-    from simspec import validate_vllm as vv
-    from simspec.vllm_logs import steps_during
+    from simspec.validation import vllm as vv
+    from simspec.vllm.logs import steps_during
 
     quick = Path(__file__).parent / "data" / "vllm" / "validate_quick"
     _, runs, logs, _ = vv.load_runs(quick)
@@ -278,7 +280,7 @@ def test_the_pooled_tokens_a_rounds_standard_error_is_how_far_other_prompts_move
     """RequestRounds.relative_se from one set of requests must predict how
     far the pooled tokens a round of other sets of the same size, drawn
     from the same population, scatter around the population's."""
-    from simspec.calibrate_vllm import RequestRounds
+    from simspec.vllm.calibrate import RequestRounds
 
     rng = np.random.default_rng(5)
     population_rate = rng.gamma(4.0, 0.4, 200_000) + 1.0  # tokens a round per request, skewed as copying drafts are

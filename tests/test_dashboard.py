@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simspec import cli, config as configuration, engines
+from simspec import cli, config as configuration
+from simspec.serving import modes
 from simspec.cli import dashboard as command
 from simspec.types import InputError
 from simspec_dashboard import whatif
@@ -205,7 +206,7 @@ def test_the_engine_widget_runs_the_engines_preset_and_its_policies(app):
     assert any(c.value.startswith("engine: simspec") for c in app.caption)
     app.selectbox(key="engine").set_value("vllm").run()
     ok(app)
-    assert list(app.dataframe[0].value.index) == list(engines.DEFAULT_POLICIES["vllm"])
+    assert list(app.dataframe[0].value.index) == list(modes.DEFAULT_POLICIES["vllm"])
     assert any(c.value.startswith("engine: vllm 0.33.0 | async") for c in app.caption)
     app.text_area(key="policies").set_value("ar\ntree").run()
     assert not app.exception and len(app.error) == 1

@@ -15,8 +15,8 @@ from simspec.acceptance import fit as acceptance_fit
 from simspec.costs import steps as step_costs
 from simspec.acceptance import AcceptanceModel, DraftContext  # noqa: E402
 from simspec.costs import affine  # noqa: E402
-from simspec.engine import LiveConfig, LiveEngine  # noqa: E402
-from simspec.engine.serve import live_workload  # noqa: E402
+from simspec.live import LiveConfig, LiveEngine  # noqa: E402
+from simspec.live.run import live_workload  # noqa: E402
 from simspec.models.drafter import Drafter, DrafterConfig, chain_attention, select_visual, unrolled_losses  # noqa: E402
 from simspec.models.drafter_train import load_drafter, train_drafter  # noqa: E402
 from simspec.models.task import generate  # noqa: E402
@@ -278,7 +278,7 @@ def _steps(n: int, wake_s: float = 0.0, wake_tau_s: float = 1.0, seed: int = 0) 
     drafter call, 20 us a drafter row), one run after another; with
     ``wake_s``, every tenth step follows an idle spell and it and the next
     step pay 80% and 20% of the wake cost."""
-    from simspec.engine.live import StepRecord
+    from simspec.live.engine import StepRecord
 
     rng = np.random.default_rng(seed)
     steps, t, owed = [], 0.0, 0.0

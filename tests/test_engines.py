@@ -1,4 +1,4 @@
-"""Engine modes (simspec.engines): presets, refusals, and hand-worked step
+"""Engine modes (simspec.serving.modes): presets, refusals, and hand-worked step
 timelines for each rule that differs between modes. vLLM facts are from
 its 0.33.0 source (the wheel's vllm/ tree), SGLang's from 0.5.23; file and
 line are cited where each rule is checked."""
@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from conftest import invoke
-from simspec import config as configuration, costs, engines, experiment, policies
+from simspec import config as configuration, costs, experiment, policies
+from simspec.serving import modes
 from simspec.acceptance import AcceptanceModel
 from simspec.costs.base import CostModel, TOKENS, frozen_table
-from simspec.scheduling import EngineConfig
+from simspec.serving.config import EngineConfig
 from simspec.sim import simulate
 from simspec.sim import steps
 from simspec.sim.replica import capture_sizes
@@ -149,7 +150,7 @@ def test_policies_an_engine_cannot_run_are_refused(kind, spec):
 
 def test_engine_default_policies_and_cli(tmp_path):
     cfg = configuration.build({}, {"engine": {"kind": "vllm"}})
-    assert cfg.policies == engines.DEFAULT_POLICIES["vllm"]
+    assert cfg.policies == modes.DEFAULT_POLICIES["vllm"]
     code, out, err = invoke(["simulate", "--engine", "vllm", "--policy", "tree", "--num-requests", "5", "--quiet"])
     assert code == 2 and "engine vllm cannot run it" in err and err.count("\n") == 1
     code, out, err = invoke(["simulate", "--engine", "nosuch", "--num-requests", "5", "--quiet"])
@@ -220,7 +221,7 @@ def test_the_frontend_delays_requests_through_a_text_and_an_image_worker():
 
 def test_vllm_holds_kv_in_blocks_with_lookahead_and_the_drafters_layer():
     from simspec.costs import GPUS, MODELS
-    from simspec.scheduling import Scheduler
+    from simspec.serving.scheduler import Scheduler
     from simspec.sim.replica import reserve_tokens
 
     # blocks of 16: a 20-token prompt holds 32 slots; 1 + K scheduled + K lookahead slots a round
@@ -240,7 +241,7 @@ def test_vllm_memory_sizes_the_kv_cache_as_vllm_does():
     weights - the profiled activation peak - non-torch and CUDA-graph memory
     (vllm/v1/worker/gpu_worker.py 0.33 l.700-757)."""
     from simspec.costs import GPUS, MODELS
-    from simspec.scheduling import CUDAGRAPH_GIB, GIB, NON_TORCH_GIB
+    from simspec.serving.config import CUDAGRAPH_GIB, GIB, NON_TORCH_GIB
 
     # The activation term reproduces the log it was fitted to: Llama-3-8B's
     # shape at 8192 tokens and 256 sequences, 1.26 GiB (vLLM pull 10511).

@@ -1,4 +1,4 @@
-"""The compiled serving loop (simspec/sim/serve.py) against the Python path
+"""The compiled serving loop (simspec/sim/fastloop.py) against the Python path
 of replica.py: the same workloads, every array of the run logs equal.
 
 Each case forces preemptions (a small KV budget), idle spells that pay a
@@ -16,7 +16,8 @@ import pytest
 import simpy
 
 from conftest import H100, LLAVA
-from simspec import acceptance, costs, engines, policies
+from simspec import acceptance, costs, policies
+from simspec.serving import modes
 from simspec.sim import EngineConfig, Replica, simulate
 from simspec.types import Request, RunLog
 
@@ -47,7 +48,7 @@ def ticks(n: int) -> list[Request]:
 
 
 def preset(kind: str, **fields) -> EngineConfig:
-    return EngineConfig(**{**engines.preset(kind, "h100-sxm"), **fields})
+    return EngineConfig(**{**modes.preset(kind, "h100-sxm"), **fields})
 
 
 VLLM = dict(encoder_budget="none")  # vLLM's encoder budget with images runs the Python path only

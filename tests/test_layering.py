@@ -12,12 +12,14 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "simspec"
 
 # DESIGN.md "Layout and layering": imports point one way.
-FOUNDATION = ("simspec.types", "simspec.compiled", "simspec.files")
+FOUNDATION = ("simspec.types", "simspec.compiled", "simspec.files", "simspec.pool", "simspec.logs")
 CORE = ("simspec.trees", "simspec.workloads", "simspec.acceptance", "simspec.costs", "simspec.policies",
-        "simspec.scheduling", "simspec.metrics")
-ABOVE_CORE = ("simspec.sim", "simspec.engine", "simspec.models", "simspec.cli", "simspec.config",
+        "simspec.serving", "simspec.metrics")
+ABOVE_CORE = ("simspec.sim", "simspec.live", "simspec.models", "simspec.cli", "simspec.config",
               "simspec.experiment", "simspec.sweep", "simspec.tune", "simspec.report", "simspec.export",
-              "simspec.runfolder", "simspec.profiling")
+              "simspec.runfolder", "simspec.profiling", "simspec.vllm", "simspec.validation")
+# Outside the layers: the package itself (its version).
+UNLAYERED = ("simspec",)
 
 
 def modules() -> dict[str, Path]:
@@ -87,6 +89,13 @@ def test_the_import_graph_has_no_cycle():
             visit(node, [])
 
 
+def test_every_module_is_in_a_layer():
+    """A new package or module is placed in DESIGN.md's layers, not beside them."""
+    layered = FOUNDATION + CORE + ABOVE_CORE
+    loose = sorted(name for name in modules() if not _within(name, layered) and name not in UNLAYERED)
+    assert not loose, f"modules in no layer: {loose}"
+
+
 def test_types_imports_nothing_of_the_package_and_the_foundation_only_types():
     edges = graph()
     assert edges["simspec.types"] == set()
@@ -113,10 +122,10 @@ def test_only_the_cli_imports_argparse_and_nothing_imports_the_cli():
 def test_the_simulator_imports_no_torch_and_the_engine_no_simulator():
     edges = graph()
     for name, targets in edges.items():
-        if _within(name, ("simspec.engine",)):
+        if _within(name, ("simspec.live",)):
             assert not [t for t in targets if _within(t, ("simspec.sim",))], (name, targets)
     for name, path in modules().items():
-        if _within(name, ("simspec.sim", "simspec.scheduling", "simspec.acceptance", "simspec.policies")):
+        if _within(name, ("simspec.sim", "simspec.serving", "simspec.acceptance", "simspec.policies")):
             assert not {i for i in imports(name, path) if i.split(".")[0] in ("torch", "simspec_kernels")}, name
 
 

@@ -1,4 +1,4 @@
-"""The one scheduler and acceptance estimate (simspec.scheduling), alone and
+"""The one scheduler and acceptance estimate (simspec.serving), alone and
 as the simulator and the live engine run it."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simspec import scheduling
-from simspec.scheduling import Estimate, Prefill, Scheduler
+from simspec.serving import estimate
+from simspec.serving.estimate import Estimate
+from simspec.serving.queues import Prefill
+from simspec.serving.scheduler import Scheduler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,18 +102,18 @@ def test_the_estimate_moves_toward_each_round_and_relaxes_without_drafts():
     assert e.population[0] == 1.0  # p / (1 - p)
     e.start(0)
     e.after_round(0, drafted=3, accepted=1, depth=3)
-    w = scheduling.RECENT_WEIGHT
+    w = estimate.RECENT_WEIGHT
     assert e.recent[0] == pytest.approx((1 - w) * 1.0 + w * 1.0)
     e.after_round(0, drafted=3, accepted=3, depth=3)  # censored: at least 3, plus the estimate beyond
     assert e.recent[0] == pytest.approx((1 - w) * 1.0 + w * (3 + 1.0))
     before = e.recent[0]
     e.after_round(0, drafted=0, accepted=0, depth=0)
-    r = scheduling.RELAX_WEIGHT
+    r = estimate.RELAX_WEIGHT
     assert e.recent[0] == pytest.approx((1 - r) * before + r * e.population[0])
 
 
 def test_the_scheduling_module_imports_neither_simpy_nor_torch():
-    code = ("import sys, simspec.scheduling, simspec.acceptance.context; "
+    code = ("import sys, simspec.serving, simspec.acceptance.context; "
             "assert 'simpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
@@ -131,8 +133,8 @@ def test_the_simulator_and_the_live_engine_make_the_same_scheduling_decisions():
 
     from simspec import costs, policies
     from simspec.acceptance import AcceptanceModel
-    from simspec.engine import LiveConfig, LiveEngine
-    from simspec.engine.live import MAX_LEN
+    from simspec.live import LiveConfig, LiveEngine
+    from simspec.live.engine import MAX_LEN
     from simspec.models.drafter import Drafter, DrafterConfig
     from simspec.models.task import generate
     from simspec.models.train import load_target

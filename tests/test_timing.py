@@ -11,8 +11,8 @@ from simspec import metrics, workloads  # noqa: E402
 from simspec.acceptance import AcceptanceModel, DraftContext, mean_chain_tokens  # noqa: E402
 from simspec.cli import main  # noqa: E402
 from simspec.costs import MODELS, affine  # noqa: E402
-from simspec.engine import serve as live, timing  # noqa: E402
-from simspec.engine.live import LiveConfig  # noqa: E402
+from simspec.live import run as live, timing  # noqa: E402
+from simspec.live.engine import LiveConfig  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
 SMALL = replace(MODELS["LLaVA-1.5-7B"], name="small-llava-shape", layers=2, hidden=64, heads=2, kv_heads=2,

@@ -25,15 +25,15 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.slow  # live runs on this machine: minutes
 
 from simspec.costs import steps as step_costs  # noqa: E402
-from simspec import validation  # noqa: E402
-from simspec.engine import serve  # noqa: E402
+from simspec.validation import engine as validation  # noqa: E402
+from simspec.live import run as live_run  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("validate")
-    report = validation.validate(serve.load_models(), validation.QUICK, out, progress=False)
+    report = validation.validate(live_run.load_models(), validation.QUICK, out, progress=False)
     return report, out
 
 
@@ -78,8 +78,8 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
 
 def test_calibration_and_validation_data_do_not_overlap():
     cfg = validation._workload(validation.QUICK, 10.0, 30, "poisson")
-    calibrating, cal_examples = serve.live_workload(cfg, validation.QUICK.seed + 1000)
-    validating, val_examples = serve.live_workload(cfg, validation.QUICK.seed)
+    calibrating, cal_examples = live_run.live_workload(cfg, validation.QUICK.seed + 1000)
+    validating, val_examples = live_run.live_workload(cfg, validation.QUICK.seed)
     assert [r.arrival_s for r in calibrating] != [r.arrival_s for r in validating]
     cal_prompts = {(e.image.tobytes(), e.prompt_ids) for e in cal_examples}
     assert not any((e.image.tobytes(), e.prompt_ids) in cal_prompts for e in val_examples)
@@ -87,7 +87,7 @@ def test_calibration_and_validation_data_do_not_overlap():
 
 def test_a_missing_drafter_checkpoint_is_named(tmp_path):
     with pytest.raises(InputError, match="drafter.pt|meta.json"):
-        serve.load_models(drafter_dir=str(tmp_path))
+        live_run.load_models(drafter_dir=str(tmp_path))
 
 
 
@@ -96,14 +96,14 @@ def test_repeats_go_round_the_policies_and_average(monkeypatch):
     v = validation.ValidateConfig(policies=("ar", "linear:k=2"), loads=(0.3,), requests=16, calibration_requests=24,
                                   sim_seeds=1, speed_probes=False, repeats=2)
     order = []
-    serve_live = serve.serve_live
+    serve_live = live_run.serve_live
 
     def recording(models, spec, *args, **kwargs):
         order.append(spec)
         return serve_live(models, spec, *args, **kwargs)
 
     monkeypatch.setattr(validation, "serve_live", recording)
-    result = validation.validate(serve.load_models(), v, None, progress=False)
+    result = validation.validate(live_run.load_models(), v, None, progress=False)
     assert order[-4:] == ["ar", "linear:k=2", "ar", "linear:k=2"]  # validation's live runs, after calibration's
     rows = result.at("load=0.3")
     for row in rows:

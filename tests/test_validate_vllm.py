@@ -1,4 +1,4 @@
-"""``simspec validate --against vllm`` (simspec.validate_vllm, simspec.vllm_server):
+"""``simspec validate --against vllm`` (simspec.validation.vllm, simspec.vllm.server):
 the analysis on a real vLLM run kept in tests/data/vllm/validate_quick, and
 the live phase driven against tests/data/vllm/fake_vllm.py, which replays that run."""
 
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simspec import validate_vllm as vv
-from simspec.calibrate_vllm import request_rounds
-from simspec.vllm_logs import parse_bench
+from simspec.validation import vllm as vv
+from simspec.vllm.calibrate import request_rounds
+from simspec.vllm.logs import parse_bench
 from simspec.types import InputError
-from simspec.vllm_server import Traffic
+from simspec.vllm.server import Traffic
 
 DATA = Path(__file__).parent / "data" / "vllm" / "validate_quick"
 FAKE = DATA.parent / "fake_vllm.py"
@@ -292,9 +292,9 @@ def test_a_real_vllm_accepts_the_eagle_heads_drafts_exactly_where_the_target_rep
     also counts a request's last round past its last output token (what it accepted
     there is not in the output): at most one more a request. Some drafts, not all,
     are accepted (the tiny target repeats 6% of its tokens here)."""
-    from simspec.vllm_logs import replay_rounds
-    from simspec.vllm_models import VllmModelsConfig, build
-    from simspec.vllm_server import Server, ServeSpec, bench
+    from simspec.vllm.logs import replay_rounds
+    from simspec.vllm.models import VllmModelsConfig, build
+    from simspec.vllm.server import Server, ServeSpec, bench
 
     models = tmp_path / "models"
     build(models, VllmModelsConfig(size="tiny", distilled=False))
@@ -413,7 +413,7 @@ def test_the_fake_vllm_moves_its_counters_on_in_any_order():
     (as simspec's own parser reads them)."""
     import importlib.util
 
-    from simspec.vllm_logs import parse_metrics
+    from simspec.vllm.logs import parse_metrics
 
     spec = importlib.util.spec_from_file_location("fake_vllm", FAKE)
     fake = importlib.util.module_from_spec(spec)

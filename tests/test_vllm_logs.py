@@ -1,4 +1,4 @@
-"""simspec.vllm_logs on real vLLM output (tests/data/vllm/, see its README):
+"""simspec.vllm.logs on real vLLM output (tests/data/vllm/, see its README):
 the three files of one server agree with each other and with vLLM's own
 definitions; bad input is one line. No vLLM needed."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from simspec.types import InputError
-from simspec.vllm_logs import (
+from simspec.vllm.logs import (
     SpecDecodeCounters,
     parse_bench,
     parse_metrics,
@@ -203,7 +203,7 @@ def test_a_bench_file_of_another_model_or_of_something_else_is_refused(tmp_path)
 
 
 def test_reading_vllms_output_never_imports_vllm_or_torch():
-    code = ("import sys, simspec.vllm_logs, simspec.vllm_models; "
+    code = ("import sys, simspec.vllm.logs, simspec.vllm.models; "
             "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'tokenizers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -214,7 +214,7 @@ def test_the_benchmarks_lead_before_its_first_request_is_kept_in_the_replay():
     the lead is the duration less the first send to the last completion,
     and the replay's arrivals start after it, so the simulated duration
     spans the benchmark's."""
-    from simspec.calibrate_vllm import bench_requests
+    from simspec.vllm.calibrate import bench_requests
 
     data = json.loads((DATA / "bench_ngram.json").read_text())
     start, e2el = np.array(data["start_times"]), np.array(data["latencies"])

@@ -1,4 +1,4 @@
-"""simspec.vllm_models: the checkpoints `vllm serve` loads, read back by the
+"""simspec.vllm.models: the checkpoints `vllm serve` loads, read back by the
 formats' own rules (no vLLM, safetensors or tokenizers needed)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from conftest import invoke
 
 from simspec.types import InputError
-from simspec.vllm_models import (
+from simspec.vllm.models import (
     DISTILL,
     UNTRAINED,
     EOS_ID,
@@ -259,7 +259,7 @@ def test_the_venv_script_refuses_bad_arguments_in_one_line_before_installing_any
 def test_each_size_has_the_model_spec_simulate_prices(size):
     """`simspec simulate --model vllm-models-120m` describes the checkpoint vllm-models writes."""
     from simspec.costs import MODELS
-    from simspec.vllm_models import SIZES
+    from simspec.vllm.models import SIZES
 
     shape, spec = SIZES[size], MODELS[f"vllm-models-{size}"]
     assert (spec.layers, spec.hidden, spec.heads, spec.kv_heads, spec.mlp_hidden, spec.vocab,
@@ -267,7 +267,7 @@ def test_each_size_has_the_model_spec_simulate_prices(size):
                                          shape.intermediate, shape.vocab_tokens, shape.max_positions)
 
 
-# The distilled draft (simspec.vllm_distill, torch).
+# The distilled draft (simspec.vllm.distill, torch).
 
 
 def test_the_distilled_draft_is_a_tied_llama_with_the_targets_vocabulary_and_tokenizer(built):
@@ -307,7 +307,7 @@ def test_the_recorded_agreement_is_that_of_the_files_written(built):
     """Read back both checkpoints, continue the same held-out prompts with the
     target and measure the draft: the manifest's numbers, from the bytes vLLM loads."""
     torch = pytest.importorskip("torch")
-    from simspec import vllm_distill
+    from simspec.vllm import distill as vllm_distill
 
     def load(name):
         _, values = read_safetensors(built / name / "model.safetensors")
@@ -334,7 +334,7 @@ def test_the_chain_is_accepted_to_the_first_mismatch():
     """A copying draft predicts its current token; with labels chosen so it
     matches at known continuation positions, each depth's rate is counted by hand."""
     torch = pytest.importorskip("torch")
-    from simspec import vllm_distill
+    from simspec.vllm import distill as vllm_distill
 
     shape = DISTILL["tiny"].draft
     draft = vllm_distill.as_torch(copying_draft(shape, 0))
@@ -361,7 +361,7 @@ def test_the_chain_is_accepted_to_the_first_mismatch():
 
 def test_torch_rounds_to_bf16_as_the_checkpoint_writer_does():
     torch = pytest.importorskip("torch")
-    from simspec import vllm_distill
+    from simspec.vllm import distill as vllm_distill
 
     x = weight(tensors(SIZES["tiny"])[1 + 1], seed=4) * np.float32(37.0)  # a q_proj, scaled off the 0.02 grid
     x.flat[:4] = [1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, -2.0, 0.0]  # ties to even
@@ -371,7 +371,7 @@ def test_torch_rounds_to_bf16_as_the_checkpoint_writer_does():
 
 def test_relabelling_permutes_the_ordinary_ids_and_keeps_the_special_ones():
     torch = pytest.importorskip("torch")
-    from simspec import vllm_distill
+    from simspec.vllm import distill as vllm_distill
 
     names = vllm_distill.relabeling(5, 4096, torch.Generator().manual_seed(0))  # [5, V]
     assert names.shape == (5, 4096) and torch.equal(names[:, :3], torch.arange(3).expand(5, 3))
@@ -389,10 +389,10 @@ def test_the_prompts_are_vllm_benchs_runs_and_uniform_ids_never_special():
 
 
 def test_without_torch_the_distilled_draft_is_refused_in_one_line_and_nothing_written(tmp_path, monkeypatch):
-    import simspec
+    import simspec.vllm
 
-    monkeypatch.setitem(sys.modules, "simspec.vllm_distill", None)  # `import` raises ImportError
-    monkeypatch.delattr(simspec, "vllm_distill", raising=False)  # as if no earlier test had imported it
+    monkeypatch.setitem(sys.modules, "simspec.vllm.distill", None)  # `import` raises ImportError
+    monkeypatch.delattr(simspec.vllm, "distill", raising=False)  # as if no earlier test had imported it
     with pytest.raises(InputError, match="draft_distilled needs torch .*--no-distilled"):
         build(tmp_path / "m", TINY)
     assert list(tmp_path.iterdir()) == []

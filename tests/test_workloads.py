@@ -422,7 +422,7 @@ def test_vllm_rescale_needs_a_request_count_and_renewal_arrivals():
 def test_plain_stamps_are_read_without_pandas_as_pandas_reads_them(stamps):
     import pandas as pd
 
-    from simspec.traces import _plain_stamps_ns
+    from simspec.workloads.traces import _plain_stamps_ns
 
     raw = np.array(stamps, dtype=object)
     by_pandas = pd.to_datetime(pd.Series(raw), format="ISO8601", utc=True).dt.tz_localize(None)
@@ -432,6 +432,6 @@ def test_plain_stamps_are_read_without_pandas_as_pandas_reads_them(stamps):
 @pytest.mark.parametrize("stamp", ["2023-02-30 00:00:00", "2023-11-16 24:00:00", "2023-11-16T18:15:46+01:00",
                                    "1500-01-01 00:00:00", "now", "2023-11-16"])
 def test_other_stamps_are_left_to_pandas(stamp):
-    from simspec.traces import _plain_stamps_ns
+    from simspec.workloads.traces import _plain_stamps_ns
 
     assert _plain_stamps_ns(np.array([stamp], dtype=object)) is None

@@ -20,7 +20,7 @@ share of good rounds stays moderate: a drafter that copies runs the target
 repeats (ngram, or a draft that agrees only where the target repeats itself)
 accepts its whole draft or none of it, round by round. It is 0 in the
 presets; ``simspec calibrate vllm`` fits it from the benchmark's
-per-request token timing (simspec.calibrate_vllm). Only a model with it
+per-request token timing (simspec.vllm.calibrate). Only a model with it
 draws the B extra normals a round (:func:`normals_per_round`).
 
 p1 is the chance the target's token is the drafter's top candidate; given it

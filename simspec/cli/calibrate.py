@@ -1,5 +1,5 @@
 """``simspec calibrate vllm``: step costs and acceptance of a real vLLM server,
-from its log, its /metrics and its benchmarks (simspec.calibrate_vllm)."""
+from its log, its /metrics and its benchmarks (simspec.vllm.calibrate)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ LIVE_VS_SIM = (("mean_e2el_ms", "mean E2EL ms"), ("mean_tpot_ms", "mean TPOT ms"
 
 
 def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
-    from simspec import calibrate_vllm as cv
+    from simspec.vllm import calibrate as cv
     from simspec.runfolder import check_target
 
     cfg = cv.CalibrateVllmConfig(log=args.log, metrics=args.metrics, benches=tuple(args.bench or ()), model=args.model,
@@ -66,7 +66,7 @@ def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
 
 def add(sub: argparse._SubParsersAction) -> None:
     """Register ``calibrate vllm``."""
-    from simspec.calibrate_vllm import CalibrateVllmConfig
+    from simspec.vllm.calibrate import CalibrateVllmConfig
 
     d = CalibrateVllmConfig(log="", metrics="", model="", device="")
     cal = sub.add_parser("calibrate", help="calibrate simspec from a real serving engine's output")

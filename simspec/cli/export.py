@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 
-from simspec import engines, tune
+from simspec import tune
+from simspec.serving import modes
 
 from simspec.export import FORMATS, build, format_losses, losses, target_engine
 from simspec.files import write_text
@@ -39,7 +40,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     print()
     engine = target_engine(tuned, export.format)
-    print(f"simulated: the exported settings on --engine {engine.kind} ({engines.describe(engine)}), "
+    print(f"simulated: the exported settings on --engine {engine.kind} ({modes.describe(engine)}), "
           f"the tuned policy on the tuned scenario's engine ({tuned.scenario.engine.kind})\n")
     for name, spec in {f"exported ({export.approximation})": export.approximation, **export.alternatives}.items():
         rows = losses(tuned, export, spec, args.seeds)

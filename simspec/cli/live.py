@@ -44,8 +44,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    from simspec.engine import serve as live  # torch only when asked
-    from simspec.engine.live import LiveConfig
+    from simspec.live import run as live  # torch only when asked
+    from simspec.live.engine import LiveConfig
     from simspec import metrics
     from simspec.costs import steps as step_costs
     from simspec.costs import affine
@@ -114,7 +114,7 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
     from simspec import acceptance, costs
     from simspec.acceptance import fit as acceptance_fit
     from simspec.acceptance import DraftContext
-    from simspec.engine import serve as live, timing
+    from simspec.live import run as live, timing
 
     spec = costs.model_spec(args.timing_only)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[
@@ -147,8 +147,8 @@ def _timing_setup(args: argparse.Namespace, workload: WorkloadConfig, config, de
 def cmd_validate(args: argparse.Namespace) -> int:
     if args.against == "vllm":
         return cmd_validate_vllm(args)
-    from simspec import validation  # torch only when asked
-    from simspec.engine import serve
+    from simspec.validation import engine as validation  # torch only when asked
+    from simspec.live import run as live_run
 
     v = validation.QUICK if args.quick else validation.ValidateConfig()
     if args.policy or args.policy_file:
@@ -159,7 +159,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         v = replace(v, repeats=args.repeats)
     if args.out:
         check_writable(args.out, f"--out {args.out}")  # before minutes of live runs
-    models = serve.load_models(args.target, args.drafter, args.device)
+    models = live_run.load_models(args.target, args.drafter, args.device)
     result = validation.validate(models, v, Path(args.out) if args.out else None, progress=not args.quiet)
     print(validation.format_report(result))
     fit = result.calibration.fit
@@ -174,8 +174,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_vllm(args: argparse.Namespace) -> int:
-    """``validate --against vllm``: serve, benchmark, fit, compare (simspec.validate_vllm)."""
-    from simspec import validate_vllm as vv
+    """``validate --against vllm``: serve, benchmark, fit, compare (simspec.validation.vllm)."""
+    from simspec.validation import vllm as vv
 
     if args.from_folder:
         if args.out and Path(args.out) != Path(args.from_folder):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from simspec import __version__, config as configuration, engines, experiment, runfolder
+from simspec import __version__, config as configuration, experiment, runfolder
+from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.cli.scenario import add_scenario_flags, scenario_config
 from simspec.workloads import WorkloadConfig
@@ -25,7 +26,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
-    print(engines.describe(cfg.engine))
+    print(modes.describe(cfg.engine))
     if scenario.clipped_requests:
         print(f"workload: {scenario.clipped_requests} of {len(scenario.requests)} requests cut to the model's "
               f"{scenario.model.max_context_tokens:,}-token context (--over-context error refuses them)")

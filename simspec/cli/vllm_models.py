@@ -1,11 +1,11 @@
-"""``simspec vllm-models``: local Llama checkpoints vLLM can serve (simspec.vllm_models)."""
+"""``simspec vllm-models``: local Llama checkpoints vLLM can serve (simspec.vllm.models)."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from simspec.vllm_models import DISTILL, SIZES, VllmModelsConfig, build, shapes
+from simspec.vllm.models import DISTILL, SIZES, VllmModelsConfig, build, shapes
 
 
 def cmd_vllm_models(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ source): the kernels a decoder layer, the LM head and the sampler launch,
 priced per kernel as a replayed CUDA graph's node, with the graph regimes'
 extra (``graph_piecewise_s``: attention launched eagerly between graph
 pieces; ``graph_eager_s``: every kernel launched eagerly) for engines
-with CUDA graphs (simspec.engines); the sampler's pass over the
+with CUDA graphs (simspec.serving.modes); the sampler's pass over the
 vocabulary per logit row; the engine's CPU time per step and per sequence
 (overlapped with the GPU under async scheduling); and a speculation
 round's fixed costs, which are what real engines pay beyond the drafter's

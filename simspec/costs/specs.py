@@ -216,7 +216,7 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Llama-3-8B", **_LLAMA3_8B, max_context_tokens=8192, visual_tokens_per_image=0),
         ModelSpec(name="Llama-3.1-8B", **_LLAMA3_8B, max_context_tokens=131072, visual_tokens_per_image=0),
         # The Llama checkpoints `simspec vllm-models` builds for validating
-        # against a real vLLM (simspec/vllm_models.py SIZES), served in
+        # against a real vLLM (simspec/vllm/models.py SIZES), served in
         # float32 on this project's CPU machine (docs/vllm.md).
         ModelSpec(name="vllm-models-120m", layers=12, hidden=768, heads=12, kv_heads=12, mlp_hidden=3072, vocab=4096,
                   max_context_tokens=2048, visual_tokens_per_image=0, dtype_bytes=4),

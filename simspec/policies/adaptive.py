@@ -41,7 +41,7 @@ from simspec.compiled import jit
 from simspec.costs.base import CostTables, select_cost, table_at
 from simspec.policies.pricing import (Batch, Memo, Plan, Pricing, Verifying, _chain, _packed, _pricing,
                                       _verified_s, _verifying)
-from simspec.scheduling import RECENT_WEIGHT
+from simspec.serving.estimate import RECENT_WEIGHT
 from simspec.types import MAX_DEPTH
 
 CHORD_TOKENS = 64

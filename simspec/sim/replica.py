@@ -13,7 +13,7 @@ arrival times; ``replica`` runs the engine loop. Each step:
    never a silent drop) when it does not fit;
 3. schedule prefill chunks in the token budget the decode rounds leave (each
    counts 1 + its last round's draft tokens, as vLLM counts spec tokens);
-   steps 1-3 are simspec.scheduling's Scheduler, which the live engine runs too;
+   steps 1-3 are simspec.serving's Scheduler, which the live engine runs too;
 4. plan: the policy decides every decode request's round from the batch's
    snapshot (the drafter's confidences of this round included);
 5. the step costs selection + drafting + one target forward + overhead (+
@@ -32,7 +32,7 @@ Two paths run this loop, with the same result to the last bit (a test
 compares them). The fast one, for the common configuration (no prefix
 caching, images encoded when their request's prefill starts: ``Replica.fast``),
 is one SimPy process, ``replica``, around the compiled serving loop
-(sim/serve.py): each call runs event after event (steps 1-6, completed
+(sim/fastloop.py): each call runs event after event (steps 1-6, completed
 prefills, finishes, the wake cost) and returns only where Python must act
 (a log buffer to flush, the random numbers to refill, progress, the end);
 the process then yields a timeout to the call's last event. Arrivals there
@@ -50,17 +50,19 @@ from typing import Callable, Sequence
 import numpy as np
 import simpy
 
-from simspec.sim import serve, steps
+from simspec.sim import fastloop, steps
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
 from simspec.acceptance.model import normals_per_round
 from simspec.costs import CostModel
 from simspec.policies import Policy
-from simspec.scheduling import EngineConfig, Estimate, Scheduler
+from simspec.serving.config import EngineConfig
+from simspec.serving.estimate import Estimate
+from simspec.serving.scheduler import Scheduler
 from simspec.logs import LogBuilder
 from simspec.types import Request, RequestTable, RunLog
 
 LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
-MAX_STEPS_PER_CALL = serve.MAX_STEPS_PER_CALL  # decode-only steps run in one compiled call at most
+MAX_STEPS_PER_CALL = fastloop.MAX_STEPS_PER_CALL  # decode-only steps run in one compiled call at most
 
 
 def reserve_tokens(engine: EngineConfig, depth: int) -> int:
@@ -147,7 +149,7 @@ class _LogBuffers:
 
     def room_for(self, batch: int, count: int) -> int:
         """Steps of ``batch`` chunks each that fit; flushes first when short."""
-        room, flushed = serve.log_room(self.buffers, batch, count)
+        room, flushed = fastloop.log_room(self.buffers, batch, count)
         if room < count:
             self.flush()
             return flushed
@@ -155,7 +157,7 @@ class _LogBuffers:
 
     def first_tokens(self, ids: np.ndarray, time_s: float) -> None:
         """The tokens prefills sampled at the end of the last step (room was made for them)."""
-        serve.first_tokens(self.buffers, ids, len(ids), time_s)
+        fastloop.first_tokens(self.buffers, ids, len(ids), time_s)
 
     def flush(self) -> None:
         b, fill = self.buffers, self.buffers.fill
@@ -233,18 +235,18 @@ class Replica:
             self._fast_setup()
 
     def _fast_setup(self) -> None:
-        """The compiled serving loop's state (sim/serve.py), sharing the Scheduler's arrays."""
+        """The compiled serving loop's state (sim/fastloop.py), sharing the Scheduler's arrays."""
         sched, n, engine = self.scheduler, len(self.requests), self.engine
         seqs = len(sched.queues.running)
         every = max(1, n // 200) if self.progress is not None else 0
-        self.config = serve.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
+        self.config = fastloop.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
         order = np.asarray(self.order, dtype=np.int64)
-        queued_s, fresh = serve.arrival_times(np.asarray(self.ready_s, dtype=float), order)
-        self.arrival = serve.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
-        self.loop = serve.new_loop()
-        self.pending = serve.pending_for(seqs)
-        self.scratch = serve.scratch_for(seqs)
-        self.served = serve.Served(self.admitted_s, self.first_token_s, self.finish_s, self.preemptions)
+        queued_s, fresh = fastloop.arrival_times(np.asarray(self.ready_s, dtype=float), order)
+        self.arrival = fastloop.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
+        self.loop = fastloop.new_loop()
+        self.pending = fastloop.pending_for(seqs)
+        self.scratch = fastloop.scratch_for(seqs)
+        self.served = fastloop.Served(self.admitted_s, self.first_token_s, self.finish_s, self.preemptions)
 
     # -- processes ---------------------------------------------------------
     def arrivals(self):
@@ -304,18 +306,18 @@ class Replica:
         """The replica on the fast path: each compiled call runs events
         until Python must act; SimPy's clock then moves to its last event."""
         loop, why = self.loop, None
-        while why != serve.CALL_DONE:
-            window = self.rand.window(int(loop.need[0]) if why == serve.CALL_REFILL else 0)
-            why = serve.serve(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop, self.pending, self.scratch,
+        while why != fastloop.CALL_DONE:
+            window = self.rand.window(int(loop.need[0]) if why == fastloop.CALL_REFILL else 0)
+            why = fastloop.run(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop, self.pending, self.scratch,
                               self.served, self.state, self.acceptance, self.call, self.tables, self.terms,
                               self.costs.wake, window, self.logs.buffers)
             self.rand.consume(window)
             self.finished = int(loop.finished[0])
             if loop.now_s[0] > self.env.now:
                 yield self.env.timeout(loop.now_s[0] - self.env.now)
-            if why == serve.CALL_FLUSH:
+            if why == fastloop.CALL_FLUSH:
                 self.logs.flush()
-            elif why == serve.CALL_PROGRESS and self.progress is not None:
+            elif why == fastloop.CALL_PROGRESS and self.progress is not None:
                 self.progress(self.finished)
         if self.progress is not None:
             self.progress(self.finished)
@@ -400,4 +402,4 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     return replica.run_log(label or policy.label)
 
 
-__all__ = ["EngineConfig", "simulate", "Replica"]  # EngineConfig lives in simspec.scheduling
+__all__ = ["EngineConfig", "simulate", "Replica"]  # EngineConfig lives in simspec.serving

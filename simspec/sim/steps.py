@@ -2,7 +2,7 @@
 
 Imports: numpy, simspec.compiled (numba), simspec.acceptance.model (the
 compiled draw), simspec.policies.rules (plan_batch), simspec.costs.base
-(step_cost), simspec.scheduling (the acceptance estimate), simspec.trees
+(step_cost), simspec.serving (the acceptance estimate), simspec.trees
 (accepted_length). No simpy: the SimPy process in replica.py
 decides *when* steps happen (admission, preemption, prefill chunks,
 arrivals); :func:`run_steps` does the per-step numbers.
@@ -25,7 +25,8 @@ from simspec.acceptance.model import Draws, Randoms, draw_round, normals_per_rou
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, Forward, Step, cpu_s, step_cost
 from simspec.policies import rules
-from simspec.scheduling import NO_PREFILL, Prefill, after_round
+from simspec.serving.estimate import after_round
+from simspec.serving.queues import NO_PREFILL, Prefill
 from simspec import trees
 
 
@@ -57,7 +58,7 @@ class PolicyCall(NamedTuple):
 
 class EngineTerms(NamedTuple):
     """How an engine mode prices a step beyond the cost model's pieces
-    (EngineConfig's fields; simspec.engines)."""
+    (EngineConfig's fields; simspec.serving.modes)."""
 
     overlap: bool  # async scheduling: the step's fixed CPU part (overhead_s) overlaps its GPU part
     graphs: int  # GRAPH_NONE, GRAPH_PIECEWISE or GRAPH_FULL_AND_PIECEWISE

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simspec.config import SimConfig
-from simspec.scheduling import EngineConfig
+from simspec.serving.config import EngineConfig
 from simspec.types import require
 from simspec.workloads import WorkloadConfig
 

@@ -1,10 +1,10 @@
 """Engine modes: which real serving engine a simulation follows.
 
 Imports: simspec.policies, simspec.costs (the device datasheets),
-simspec.scheduling (EngineConfig's field names) and simspec.types.
+simspec.serving (EngineConfig's field names) and simspec.types.
 
 ``[engine] kind`` (flag ``--engine``) picks a preset of explicit
-:class:`~simspec.scheduling.EngineConfig` fields, each named as the engine
+:class:`~simspec.serving.EngineConfig` fields, each named as the engine
 names it; a config file or flag still sets any one of them:
 
 - ``simspec``: the engine simspec's live engine implements, with every
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from simspec import policies
 from simspec.costs import GPUS
-from simspec.scheduling import ENGINE_KINDS as KINDS
+from simspec.serving.config import ENGINE_KINDS as KINDS
 from simspec.types import InputError
 
 VERSIONS = {"simspec": None, "vllm": "0.33.0", "sglang": "0.5.23"}

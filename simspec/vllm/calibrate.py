@@ -2,8 +2,8 @@
 from what it writes (issue 20, item 1), in the files ``simspec simulate``
 reads (``--cost-model steps:FILE``, ``--acceptance FILE``).
 
-Imports: numpy, scipy, simspec.vllm_logs, simspec.costs (the step-cost
-fit), simspec.acceptance, simspec.config, simspec.engines, simspec.sim and
+Imports: numpy, scipy, simspec.vllm.logs, simspec.costs (the step-cost
+fit), simspec.acceptance, simspec.config, simspec.serving.modes, simspec.sim and
 simspec.metrics (the replay of a benchmark), simspec.files,
 simspec.runfolder. Never vLLM.
 
@@ -21,7 +21,7 @@ simspec.runfolder. Never vLLM.
   processing), from each saturated benchmark given (all requests at once,
   ``--max-concurrency``: the engine never idles, so the run's duration is
   its steps' elapsed time plus that time): its steps are the log lines
-  whose clock falls in the run (:func:`simspec.vllm_logs.steps_during`), and
+  whose clock falls in the run (:func:`simspec.vllm.logs.steps_during`), and
   :func:`fit_engine_gap` fits a per-step and a per-sequence part, which
   ``step_costs.json`` adds to the fit's. Without a saturated benchmark it is
   left out, and the output says so.
@@ -66,7 +66,7 @@ from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, staged_folder, write_text
 from simspec.runfolder import MARKER, check_target
 from simspec.types import Request, require
-from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, ServerMetrics, SpecDecodeCounters, read_bench, \
+from simspec.vllm.logs import BenchResult, EngineStep, ServerLog, ServerMetrics, SpecDecodeCounters, read_bench, \
     read_metrics, read_server_log, steps_during
 
 LOGIT_LIMIT = 13.8  # |top-1 logit| at most: a rate of 1 - 1e-6 a position
@@ -204,7 +204,7 @@ def with_gap(fit: StepCostFit, gap: EngineGap) -> StepCostFit:
 def saturated_runs(log: ServerLog, benches: list[BenchResult]) -> tuple[list, tuple[str, ...]]:
     """(name, duration, steps) of each benchmark that kept the engine busy
     (all requests at once, ``--max-concurrency`` set), its steps the log's
-    lines during it (:func:`~simspec.vllm_logs.steps_during`), and a note
+    lines during it (:func:`~simspec.vllm.logs.steps_during`), and a note
     for each saturated benchmark that could not be placed in the log."""
     found, notes = [], []
     for b in benches:
@@ -483,7 +483,7 @@ def engine_of(cfg: CalibrateVllmConfig, log: ServerLog, server: ServerMetrics) -
 
 def bench_requests(bench: BenchResult, cached: np.ndarray | None = None) -> list[Request]:
     """The benchmark's completed requests as it sent them: arrivals from its
-    start (its first send after :attr:`~simspec.vllm_logs.BenchResult.lead_s`,
+    start (its first send after :attr:`~simspec.vllm.logs.BenchResult.lead_s`,
     so the simulated run's duration spans what the benchmark's did), its
     prompt and output lengths, in arrival order. ``cached``
     (per request of the bench, in its order): prompt tokens the server had

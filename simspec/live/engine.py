@@ -1,11 +1,11 @@
 """The live engine: real batched speculative decoding with the shipped models.
 
-Imports: torch, numpy, simspec.models, simspec.policies, simspec.scheduling,
-simspec.costs, simspec.types, simspec.engine.drafting, simspec_kernels
+Imports: torch, numpy, simspec.models, simspec.policies, simspec.serving,
+simspec.costs, simspec.types, simspec.live.drafting, simspec_kernels
 (through the models). DESIGN.md "Live engine".
 
 It serves a workload in wall-clock time with the simulator's own scheduler
-and acceptance estimate (simspec.scheduling: FCFS admission, decode rounds
+and acceptance estimate (simspec.serving: FCFS admission, decode rounds
 first, prefill chunks in the token budget they leave) and the same policy
 objects (``Policy.plan(ReplicaView)``). Each step (:meth:`LiveEngine.step`):
 
@@ -14,7 +14,7 @@ objects (``Policy.plan(ReplicaView)``). Each step (:meth:`LiveEngine.step`):
    steps (``draft_steps``) than it has had gets one more (its rank-1
    chain), and the policy plans again, until no plan wants more; then tree
    nodes off the rank-1 chain that have children are run through the
-   drafter, depth by depth (simspec.engine.drafting);
+   drafter, depth by depth (simspec.live.drafting);
 2. **verify**: one target forward over the prefill chunks (chains) and every
    round's tree (the pending token as root) with the tree-attention kernel;
 3. **accept** greedily: follow the target's argmax down the tree; emit the
@@ -41,14 +41,17 @@ import torch
 from simspec import trees
 from simspec.acceptance.context import DraftContext
 from simspec.costs import CostModel
-from simspec.engine.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
-from simspec.engine.records import LiveResult, StepRecord, run_log
-from simspec.engine.timing import AcceptanceReplay
+from simspec.live.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
+from simspec.live.records import LiveResult, StepRecord, run_log
+from simspec.live.timing import AcceptanceReplay
 from simspec.models.drafter import Drafter
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy, ReplicaView, StepPlan
-from simspec.scheduling import MAX_BATCHED_TOKENS, MAX_NUM_SEQS, Estimate, Prefill, Scheduler
+from simspec.serving.config import MAX_BATCHED_TOKENS, MAX_NUM_SEQS
+from simspec.serving.estimate import Estimate
+from simspec.serving.queues import Prefill
+from simspec.serving.scheduler import Scheduler
 from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, require
 
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces

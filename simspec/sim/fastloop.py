@@ -1,8 +1,8 @@
 """The replica's serving loop, compiled: many SimPy events per call.
 
-Imports: numpy, simspec.compiled (numba), simspec.scheduling (its compiled
+Imports: numpy, simspec.compiled (numba), simspec.serving (its compiled
 rules), simspec.costs.base (the wake cost), simspec.sim.steps. No simpy:
-replica.py's process calls :func:`serve` and yields to SimPy once a call.
+replica.py's process calls :func:`run` and yields to SimPy once a call.
 
 For the common configuration (no prefix caching, images encoded when their
 request's prefill starts; ``Replica.fast``) one call runs what the Python
@@ -34,12 +34,11 @@ import numpy as np
 from simspec.acceptance.model import Draws, Randoms, normals_per_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, WakeTerms, wake_split
-from simspec.scheduling import (RUN_LEN, WAIT_LEN, Limits, Queues, Tokens, admit, arrive, budget_left, complete_prefill,
-                                decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost, retire)
+from simspec.serving.queues import Limits, Queues, RUN_LEN, Tokens, WAIT_LEN, admit, arrive, budget_left, complete_prefill, decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost, retire
 from simspec.sim.steps import EngineTerms, Logs, PolicyCall, RequestState, run_steps
 
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one call of run_steps at most
-CALL_DONE, CALL_FLUSH, CALL_REFILL, CALL_PROGRESS = range(4)  # why serve returned
+CALL_DONE, CALL_FLUSH, CALL_REFILL, CALL_PROGRESS = range(4)  # why run returned
 
 
 class Arrivals(NamedTuple):
@@ -209,7 +208,7 @@ def first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None
 
 
 @jit
-def serve(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pending, s: Scratch, served: Served,
+def run(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pending, s: Scratch, served: Served,
           state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables, terms: EngineTerms,
           wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
     """Run events until Python must act; returns why (``CALL_*``)."""

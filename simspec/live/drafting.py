@@ -2,7 +2,7 @@
 level by level, and the plan's off-chain parents drafted depth by depth.
 
 Imports: torch, numpy, simspec.models.drafter, simspec.trees, simspec.types.
-The engine (simspec.engine.live) owns the requests; a :class:`DraftCache`
+The engine (simspec.live.engine) owns the requests; a :class:`DraftCache`
 owns the drafter's cache slots and runs the drafter on draft nodes.
 
 A request enters drafting with *entries*: the target's features of the
@@ -27,7 +27,7 @@ import torch
 from simspec import trees
 from simspec.acceptance.context import DraftContext
 from simspec.models.drafter import Drafter, chain_attention, select_visual
-from simspec.engine.timing import other_token
+from simspec.live.timing import other_token
 from simspec.types import MAX_RANK
 
 

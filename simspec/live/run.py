@@ -1,7 +1,7 @@
 """Serving with the shipped models: load them, build the synthetic task's
 workloads, and serve one policy live (``simspec live``, validation).
 
-Imports: torch, numpy, simspec.models, simspec.engine.live, simspec.costs,
+Imports: torch, numpy, simspec.models, simspec.live.engine, simspec.costs,
 simspec.policies, simspec.workloads, simspec.types.
 """
 
@@ -15,8 +15,8 @@ import torch
 
 from simspec import policies, workloads
 from simspec.costs import CostModel, affine
-from simspec.engine.live import LiveConfig, LiveEngine, LiveResult
-from simspec.engine.timing import AcceptanceReplay
+from simspec.live.engine import LiveConfig, LiveEngine, LiveResult
+from simspec.live.timing import AcceptanceReplay
 from simspec.models.config import DrafterMeta
 from simspec.models.drafter_train import load_drafter
 from simspec.models.task import Example, generate

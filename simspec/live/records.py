@@ -51,7 +51,7 @@ class LiveResult:
 
 
 def run_log(label: str, run, notes: tuple[str, ...]) -> RunLog:
-    """The RunLog of a live run (simspec.engine.live._Run: its requests, their
+    """The RunLog of a live run (simspec.live.engine._Run: its requests, their
     emitted tokens and times, the chunks, rounds and steps it recorded)."""
     requests, steps = run.requests, run.steps
     builder = LogBuilder(np.array([r.id for r in requests], dtype=np.int64))

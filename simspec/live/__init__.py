@@ -5,7 +5,7 @@ replay of a workload (DESIGN.md "Live engine and the real models").
 Imports: torch (this package is never imported by the simulator core).
 """
 
-from simspec.engine.live import LiveConfig, LiveEngine
-from simspec.engine.records import LiveResult, StepRecord
+from simspec.live.engine import LiveConfig, LiveEngine
+from simspec.live.records import LiveResult, StepRecord
 
 __all__ = ["LiveConfig", "LiveEngine", "LiveResult", "StepRecord"]

@@ -2,9 +2,9 @@
 then predict that vLLM's ``vllm bench serve`` results on traffic the
 calibration never saw (issue 20, item 2).
 
-Imports: numpy, scipy, simspec.vllm_server (the processes), simspec.vllm_logs
-(what they write), simspec.calibrate_vllm (the acceptance mapping and the
-replay), simspec.costs.steps (the step fit), simspec.engines, simspec.files,
+Imports: numpy, scipy, simspec.vllm.server (the processes), simspec.vllm.logs
+(what they write), simspec.vllm.calibrate (the acceptance mapping and the
+replay), simspec.costs.steps (the step fit), simspec.serving.modes, simspec.files,
 simspec.runfolder. Never vLLM.
 
 Two phases, so the second can be rerun on kept files (``--from OUT``):
@@ -37,7 +37,7 @@ only:
    per-sequence part (non-negative least squares over the runs' totals),
    added to the step fit's fixed and per-sequence terms.
 3. *Acceptance*: the counters' difference over the calibration runs, mapped
-   onto simspec's acceptance model (:func:`simspec.calibrate_vllm.fit_chain_acceptance`).
+   onto simspec's acceptance model (:func:`simspec.vllm.calibrate.fit_chain_acceptance`).
 4. *The frontend's per-request latency* (HTTP, tokenization, the first
    chunk's trip back: in TTFT, not in any step): the light calibration run's
    mean live TTFT minus the simulated one with the costs above, as
@@ -62,15 +62,15 @@ from pathlib import Path
 import numpy as np
 
 from simspec import __version__
-from simspec.calibrate_vllm import ChainAcceptance, EngineGap, fit_chain_acceptance, fit_engine_gap, \
+from simspec.vllm.calibrate import ChainAcceptance, EngineGap, fit_chain_acceptance, fit_engine_gap, \
     replay_requests, request_rounds, spread_text, with_gap
 from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import dump_json, read_json, write_png, write_text
 from simspec.runfolder import MARKER, check_target
 from simspec.types import require
-from simspec.vllm_logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
+from simspec.vllm.logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
     read_server_log
-from simspec.vllm_server import RunningServer, Server, ServeSpec, Traffic, bench, command_line, http_get
+from simspec.vllm.server import RunningServer, Server, ServeSpec, Traffic, bench, command_line, http_get
 
 METHODS = ("none", "ngram", "draft", "oracle", "eagle")
 """What ``--method`` may name: no speculation, ngram, the distilled draft, the identical-weight draft,
@@ -235,7 +235,7 @@ def run_order(cfg: ValidateVllmConfig) -> list[tuple[str, Traffic, int]]:
 def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
     """Serve and benchmark every method (module docstring); returns the
     ``runs.json`` record, written into ``out`` as the runs finish."""
-    from simspec.vllm_server import terminated_as_interrupt
+    from simspec.vllm.server import terminated_as_interrupt
 
     models = Path(cfg.models)
     target = str(models.absolute() / "target")
@@ -464,10 +464,10 @@ def fit_gap(runs: list[LiveRun]) -> EngineGap:
 
 
 def _engine(kv_tokens: int, block_size: int, frontend_s: float):
-    from simspec import engines
-    from simspec.scheduling import EngineConfig
+    from simspec.serving import modes
+    from simspec.serving.config import EngineConfig
 
-    fields = engines.preset("vllm", "cpu")  # vLLM's CPU defaults
+    fields = modes.preset("vllm", "cpu")  # vLLM's CPU defaults
     return EngineConfig(**{**fields, "block_size": block_size, "kv_cache_tokens": kv_tokens,
                            "frontend_s_per_request": frontend_s})
 
@@ -773,7 +773,7 @@ def _cdf_figure(result: VllmValidation):
 def write_outputs(out: Path, result: VllmValidation) -> list[str]:
     """The analysis files, each written whole; the folder's marker last."""
     for method, cal in result.calibrations.items():
-        from simspec.calibrate_vllm import acceptance_record
+        from simspec.vllm.calibrate import acceptance_record
 
         write_text(out / method / "step_costs.json", dump_json({**cal.fit.to_json(), "held_out": asdict(cal.held_out),
                                                                "outside_elapsed": asdict(cal.gap)}, sort_keys=False))
@@ -798,7 +798,7 @@ def validate(cfg: ValidateVllmConfig, out: str | Path, say=print) -> VllmValidat
     if replacing:
         say(replacing)
     if cfg.server is None and not (Path(cfg.models) / "target" / "config.json").is_file():
-        from simspec.vllm_models import VllmModelsConfig, build
+        from simspec.vllm.models import VllmModelsConfig, build
 
         say(f"building the models in {cfg.models} (simspec vllm-models --size {cfg.size})")
         build(cfg.models, VllmModelsConfig(size=cfg.size))

@@ -1,8 +1,8 @@
 """A draft distilled from a Hugging Face Llama target, in torch (issue 20).
 
 Imports: the standard library, numpy, torch, simspec.types and
-simspec.vllm_logs (the replay of vLLM's rounds). Nothing of
-the package imports this module at its top: ``simspec.vllm_models`` calls
+simspec.vllm.logs (the replay of vLLM's rounds). Nothing of
+the package imports this module at its top: ``simspec.vllm.models`` calls
 :func:`distill` from inside ``build``, so the checkpoint writer stays
 importable without torch.
 
@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from simspec.types import require
-from simspec.vllm_logs import replay_rounds
+from simspec.vllm.logs import replay_rounds
 
 Weights = dict[str, torch.Tensor]
 """Checkpoint tensor name -> float32 tensor (``[out, in]`` for linear layers)."""

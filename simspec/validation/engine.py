@@ -1,7 +1,7 @@
 """``simspec validate``: calibration from live runs, and the comparison of
 simulation against live serving.
 
-Imports: numpy, pandas, matplotlib, torch (through simspec.engine),
+Imports: numpy, pandas, matplotlib, torch (through simspec.live),
 simspec.sim, simspec.experiment and the calibration fits. DESIGN.md
 "Validation". It sits above both the simulator and the live engine.
 
@@ -35,8 +35,8 @@ from simspec.experiment import burst_rate
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
-from simspec.engine.live import LiveConfig, LiveResult
-from simspec.engine.serve import Models, live_workload, serve_live, warm_up, drafter_top1
+from simspec.live.engine import LiveConfig, LiveResult
+from simspec.live.run import Models, live_workload, serve_live, warm_up, drafter_top1
 from simspec.models.task import Example
 from simspec.sim import EngineConfig, simulate
 from simspec.types import Request, RunLog

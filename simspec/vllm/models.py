@@ -1,7 +1,7 @@
 """Local Hugging Face-format Llama models that vLLM can serve (issue 20).
 
 Imports: the standard library, numpy and simspec.types / simspec.files; torch
-only through ``simspec.vllm_distill``, imported inside :func:`distill_draft`.
+only through ``simspec.vllm.distill``, imported inside :func:`distill_draft`.
 No transformers, tokenizers or safetensors: every file is written by hand,
 deterministically from a seed, with no downloads.
 
@@ -17,7 +17,7 @@ checkpoint (``config.json``, ``generation_config.json``, ``model.safetensors``,
   head alone, a draft the target rarely agrees with;
 - ``draft_distilled``: a small Llama with a tied head (:data:`DISTILL`),
   trained on the target's greedy continuations of prompts like
-  ``vllm bench serve --dataset-name random``'s (``simspec.vllm_distill``,
+  ``vllm bench serve --dataset-name random``'s (``simspec.vllm.distill``,
   torch, imported only here), from a start that predicts its current token
   again (:func:`copying_draft`); a partially accepted draft;
 - ``eagle``: an EAGLE-1 head for the target in the layout vLLM's
@@ -522,9 +522,9 @@ class Built:
 
 
 def distill_draft(config: VllmModelsConfig) -> tuple[dict[str, np.ndarray], Distillation]:
-    """Train the distilled draft on the target (simspec.vllm_distill, torch): its weights and record."""
+    """Train the distilled draft on the target (simspec.vllm.distill, torch): its weights and record."""
     try:
-        from simspec import vllm_distill
+        from simspec.vllm import distill as vllm_distill
     except ImportError as err:
         raise InputError(f"draft_distilled needs torch ({err}): pip install 'simspec[kernels]', "
                          f"or give --no-distilled") from None
