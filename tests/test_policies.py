@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 
 from conftest import H100, LLAVA
 from simspec import costs, policies, trees
-from simspec.policies.base import parse_table
+from simspec.policies import rules
+from simspec.policies.base import compiled_batch, parse_table
 from simspec.policies import ReplicaView
 from simspec.types import PLAN_AR, PLAN_LINEAR, PLAN_TREE, InputError
 
@@ -160,3 +163,40 @@ def test_parse_table_sorts_and_validates():
     assert parse_table("8:3,1:5") == ((1, 5), (8, 3))
     with pytest.raises(ValueError):
         parse_table("1:x")
+
+
+
+# -- the policy boundary: named parameter records ------------------------------------
+
+@pytest.mark.parametrize("kernel", sorted(rules.PARAMS))
+def test_each_rule_reads_its_parameter_record_in_the_order_the_policies_write_it(kernel):
+    record = rules.PARAMS[kernel]
+    vector = np.arange(1.0, len(record._fields) + 1.0) + 0.25  # distinct entries, none an integer
+    read = rules.READERS[kernel].py_func(vector)
+    assert type(read) is record
+    for at, (name, kind) in enumerate(typing.get_type_hints(record).items()):
+        assert getattr(read, name) == (vector[at] if kind is float else int(vector[at])), name
+
+
+@pytest.mark.parametrize("name", sorted(policies.POLICIES))
+def test_a_policys_parameter_vector_is_its_fields_in_its_rules_record_order(name):
+    policy = policies.POLICIES[name]()
+    record = rules.PARAMS.get(policy.kernel)
+    if record is None:  # AR (no parameters), batch_table and staged (vectors of their own)
+        assert policy.kernel in (rules.AR, rules.BATCH_TABLE, rules.STAGED)
+        return
+    assert set(record._fields) <= {f.name for f in dataclasses.fields(policy)}, name
+    np.testing.assert_array_equal(policy.params(), [getattr(policy, f) for f in record._fields])
+
+
+def test_the_compiled_batch_is_the_views_fields_by_name():
+    v = view(4, prefill=32)
+    batch = compiled_batch(v, v.conf, 5)
+    for name in rules.Batch._fields:
+        if name == "table_key":
+            assert batch.table_key == -1
+        elif name == "true_ranks":
+            assert batch.true_ranks.shape == (4, 5) and not batch.true_ranks.any()
+        else:
+            np.testing.assert_array_equal(getattr(batch, name), getattr(v, name), err_msg=name)
+    assert {f.name for f in dataclasses.fields(v)} - set(rules.Batch._fields) == {"costs"}

@@ -72,9 +72,6 @@ class Linear(Policy):
     def max_depth(self) -> int:
         return self.k
 
-    def params(self) -> np.ndarray:
-        return np.array([self.k], dtype=float)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Branching(Policy):
@@ -106,9 +103,6 @@ class Tree(_Branching):
         super(Tree, self).__post_init__()
         _check(1 <= self.budget <= MAX_NODES, self.name, f"budget must be in 1..{MAX_NODES} (got {self.budget})")
 
-    def params(self) -> np.ndarray:
-        return np.array([self.depth, self.topk, self.budget], dtype=float)
-
     @property
     def max_verify_tokens(self) -> int:
         return 1 + self.budget
@@ -128,9 +122,6 @@ class Truncate(Policy):
     @property
     def max_depth(self) -> int:
         return self.k_max
-
-    def params(self) -> np.ndarray:
-        return np.array([self.k_max, self.threshold], dtype=float)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,9 +159,6 @@ class Goodput(Policy):
     def max_depth(self) -> int:
         return self.k_max  # plans from acceptance history; this round's confidences go unread
 
-    def params(self) -> np.ndarray:
-        return np.array([self.k_max], dtype=float)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Marginal(_Branching):
@@ -182,9 +170,6 @@ class Marginal(_Branching):
     def __post_init__(self):
         super(Marginal, self).__post_init__()
         _check(1 <= self.max_nodes <= MAX_NODES, self.name, f"max_nodes must be in 1..{MAX_NODES} (got {self.max_nodes})")
-
-    def params(self) -> np.ndarray:
-        return np.array([self.depth, self.topk, self.max_nodes], dtype=float)
 
     @property
     def max_verify_tokens(self) -> int:
@@ -204,9 +189,6 @@ class Oracle(Policy):
     @property
     def max_depth(self) -> int:
         return self.depth
-
-    def params(self) -> np.ndarray:
-        return np.array([self.depth], dtype=float)
 
 
 STAGE_POLICIES = ("ar", "linear", "tree", "truncate", "goodput", "marginal")

@@ -10,7 +10,7 @@ compiled rule the simulator's step loop calls).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
@@ -25,9 +25,10 @@ class ReplicaView:
     """What a policy may look at when it plans a step: one row per decode
     request, plus the step's other work and the cost model to price plans.
 
-    Callers outside the simulator (the live engine, tests) build it; the
-    simulator's compiled step loop hands the same fields to the same
-    compiled rule (simspec.policies.rules.Batch).
+    Callers outside the simulator (the live engine, tests) build it, and
+    :func:`compiled_batch` turns it into the compiled rules' record
+    (simspec.policies.pricing.Batch, the same fields by name); the
+    simulator's compiled step loop builds that record itself.
     """
 
     context_tokens: np.ndarray  # [B] int tokens in each request's KV cache
@@ -50,21 +51,12 @@ class ReplicaView:
         return len(self.context_tokens)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepPlan:
-    """The verification plan of one step: one row per decode request.
-
-    Nodes are rank-path codes (see the glossary); the parent of a node is its
-    code with the top depth's bits cleared, so a plan is a tree by
-    construction when it is closed under that operation.
-    """
-
-    kind: np.ndarray  # [B] int8 plan kind (PLAN_AR, PLAN_LINEAR, PLAN_TREE)
-    codes: np.ndarray  # [B, M] int64 rank-path codes of draft nodes, -1 = unused
-    num_nodes: np.ndarray  # [B] int draft tokens per request
-    draft_steps: np.ndarray  # [B] int drafter steps run (depth drafted)
-    draft_width: np.ndarray  # [B] int drafter tokens per depth after the first
-    kept_visual_tokens: np.ndarray  # [B] int visual tokens the drafter sees
+StepPlan = rules.Plan
+"""The verification plan of one step, one row per decode request: the
+compiled rule's own record (simspec.policies.pricing.Plan). Nodes are
+rank-path codes (see the glossary); the parent of a node is its code with
+the top depth's bits cleared, so a plan is a tree by construction when it
+is closed under that operation."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,9 +80,13 @@ class Policy(ABC):
         """Tokens a request verifies in a round at most: 1 + its draft nodes."""
         return 1 + self.max_depth
 
-    @abstractmethod
     def params(self) -> np.ndarray:
-        """The parameters as the compiled rule reads them: float64 [P]."""
+        """The parameters as the compiled rule reads them: float64 [P], the
+        fields of the rule's record (rules.PARAMS) in its order."""
+        record = rules.PARAMS.get(self.kernel)
+        if record is None:
+            return np.zeros(1)  # AR: none
+        return np.array([getattr(self, name) for name in record._fields], dtype=float)
 
     @property
     def label(self) -> str:
@@ -109,17 +105,21 @@ class Policy(ABC):
                              f"(got {list(view.conf.shape)})")
         else:
             conf = view.conf
-        truth = view.true_ranks if view.true_ranks is not None else np.zeros((b, depth), dtype=np.int64)
-        batch = rules.Batch(
-            _ints(view.context_tokens), _ints(view.visual_tokens), _ints(view.kept_visual_tokens),
-            _ints(view.remaining_tokens), np.ascontiguousarray(view.recent_accepted, dtype=np.float64),
-            np.ascontiguousarray(conf, dtype=np.float64), _ints(truth), int(view.prefill_tokens),
-            int(view.prefill_attn_pairs), int(view.prefill_kv_tokens), int(view.prefill_requests),
-            int(view.vision_tokens), int(view.prefill_max_context))
-        plan = rules.plan_batch(self.kernel, self.params(), batch, view.costs.tables)
-        return StepPlan(kind=plan.kind, codes=plan.codes, num_nodes=plan.num_nodes, draft_steps=plan.draft_steps,
-                        draft_width=plan.draft_width,
-                        kept_visual_tokens=np.where(plan.draft_steps > 0, view.kept_visual_tokens, 0))
+        return rules.plan_batch(self.kernel, self.params(), compiled_batch(view, conf, depth), view.costs.tables)
+
+
+def compiled_batch(view: ReplicaView, conf: np.ndarray, depth: int) -> rules.Batch:
+    """The view as the compiled rules read it (rules.Batch, the same fields
+    by name), with the confidences ``conf`` the policy reads; the target's
+    true ranks are zeros ``depth`` deep unless the view carries them."""
+    truth = view.true_ranks if view.true_ranks is not None else np.zeros((view.batch, depth), dtype=np.int64)
+    given = {"conf": np.ascontiguousarray(conf, dtype=np.float64), "true_ranks": _ints(truth),
+             "recent_accepted": np.ascontiguousarray(view.recent_accepted, dtype=np.float64)}
+    for name in rules.Batch._fields:
+        if name not in given and name != "table_key":
+            value = getattr(view, name)
+            given[name] = _ints(value) if isinstance(value, np.ndarray) else int(value)
+    return rules.Batch(**given)
 
 
 def _ints(values) -> np.ndarray:
@@ -140,4 +140,4 @@ def parse_table(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(entries)
 
 
-__all__ = ["Policy", "ReplicaView", "StepPlan", "parse_table"]
+__all__ = ["Policy", "ReplicaView", "StepPlan", "compiled_batch", "parse_table"]

@@ -6,12 +6,14 @@ functions), simspec.policies.pricing and .adaptive. ``Policy.plan(view)``
 :func:`plan_batch`, so a policy decides the same way wherever it runs. A
 policy is named by a small integer (``AR`` ... ``STAGED``) and its
 parameters by a float64 vector, because compiled code dispatches on plain
-values. The fixed rules are here; the load-adaptive ones (goodput,
+values; each rule's record (``TreeParams`` ...) names that vector's entries. The fixed rules are here; the load-adaptive ones (goodput,
 truncate, marginal) are in simspec.policies.adaptive, and how both price a
 step in simspec.policies.pricing.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -106,22 +108,103 @@ def _oracle(batch: Batch, costs: CostTables, depth: int) -> Plan:
     return _best_prefix(batch, costs, reached, codes, depths, 1, b * depth)
 
 
+# -- each rule's parameters, by name ---------------------------------------------
+#
+# A policy's parameters reach compiled code as one float64 vector (a staged
+# policy packs several rules' into one). Each rule's record below names the
+# vector's entries in order: the policy objects build the vector from the
+# record's fields (Policy.params), and each rule reads it back through its
+# record's reader, so the order is written once, here.
+
+class LinearParams(NamedTuple):
+    k: int  # draft tokens
+
+
+class TreeParams(NamedTuple):
+    depth: int
+    topk: int
+    budget: int  # draft nodes at most
+
+
+class TruncateParams(NamedTuple):
+    k_max: int
+    threshold: float  # path confidence under which a chain is cut
+
+
+class GoodputParams(NamedTuple):
+    k_max: int
+
+
+class MarginalParams(NamedTuple):
+    depth: int
+    topk: int
+    max_nodes: int
+
+
+class OracleParams(NamedTuple):
+    depth: int
+
+
+PARAMS = {LINEAR: LinearParams, TREE: TreeParams, TRUNCATE: TruncateParams, GOODPUT: GoodputParams,
+          MARGINAL: MarginalParams, ORACLE: OracleParams}
+"""Each rule's parameter record (AR has none; BATCH_TABLE's vector is its
+(min batch, k) pairs; STAGED's is STAGE_WIDTH entries a stage)."""
+
+
+@jit
+def _linear_params(v: np.ndarray) -> LinearParams:
+    return LinearParams(int(v[0]))
+
+
+@jit
+def _tree_params(v: np.ndarray) -> TreeParams:
+    return TreeParams(int(v[0]), int(v[1]), int(v[2]))
+
+
+@jit
+def _truncate_params(v: np.ndarray) -> TruncateParams:
+    return TruncateParams(int(v[0]), v[1])
+
+
+@jit
+def _goodput_params(v: np.ndarray) -> GoodputParams:
+    return GoodputParams(int(v[0]))
+
+
+@jit
+def _marginal_params(v: np.ndarray) -> MarginalParams:
+    return MarginalParams(int(v[0]), int(v[1]), int(v[2]))
+
+
+@jit
+def _oracle_params(v: np.ndarray) -> OracleParams:
+    return OracleParams(int(v[0]))
+
+
+READERS = {LINEAR: _linear_params, TREE: _tree_params, TRUNCATE: _truncate_params, GOODPUT: _goodput_params,
+           MARGINAL: _marginal_params, ORACLE: _oracle_params}
+"""Each record's compiled reader (tests check each reads its record's fields in order)."""
+
+
 @jit
 def _single(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
     if policy == LINEAR:
-        return _linear(batch, int(params[0]))
+        return _linear(batch, _linear_params(params).k)
     if policy == TREE:
-        return _tree(batch, int(params[0]), int(params[1]), int(params[2]))
+        tree = _tree_params(params)
+        return _tree(batch, tree.depth, tree.topk, tree.budget)
     if policy == TRUNCATE:
-        return _truncate(batch, costs, int(params[0]), params[1])
+        truncate = _truncate_params(params)
+        return _truncate(batch, costs, truncate.k_max, truncate.threshold)
     if policy == BATCH_TABLE:
         return _batch_table(batch, params)
     if policy == GOODPUT:
-        return _goodput(batch, costs, int(params[0]))
+        return _goodput(batch, costs, _goodput_params(params).k_max)
     if policy == MARGINAL:
-        return _marginal(batch, costs, int(params[0]), int(params[1]), int(params[2]))
+        marginal = _marginal_params(params)
+        return _marginal(batch, costs, marginal.depth, marginal.topk, marginal.max_nodes)
     if policy == ORACLE:
-        return _oracle(batch, costs, int(params[0]))
+        return _oracle(batch, costs, _oracle_params(params).depth)
     return _linear(batch, 0)  # AR: no drafts
 
 
@@ -146,6 +229,7 @@ def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables)
 
 
 
-__all__ = ["AR", "LINEAR", "TREE", "TRUNCATE", "BATCH_TABLE", "GOODPUT", "MARGINAL", "ORACLE", "STAGED", "STAGE_WIDTH",
+__all__ = ["PARAMS", "READERS", "LinearParams", "TreeParams", "TruncateParams", "GoodputParams", "MarginalParams",
+           "OracleParams", "AR", "LINEAR", "TREE", "TRUNCATE", "BATCH_TABLE", "GOODPUT", "MARGINAL", "ORACLE", "STAGED", "STAGE_WIDTH",
            "Batch", "Plan", "Pricing", "Verifying", "plan_batch", "_pricing", "_step_s", "_verified_s", "_verify_s",
            "_verifying", "_chain", "_packed", "_plan_of"]
