@@ -6,7 +6,7 @@ levels), 300 requests per run, SimConfig's scenario) measured four ways:
 - cold: the first what-if of a fresh process (starts the worker pool,
   imports simspec and loads the compiled kernels in each worker);
 - warm: the same what-if again, nothing cached (what a user waits for after
-  changing a widget once the app is up); target (issue 5): < 5 s on 2 cores;
+  changing a widget once the app is up); target: < 5 s on 2 cores;
 - cached: the what-if through Streamlit's ``st.cache_data``, a second time;
 - page: a whole rerun of the what-if page (AppTest) with the result cached.
 

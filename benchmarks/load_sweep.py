@@ -4,7 +4,7 @@ Finds the AR saturation rate of the default scenario (LLaVA-1.5-7B, H100
 roofline prior, Gamma CV 2 arrivals, half the requests with one image),
 then simulates every default policy at 1%..95% of it and prints a table of
 mean / p95 e2el (ms) and acceptance length, with the marginal policy's
-latency relative to AR. Issue 2's targets: ``marginal`` is never worse than
+latency relative to AR. Targets: ``marginal`` is never worse than
 ``ar`` in mean e2el, and at the lowest load its acceptance length is at
 least that of ``tree``.
 

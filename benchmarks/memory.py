@@ -1,7 +1,7 @@
 """Peak memory and wall time of long runs: ``simspec simulate --out`` with
 Poisson arrivals (the default scenario otherwise) at 100k, 300k and 1M
-requests, with ``ar`` and ``marginal``, each in a fresh process. Target
-(issue 17): under 2 GB peak RSS at 1M requests.
+requests, with ``ar`` and ``marginal``, each in a fresh process. Target:
+under 2 GB peak RSS at 1M requests.
 
     python benchmarks/memory.py [--requests 100000,300000,1000000] [--policy ar --policy marginal]
 """

@@ -5,7 +5,7 @@ compiled loop (no Python call per plan) on random decode batches of the
 default scenario's shape (LLaVA-1.5-7B on the H100 roofline prior,
 contexts 200-3,000 tokens, drafter confidences falling with rank),
 and prints microseconds a plan and the nodes it verifies. Run it against
-two checkouts (PYTHONPATH) to compare planners; issue 21 says why.
+two checkouts (PYTHONPATH) to compare planners (the same machine and moment for both).
 
     python benchmarks/planner_speed.py [--policy marginal] [--sizes 1,8,32,64,128,256] [--batches 20] [--cost-model roofline]
 """

@@ -385,13 +385,13 @@ def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq
                                      min_requests=min_requests, seed=seed, cost_model=cost_model)
                 for speculative in (False, True)}
         if ar_cache is None or row.id not in ar_cache:
-            ar = experiment.serve(runs[False]()).metrics["ar"]
+            ar = experiment.run_scenario(runs[False]()).metrics["ar"]
             if ar_cache is not None:
                 ar_cache[row.id] = ar
         ar = ar_cache[row.id] if ar_cache is not None else ar
         speculative = runs[True]()
         spec = speculative.config.policies[0]
-        metrics = {"ar": ar, **experiment.serve(speculative).metrics}
+        metrics = {"ar": ar, **experiment.run_scenario(speculative).metrics}
         out.append(Prediction(row=row, speedup=speedup_of(metrics, spec, row.speedup_metric), acceptance_length=tau,
                               simulated_acceptance_length=metrics[spec]["spec_decode_acceptance_length"]))
     return out

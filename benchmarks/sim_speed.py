@@ -7,7 +7,7 @@ core, and prints simulated seconds per wall second twice: the simulation
 alone (``simulate`` in this process) and the whole ``simspec simulate
 --trace T --policy X --out DIR`` process (imports, reading the trace,
 metrics, the run folder), timed as a subprocess after a warm-up run of the
-same command has loaded or built the compile cache. Targets (issue 21):
+same command has loaded or built the compile cache. Targets:
 >= 1,000x real time for marginal, tree and truncate, >= 3,000x for ar and
 linear, measured as the whole process.
 
@@ -22,7 +22,7 @@ could reach over the hour (3,502 s / its seconds), to set beside the
 targets.
 
 ``--poisson N`` instead times one ``simspec simulate --arrival poisson
---num-requests N --policy marginal --out DIR`` process (issue 21: a
+--num-requests N --policy marginal --out DIR`` process (target: a
 million requests in under 10 minutes on one core).
 
     python benchmarks/sim_speed.py [--trace PATH] [--policy NAME ...] [--repeat R] [--no-process]

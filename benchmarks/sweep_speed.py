@@ -10,7 +10,7 @@ take about three times as long), plus the AR saturation runs the load axis
 needs. The pool start and the saturation runs are fixed costs, so a small
 N extrapolates pessimistically.
 Prints the total wall time, scenarios per minute and what that rate means
-for 200 scenarios. Target (issue 5): 200 scenarios in under 10 minutes on
+for 200 scenarios. Target: 200 scenarios in under 10 minutes on
 the 2-core development machine. With ``--ray-check`` the same grid runs
 again on a local Ray and the two tables are compared row by row.
 

@@ -100,10 +100,10 @@ class WhatIf:
 
 
 # --------------------------------------------------------------------------
-# Serving
+# Simulating one point
 
 
-def serve(config: SimConfig, load: float | None, time_bins: int) -> Point:
+def simulate_point(config: SimConfig, load: float | None, time_bins: int) -> Point:
     """Run ``config`` (every policy) and keep what the dashboard shows."""
     results = experiment.run(config)
     start_s = min(log.start_s for log in results.logs)
@@ -123,8 +123,8 @@ def _rate(requests) -> float:
     return (len(requests) - 1) / span_s if span_s > 0 else math.inf
 
 
-def _serve_job(job: tuple[SimConfig, float | None, int]) -> Point:
-    return serve(*job)
+def _point_job(job: tuple[SimConfig, float | None, int]) -> Point:
+    return simulate_point(*job)
 
 
 _POOL: dict[int, pool.Processes] = {}
@@ -140,21 +140,21 @@ def _pool(workers: int) -> pool.Processes:
 
 def _map(jobs: list, workers: int) -> list[Point]:
     if workers <= 1 or len(jobs) <= 1:
-        return [_serve_job(job) for job in jobs]
+        return [_point_job(job) for job in jobs]
     try:
-        return _pool(workers).map(_serve_job, jobs)
+        return _pool(workers).map(_point_job, jobs)
     except BrokenProcessPool:  # a worker died (killed, out of memory): serve here; a new pool next time
         with _POOL_LOCK:
             broken = _POOL.pop(workers, None)
         if broken is not None:
             broken.close(ok=False)
-        return [_serve_job(job) for job in jobs]
+        return [_point_job(job) for job in jobs]
 
 
 def _warm() -> None:
     """Import simspec and load its compiled kernels in a worker."""
     config = SimConfig(policies=DashboardConfig().policies, workload=replace(DEFAULT_WORKLOAD, num_requests=5))
-    serve(config, None, 2)
+    simulate_point(config, None, 2)
 
 
 def warm(workers: int) -> None:
@@ -332,6 +332,6 @@ def profile_status(device: str, model: str) -> ProfileStatus:
                          validation=validation)
 
 
-__all__ = ["DashboardConfig", "Point", "WhatIf", "what_if", "serve", "warm",
+__all__ = ["DashboardConfig", "Point", "WhatIf", "what_if", "simulate_point", "warm",
            "speedups", "level_config", "trace_rate", "ProfileStatus", "Validation",
            "profile_status", "validation_for", "validation_root", "devices", "PLAN_KINDS", "MAX_LOAD", "MAX_REQUESTS"]

@@ -73,10 +73,10 @@ def resolve(config: SimConfig) -> Scenario:
 
 def run(config: SimConfig, *, progress: bool = False, event_detail: bool = True) -> Results:
     """Serve the scenario's requests with each policy of ``config``."""
-    return serve(resolve(config), progress=progress, event_detail=event_detail)
+    return run_scenario(resolve(config), progress=progress, event_detail=event_detail)
 
 
-def serve(scenario: Scenario, *, progress: bool = False, event_detail: bool = True) -> Results:
+def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bool = True) -> Results:
     """Serve a resolved scenario's requests with each policy of its config
     (for a scenario whose parts were changed after :func:`resolve`).
     ``event_detail`` False: the logs keep no per-chunk and per-round arrays

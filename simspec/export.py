@@ -2,7 +2,7 @@
 and the simulated gain lost where the engine cannot express it.
 
 Imports: json, numpy, simspec.tune (the tuned file, the CRN bench, paired
-intervals) and simspec.policies. Issue 5.
+intervals) and simspec.policies.
 
 A tuned file's load-adaptive policy (``staged``: a spec per decode-batch
 range) is mapped stage by stage:

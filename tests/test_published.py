@@ -1,5 +1,5 @@
 """The table of published GPU measurements (validation/published/) and the
-benchmark that predicts it (benchmarks/published.py, issue 19 part 3)."""
+benchmark that predicts it (benchmarks/published.py)."""
 
 from __future__ import annotations
 

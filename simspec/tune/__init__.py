@@ -4,7 +4,7 @@ per load level and burstiness, for one objective, with stated confidence.
 Imports: numpy, scipy.stats (lazily), tqdm, tomllib/tomli_w and simspec's
 config, experiment, metrics, policies, pool, sim and workloads; optuna only
 inside the search (``simspec --help`` stays fast). Modules: ``records``,
-``search``, ``file`` (the tuned file), ``table``. Issue 5; DESIGN.md
+``search``, ``file`` (the tuned file), ``table``. DESIGN.md
 "Commands" (``sweep / tune``).
 
 For each cell (load level x inter-arrival CV) and family (linear, tree,

@@ -1,6 +1,6 @@
 """``simspec validate --against vllm``: calibrate simspec on a running vLLM,
 then predict that vLLM's ``vllm bench serve`` results on traffic the
-calibration never saw (issue 20, item 2).
+calibration never saw.
 
 Imports: numpy, scipy, simspec.vllm.server (the processes), simspec.vllm.logs
 (what they write), simspec.vllm.calibrate (the acceptance mapping and the
@@ -100,7 +100,7 @@ def speculative_config(method: str, models: str, k: int) -> dict | None:
 
 WARMUP = Traffic(name="warmup", prompts=6, input_len=32, output_len=16, max_concurrency=3, seed=1)
 
-# Sized for the 120m model on one core of this machine: it serves about 72
+# Sized for the 120m model on one core of a 2-core development CPU: it serves about 72
 # output tokens/s without speculation, about 45 with the oracle draft and
 # less with the distilled one (docs/vllm.md); the held-out loads (10-20
 # output tokens/s) stay under the slowest method's capacity.

@@ -1,5 +1,5 @@
 """``simspec calibrate vllm``: a real vLLM server's step costs and acceptance,
-from what it writes (issue 20, item 1), in the files ``simspec simulate``
+from what it writes, in the files ``simspec simulate``
 reads (``--cost-model steps:FILE``, ``--acceptance FILE``).
 
 Imports: numpy, scipy, simspec.vllm.logs, simspec.costs (the step-cost

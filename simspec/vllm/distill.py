@@ -1,4 +1,4 @@
-"""A draft distilled from a Hugging Face Llama target, in torch (issue 20).
+"""A draft distilled from a Hugging Face Llama target, in torch.
 
 Imports: the standard library, numpy, torch, simspec.types and
 simspec.vllm.logs (the replay of vLLM's rounds). Nothing of

@@ -1,5 +1,5 @@
-"""What a real vLLM server and its benchmark client write, read into records
-(issue 20): the server log's per-step lines, the ``/metrics`` counters and
+"""What a real vLLM server and its benchmark client write, read into records:
+the server log's per-step lines, the ``/metrics`` counters and
 ``vllm bench serve`` result files; and :func:`replay_rounds`, what the
 speculative counters read for drafts known right or wrong token by token.
 

@@ -1,4 +1,4 @@
-"""Local Hugging Face-format Llama models that vLLM can serve (issue 20).
+"""Local Hugging Face-format Llama models that vLLM can serve.
 
 Imports: the standard library, numpy and simspec.types / simspec.files; torch
 only through ``simspec.vllm.distill``, imported inside :func:`distill_draft`.
@@ -113,7 +113,7 @@ class LlamaShape:
 
 
 SIZES = {
-    # Engine time dominates the frontend's on a 2-core CPU (issue 20: ~27 ms decode steps): ~120M parameters.
+    # Engine time dominates the frontend's on a 2-core CPU (~27 ms decode steps, validation/vllm-cpu): ~120M parameters.
     "120m": LlamaShape(layers=12, hidden=768, heads=12, kv_heads=12, intermediate=3072, vocab_tokens=4096),
     # For tests and quick checks: ~1.6M parameters, mostly embedding and LM head.
     "tiny": LlamaShape(layers=2, hidden=128, heads=4, kv_heads=4, intermediate=512, vocab_tokens=4096),

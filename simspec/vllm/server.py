@@ -1,5 +1,4 @@
-"""Driving vLLM as commands: ``vllm serve`` and ``vllm bench serve`` (issue 20,
-items 2 and 4).
+"""Driving vLLM as commands: ``vllm serve`` and ``vllm bench serve``.
 
 Imports: the standard library and simspec.types. Never vLLM: the server and
 the benchmark are child processes, found by a command line
