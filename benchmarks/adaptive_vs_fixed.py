@@ -10,7 +10,7 @@ option's (the fixed policy with the lowest mean, and the lowest p99), with
 the paired difference of the means over the same requests and its
 standard error. A cell passes when both ratios are at most 1.02.
 
-    python benchmarks/adaptive_vs_fixed.py [--requests 400] [--jobs 2] [--no-trace] [--trace PATH]
+    python benchmarks/adaptive_vs_fixed.py [--requests 400] [--jobs 2] [--seed 0] [--no-trace] [--trace PATH]
                                            [--adaptive marginal,goodput,truncate]
 """
 
@@ -78,11 +78,11 @@ def run_cell(label: str, flags: dict, policies=FIXED + ADAPTIVE) -> Cell:
                 {p: m["p99_e2el_ms"] for p, m in results.metrics.items()}, e2el)
 
 
-def grid(requests: int, saturation: float) -> list[tuple[str, dict]]:
+def grid(requests: int, saturation: float, seed: int = 0) -> list[tuple[str, dict]]:
     cells = []
     for arrival, shape in ARRIVALS.items():
         for load in LOADS:
-            cells.append((f"{arrival} {load:.2f}x", {"workload": {
+            cells.append((f"{arrival} {load:.2f}x", {"seed": seed, "workload": {
                 "arrival": "gamma", "burstiness": shape, "rate_per_s": load * saturation, "num_requests": requests}}))
     return cells
 
@@ -95,6 +95,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0, help="the synthetic cells' seed")
     parser.add_argument("--no-trace", action="store_true")
     parser.add_argument("--trace", default=None, help="default: shared/data/traces/azure_llm_2023_conv.csv")
     parser.add_argument("--adaptive", default=",".join(ADAPTIVE), help="the policies compared, comma-separated")
@@ -103,7 +104,7 @@ def main() -> None:
     saturation = experiment.saturation_rate(configuration.build())
     print(f"AR saturation: {saturation:.2f} req/s; {args.requests} requests a cell; pass: mean and p99 E2EL "
           f"<= {TOLERANCE:.2f}x the best of {', '.join(FIXED)}")
-    cells = grid(args.requests, saturation)
+    cells = grid(args.requests, saturation, args.seed)
     if not args.no_trace:
         from _shared import shared_file
         trace = args.trace or str(shared_file("traces", "azure_llm_2023_conv.csv"))
