@@ -127,6 +127,13 @@ def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 80
                       engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
 
 
+def rate_at_load(load: float, saturation_per_s: float) -> float:
+    """The request rate of ``load``, a multiple of the AR saturation rate
+    ``saturation_per_s`` (:func:`saturation_rate`): how a sweep, its time
+    estimate, the tuner, the what-if page and validation all turn loads into rates."""
+    return load * saturation_per_s
+
+
 def burst_rate(requests, *, policy: str, costs, acceptance, engine, kv_budget_tokens: int, seed: int) -> float:
     """Requests per second a replica sustains when its queue never empties:
     ``requests`` all arrive at once, and the rate is 90% of them over the

@@ -31,7 +31,7 @@ from simspec.costs import steps as step_costs
 from simspec.costs.steps import StepCostFit
 from simspec.models.config import LIVE_MODEL
 from simspec.profiling.runner import describe_device
-from simspec.experiment import burst_rate
+from simspec.experiment import burst_rate, rate_at_load
 from simspec.files import write_atomic, write_png, write_text
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
@@ -257,7 +257,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         before = speed_probe(models, v, burst)
     bar = tqdm(total=len(v.loads) * len(v.policies) * v.repeats, desc="validate", disable=not progress, leave=False)
     for load in v.loads:
-        rate = load * saturation
+        rate = rate_at_load(load, saturation)
         name = f"load={load:g}"
         requests, examples = live_workload(validation_workload(v, rate), v.seed)
         runs: dict[str, list[LiveResult]] = {spec: [] for spec in v.policies}
