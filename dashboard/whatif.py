@@ -201,7 +201,8 @@ def what_if(config: SimConfig, dash: DashboardConfig = DashboardConfig()) -> Wha
     saturation = experiment.saturation_rate(config, requests=dash.saturation_requests)
     native = trace_rate(config) if config.workload.arrival == "trace" else math.nan
     jobs = [(config, None, dash.time_bins)]
-    jobs += [(level_config(config, load * saturation, native), load, dash.time_bins) for load in sorted(dash.loads)]
+    jobs += [(level_config(config, experiment.rate_at_load(load, saturation), native), load, dash.time_bins)
+             for load in sorted(dash.loads)]
     points = _map(jobs, dash.workers)
     return WhatIf(config=config, saturation_req_s=saturation, at_rate=points[0], levels=tuple(points[1:]),
                   cost_model=experiment.cost_model_line(scenario, width=None), calibration=scenario.costs.calibration,

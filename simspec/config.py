@@ -30,8 +30,8 @@ from simspec.types import InputError, check_types, checked, field_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
 
 DEFAULT_POLICIES = ("ar", "linear:k=3", "linear:k=5", "tree", "truncate", "marginal")
-DEFAULT_WORKLOAD = WorkloadConfig(arrival="gamma", rate_per_s=6.0, burstiness=0.25, num_requests=1000,
-                                  multimodal_share=0.5)
+DEFAULT_WORKLOAD = WorkloadConfig()
+"""The default scenario's workload: :class:`WorkloadConfig`'s field defaults, named here for the flags' defaults."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,7 +48,7 @@ class SimConfig:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     slo_e2el_ms: float | None = None
-    workload: WorkloadConfig = field(default_factory=lambda: DEFAULT_WORKLOAD)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self):

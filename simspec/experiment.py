@@ -3,9 +3,9 @@
 
 Imports: numpy, tqdm, simspec's modules. Resolves a :class:`SimConfig` into
 a model, a device, a cost model, an acceptance model and a workload, then
-serves the same requests with every policy. The seed's SeedSequence gives
-the workload spawn key 0 and the simulator keys 1 and 2, so policies are
-compared on common random numbers.
+serves the same requests with every policy. The seed's workload stream and
+the simulator's difficulty and round streams are separate children of it
+(simspec.seeds), so policies are compared on common random numbers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tqdm import tqdm
 
-from simspec import acceptance, costs, metrics, policies, workloads
+from simspec import acceptance, costs, metrics, policies, seeds, workloads
 from simspec.serving import modes
 from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
@@ -62,7 +62,7 @@ class Results:
 def resolve(config: SimConfig) -> Scenario:
     model = costs.model_spec(config.model, config.drafter)
     gpu = costs.gpu_spec(config.device)
-    ss = np.random.SeedSequence(config.seed, spawn_key=(0,))
+    ss = seeds.stream(config.seed, "workload")
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
                                        visual_tokens_per_image=model.visual_tokens_per_image,
                                        max_context_tokens=model.max_context_tokens)
@@ -125,6 +125,13 @@ def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 80
     scenario = resolve(burst)
     return burst_rate(scenario.requests, policy=policy, costs=scenario.costs, acceptance=scenario.acceptance,
                       engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
+
+
+def rate_at_load(load: float, saturation_per_s: float) -> float:
+    """The request rate of ``load``, a multiple of the AR saturation rate
+    ``saturation_per_s`` (:func:`saturation_rate`): how a sweep, its time
+    estimate, the tuner, the what-if page and validation all turn loads into rates."""
+    return load * saturation_per_s
 
 
 def burst_rate(requests, *, policy: str, costs, acceptance, engine, kv_budget_tokens: int, seed: int) -> float:

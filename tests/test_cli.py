@@ -6,6 +6,7 @@ traceback and no half-written run folder."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import subprocess
@@ -318,3 +319,13 @@ def test_validate_repeats_out_of_range_is_a_one_line_error(value):
     code, out, err = invoke(["validate", "--repeats", value])
     assert code != 0 and not out and "Traceback" not in err
     assert "--repeats must be" in err.strip().splitlines()[-1]
+
+
+def test_the_live_flags_default_to_the_live_engine_config():
+    from simspec import cli
+    from simspec.cli.live import live_config
+    from simspec.live import LiveConfig
+
+    top = cli.parser("live")
+    live = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices["live"]
+    assert live_config(live.parse_args([])) == LiveConfig()

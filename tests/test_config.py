@@ -6,6 +6,7 @@ whole)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -36,6 +37,26 @@ def test_defaults_are_the_dataclass_defaults():
     assert SimConfig().policies == DEFAULT_POLICIES
     assert SimConfig().workload == DEFAULT_WORKLOAD
     assert SimConfig().engine == EngineConfig()
+
+
+def _subcommand(name: str):
+    from simspec import cli
+
+    top = cli.parser(name)
+    return next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+
+
+def test_one_default_workload_for_the_record_the_scenario_and_the_simulate_flags():
+    from simspec.cli.scenario import scenario_config
+    from simspec.workloads import WorkloadConfig
+
+    assert SimConfig().workload == DEFAULT_WORKLOAD == WorkloadConfig()
+    args = _subcommand("simulate").parse_args([])
+    assert scenario_config(args).workload == WorkloadConfig()
+    helps = {a.option_strings[0]: a.help for a in _subcommand("simulate")._actions if a.option_strings}
+    for flag in config.FLAGS:
+        if flag.path[0] == "workload":
+            assert helps[flag.name].endswith(f"(default: {getattr(WorkloadConfig(), flag.path[1])})"), flag.name
 
 
 def test_file_values_load(tmp_path):

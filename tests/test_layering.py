@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "simspec"
 
 # DESIGN.md "Layout and layering": imports point one way.
-FOUNDATION = ("simspec.types", "simspec.compiled", "simspec.files", "simspec.pool", "simspec.logs")
+FOUNDATION = ("simspec.types", "simspec.compiled", "simspec.files", "simspec.pool", "simspec.logs",
+              "simspec.seeds")
 CORE = ("simspec.trees", "simspec.workloads", "simspec.acceptance", "simspec.costs", "simspec.policies",
         "simspec.serving", "simspec.metrics")
 ABOVE_CORE = ("simspec.sim", "simspec.live", "simspec.models", "simspec.cli", "simspec.config",

@@ -6,6 +6,7 @@ refusal of tables from another sweep or schema version."""
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 
@@ -64,6 +65,15 @@ def test_cv_sets_burstiness_and_top_level_base_keys_work():
     assert [p.config.workload.burstiness for p in points] == [1.0, 0.25]
     assert [p.columns["cv"] for p in points] == [1.0, 2.0]
     assert {p.config.device for p in points} == {"h200"}
+
+
+def test_a_load_becomes_a_rate_through_experiment_rate_at_load(monkeypatch):
+    assert experiment.rate_at_load(0.5, 18.0) == 9.0 and experiment.rate_at_load(0.0, 18.0) == 0.0
+    spec = sweep.from_values({"base": BASE, "axes": {"load": [0.5, 0.9]}})
+    saturation = collections.defaultdict(lambda: 10.0, {"": 10.0})  # 10 req/s for every key (non-empty: truthy)
+    assert [p.config.workload.rate_per_s for p in sweep.resolve(spec, saturation)] == [5.0, 9.0]
+    monkeypatch.setattr(experiment, "rate_at_load", lambda load, sat: load + sat)  # the grid has no rule of its own
+    assert [p.config.workload.rate_per_s for p in sweep.resolve(spec, saturation)] == [10.5, 10.9]
 
 
 def test_generic_engine_axis():

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow  # live runs on this machine: minutes
 from simspec.costs import steps as step_costs  # noqa: E402
 from simspec.validation import engine as validation  # noqa: E402
 from simspec.live import run as live_run  # noqa: E402
+from simspec.seeds import derived_seed  # noqa: E402
 from simspec.types import InputError  # noqa: E402
 
 
@@ -78,7 +79,8 @@ def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
 
 def test_calibration_and_validation_data_do_not_overlap():
     cfg = validation._workload(validation.QUICK, 10.0, 30, "poisson")
-    calibrating, cal_examples = live_run.live_workload(cfg, validation.QUICK.seed + 1000)
+    calibrating, cal_examples = live_run.live_workload(cfg, derived_seed(validation.QUICK.seed,
+                                                                         "calibration-poisson"))
     validating, val_examples = live_run.live_workload(cfg, validation.QUICK.seed)
     assert [r.arrival_s for r in calibrating] != [r.arrival_s for r in validating]
     cal_prompts = {(e.image.tobytes(), e.prompt_ids) for e in cal_examples}

@@ -303,7 +303,7 @@ BAD_CONFIGS = [
     (lambda: WorkloadConfig(trace_speedup=0.0), "trace_speedup must be in [1e-06, 1e+06]"),
     (lambda: WorkloadConfig(num_requests=0), "num_requests must be in 1..10,000,000 (got 0)"),
     (lambda: WorkloadConfig(num_requests=None), "set exactly one (got None and None)"),
-    (lambda: WorkloadConfig(duration_s=10.0), "set exactly one (got 500 and 10.0)"),
+    (lambda: WorkloadConfig(num_requests=500, duration_s=10.0), "set exactly one (got 500 and 10.0)"),
     (lambda: build(WorkloadConfig(), per_image=-1), "visual_tokens_per_image must be >= 0"),
     (lambda: build(WorkloadConfig(), max_context=1), "max_context_tokens must be >= 2"),
 ]

@@ -12,6 +12,7 @@ from pathlib import Path
 from simspec import experiment, runfolder, tune
 from simspec.cli.scenario import number
 from simspec.files import check_writable, write_text
+from simspec.live.config import LiveConfig
 from simspec.models.config import LIVE_MODEL, TrainConfig
 from simspec.types import AcceptanceTrace, InputError
 from simspec.workloads import WorkloadConfig, arrival_cv
@@ -43,9 +44,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def live_config(args: argparse.Namespace) -> LiveConfig:
+    """The live engine's settings the ``live`` flags give (their defaults are LiveConfig's)."""
+    return LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                      drafter_context=args.drafter_context)
+
+
 def cmd_live(args: argparse.Namespace) -> int:
     from simspec.live import run as live  # torch only when asked
-    from simspec.live.engine import LiveConfig
     from simspec import metrics
     from simspec.costs import steps as step_costs
     from simspec.costs import affine
@@ -54,8 +60,7 @@ def cmd_live(args: argparse.Namespace) -> int:
                               num_requests=args.num_requests, output_mean_tokens=args.output_mean)
     specs = _live_policies(args, ("ar", "linear:k=3", "marginal"), workload)
     replacing = runfolder.check_target(args.out) if args.out else None  # a bad --out fails before any work
-    config = LiveConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                        drafter_context=args.drafter_context)
+    config = live_config(args)
     device = live.torch_device(args.device)
     replay = None
     if args.timing_only:
@@ -240,9 +245,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     live_cmd.add_argument("--num-requests", type=int, default=60, help="requests to serve")
     live_cmd.add_argument("--output-mean", type=float, default=40.0, help="mean output tokens")
     live_cmd.add_argument("--seed", type=int, default=0, help="workload seed")
-    live_cmd.add_argument("--max-num-seqs", type=int, default=16, help="requests in the running batch")
-    live_cmd.add_argument("--max-num-batched-tokens", type=int, default=512, help="token budget per step")
-    live_cmd.add_argument("--drafter-context", default="selected:8", help="none, full, selected:K or pooled:K")
+    live_cmd.add_argument("--max-num-seqs", type=int, default=LiveConfig().max_num_seqs,
+                          help="requests in the running batch")
+    live_cmd.add_argument("--max-num-batched-tokens", type=int, default=LiveConfig().max_num_batched_tokens,
+                          help="token budget per step")
+    live_cmd.add_argument("--drafter-context", default=LiveConfig().drafter_context,
+                          help="none, full, selected:K or pooled:K")
     live_cmd.add_argument("--step-costs", metavar="FILE", help="cost model the policies price with "
                           "(a step_costs.json from `simspec validate`; default a rough affine guess)")
     live_cmd.add_argument("--timing-only", metavar="MODEL", help="random weights at MODEL's shape (a model spec, "

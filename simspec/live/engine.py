@@ -1,7 +1,7 @@
 """The live engine: real batched speculative decoding with the shipped models.
 
 Imports: torch, numpy, simspec.models, simspec.policies, simspec.serving,
-simspec.costs, simspec.types, simspec.live.drafting, simspec_kernels
+simspec.costs, simspec.types, simspec.live.config, simspec.live.drafting, simspec_kernels
 (through the models). DESIGN.md "Live engine".
 
 It serves a workload in wall-clock time with the simulator's own scheduler
@@ -41,6 +41,7 @@ import torch
 from simspec import trees
 from simspec.acceptance.context import DraftContext
 from simspec.costs import CostModel
+from simspec.live.config import LiveConfig
 from simspec.live.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
 from simspec.live.records import LiveResult, StepRecord, run_log
 from simspec.live.timing import AcceptanceReplay
@@ -48,7 +49,6 @@ from simspec.models.drafter import Drafter
 from simspec.models.task import Example
 from simspec.models.vlm import TargetVLM
 from simspec.policies import Policy, ReplicaView, StepPlan
-from simspec.serving.config import MAX_BATCHED_TOKENS, MAX_NUM_SEQS
 from simspec.serving.estimate import Estimate
 from simspec.serving.queues import Prefill
 from simspec.serving.scheduler import Scheduler
@@ -56,23 +56,6 @@ from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, require
 
 TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
 MAX_LEN = 2 * 1024  # tokens of one request's KV cache slot
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LiveConfig:
-    max_num_seqs: int = 16
-    max_num_batched_tokens: int = 512
-    drafter_context: str = "selected:8"
-    impl: str = "auto"  # simspec_kernels implementation; auto: Triton on CUDA, the PyTorch reference on a CPU
-    prior_top1: float = 0.5  # top-1 acceptance assumed before any history (the simulator uses its model's)
-
-    def __post_init__(self):
-        require(1 <= self.max_num_seqs <= MAX_NUM_SEQS,
-                f"max_num_seqs must be in 1..{MAX_NUM_SEQS} (got {self.max_num_seqs})")
-        require(16 <= self.max_num_batched_tokens <= MAX_BATCHED_TOKENS,
-                f"max_num_batched_tokens must be in 16..{MAX_BATCHED_TOKENS} (got {self.max_num_batched_tokens})")
-        require(0.0 < self.prior_top1 < 1.0, f"prior_top1 must be in (0, 1) (got {self.prior_top1})")
-        DraftContext.parse(self.drafter_context)
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from simspec import policies, workloads
+from simspec import policies, seeds, workloads
 from simspec.costs import CostModel, affine
 from simspec.live.engine import LiveConfig, LiveEngine, LiveResult
 from simspec.live.timing import AcceptanceReplay
@@ -23,8 +23,6 @@ from simspec.models.task import Example, generate
 from simspec.models.train import load_target
 from simspec.types import InputError, Request, require
 
-
-EXAMPLE_SEED_OFFSET = 4_000_037
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,10 +64,10 @@ def live_workload(cfg: workloads.WorkloadConfig, seed: int, max_output_tokens: i
     workload config (its seed's streams), prompts and images from task
     examples drawn with the same seed. Every request carries one image."""
     require(cfg.arrival != "trace", "live workloads need a synthetic arrival process (poisson, gamma or onoff)")
-    streams = workloads.WorkloadStreams.from_seed_sequence(np.random.SeedSequence(seed, spawn_key=(0,)))
+    streams = workloads.WorkloadStreams.from_seed_sequence(seeds.stream(seed, "workload"))
     base = workloads.make_requests(replace(cfg, multimodal_share=1.0, images_min=1, images_max=1), streams,
                                    visual_tokens_per_image=visual_tokens, max_context_tokens=4096)
-    examples = generate(seed + EXAMPLE_SEED_OFFSET, len(base))
+    examples = generate(seeds.derived_seed(seed, "task-examples"), len(base))
     requests = [replace(r, prompt_tokens=len(e.prompt_ids), image_tokens=(visual_tokens,),
                         output_tokens=int(min(max(r.output_tokens, 2), max_output_tokens)))
                 for r, e in zip(base, examples)]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from simspec import workloads
+from simspec import seeds, workloads
 from simspec.acceptance import AcceptanceModel, DraftContext, RandomBlocks
 from simspec.costs import ModelSpec
 from simspec.models.drafter import Drafter, DrafterConfig
@@ -77,11 +77,11 @@ def shaped_workload(cfg: workloads.WorkloadConfig, spec: ModelSpec, seed: int, *
     prompts of their lengths; the seed's streams as in ``simspec simulate``."""
     require(cfg.arrival != "trace", "timing-only runs need a synthetic arrival process (poisson, gamma or onoff)")
     config = vlm_config(spec)
-    streams = workloads.WorkloadStreams.from_seed_sequence(np.random.SeedSequence(seed, spawn_key=(0,)))
+    streams = workloads.WorkloadStreams.from_seed_sequence(seeds.stream(seed, "workload"))
     requests = workloads.make_requests(replace(cfg, multimodal_share=1.0, images_min=1, images_max=1), streams,
                                        visual_tokens_per_image=spec.visual_tokens_per_image,
                                        max_context_tokens=max_context_tokens)
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
+    rng = np.random.default_rng(seeds.stream(seed, "timing-examples"))
     examples = [ShapedExample(image=rng.integers(0, 256, (config.image_px, config.image_px, 3), dtype=np.uint8),
                               prompt_ids=(1, *rng.integers(3, spec.vocab, r.prompt_tokens - 1).tolist()))
                 for r in requests]
@@ -96,7 +96,7 @@ class AcceptanceReplay:
 
     def __init__(self, model: AcceptanceModel, context: DraftContext, seed: int = 0):
         self.model, self.context = model, context
-        ss = np.random.SeedSequence(seed, spawn_key=(7,))
+        ss = seeds.stream(seed, "acceptance-replay")
         request_ss, round_ss = ss.spawn(2)
         self._requests = np.random.default_rng(request_ss)
         self._rounds = RandomBlocks(np.random.default_rng(round_ss))

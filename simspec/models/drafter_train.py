@@ -39,14 +39,13 @@ from simspec.models.drafter import Drafter, DrafterConfig, chain_acceptance, unr
 from simspec.models.task import Example, Vocab, examples_hash, generate
 from simspec.models.train import deterministic, load_target, load_weights, read_checkpoint_meta
 from simspec.models.vlm import TargetVLM
+from simspec.seeds import derived_seed
 from simspec.types import InputError
 
 CONTEXTS = ("selected:8", "none", "selected:1", "selected:4", "full", "pooled:4", "selected:8", "selected:16")
 """Visual contexts drawn in turn, one per batch (selected:8 is the engine's default)."""
 VARIANTS = ("none", "selected:1", "selected:4", "selected:8", "selected:16", "selected:32", "pooled:4", "full")
 """Variants whose acceptance the meta records (K >= the 16 visual tokens is full)."""
-DATA_SEED_OFFSET = 2_000_003
-EVAL_SEED_OFFSET = 3_000_017
 
 
 QUICK = DrafterTrainConfig(steps=6, batch=8, train_examples=32, eval_examples=8, rollout_tokens=8, depth=3)
@@ -119,8 +118,8 @@ def train_drafter(out_dir: str | Path, target_dir: str | Path = "checkpoints/tar
     started = time.perf_counter()
     with deterministic():
         torch.manual_seed(run.seed)
-        train = generate(run.seed + DATA_SEED_OFFSET, run.train_examples, vocab)
-        held = generate(run.seed + EVAL_SEED_OFFSET, run.eval_examples, vocab)
+        train = generate(derived_seed(run.seed, "drafter-data"), run.train_examples, vocab)
+        held = generate(derived_seed(run.seed, "drafter-eval"), run.eval_examples, vocab)
         texts = rollouts(target, train, run.rollout_tokens)
         images, tokens, valid = _tensors(train, texts, vocab)
         eval_tensors = _tensors(held, rollouts(target, held, run.rollout_tokens), vocab)

@@ -1,6 +1,6 @@
 """Deterministic CPU training and evaluation of the target VLM; checkpoints.
 
-Imports: torch, numpy and :mod:`simspec.types`.
+Imports: torch, numpy, :mod:`simspec.types` and :mod:`simspec.seeds`.
 
 Training is cross-entropy on the answer tokens (and the closing EOS) of a
 fixed set of generated examples, with AdamW and a warmup + cosine schedule.
@@ -31,10 +31,9 @@ from simspec.files import write_atomic, write_text
 from simspec.models.config import QUICK, TargetMeta, TrainConfig
 from simspec.models.task import KINDS, Example, Vocab, default_vocab, examples_hash, generate
 from simspec.models.vlm import TargetVLM, VLMConfig
+from simspec.seeds import derived_seed
 from simspec.types import InputError, require
 
-EVAL_SEED_OFFSET = 1_000_003
-"""Held-out examples come from ``seed + EVAL_SEED_OFFSET``."""
 IGNORE = -100
 
 
@@ -88,7 +87,7 @@ def accuracy(model: TargetVLM, examples: list[Example], vocab: Vocab) -> dict[st
 
 def eval_examples(seed: int, n: int) -> list[Example]:
     """The held-out examples of a run trained with ``seed``."""
-    return generate(seed + EVAL_SEED_OFFSET, n)
+    return generate(derived_seed(seed, "target-eval"), n)
 
 
 def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed: int = TrainConfig().seed,
@@ -137,7 +136,7 @@ def train_target(out_dir: str | Path, *, steps: int = TrainConfig().steps, seed:
         "seed": seed,
         "train_examples": n_train,
         "data_hash": examples_hash(train),
-        "eval_seed": seed + EVAL_SEED_OFFSET,
+        "eval_seed": derived_seed(seed, "target-eval"),
         "eval_examples": n_eval,
         "steps": steps,
         "batch": batch,

@@ -2,7 +2,7 @@
 speculative decoding, as a SimPy discrete-event simulation.
 
 Imports: simpy (the only simpy importer in the package), numpy,
-simspec.types, .acceptance, .costs, .policies, .scheduling, .sim.steps.
+simspec.types, .seeds, .acceptance, .costs, .policies, .scheduling, .sim.steps.
 DESIGN.md "The serving model".
 
 Two processes: ``arrivals`` puts requests in the waiting queue at their
@@ -58,6 +58,7 @@ from simspec.policies import Policy
 from simspec.serving.config import EngineConfig
 from simspec.serving.estimate import Estimate
 from simspec.serving.scheduler import Scheduler
+from simspec import seeds
 from simspec.logs import LogBuilder
 from simspec.types import Request, RequestTable, RunLog
 
@@ -381,16 +382,16 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
              _python: bool = False) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
-    The run's seed gives the difficulty and round streams (SeedSequence spawn
-    keys 1 and 2; key 0 is the workload's), so policies compared under one
+    The run's seed gives the difficulty and round streams (simspec.seeds
+    children, apart from the workload's), so policies compared under one
     seed share request difficulties, and the same seed gives the same log,
     byte for byte. Requests must be sorted by arrival. ``event_detail``
     False leaves the log's per-chunk and per-round arrays out (None; the
     rest of the log is the same). ``_python`` forces the Python path
     (module docstring; tests compare the two paths).
     """
-    rng_difficulty, rng_rounds = (np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(key,)))
-                                  for key in (1, 2))
+    rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
+                                  for purpose in ("difficulty", "rounds"))
     env = simpy.Environment()
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,

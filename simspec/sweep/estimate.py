@@ -103,9 +103,10 @@ def estimate(sweep: SweepConfig, runner: Runner, *, sample_requests: int = SAMPL
         mixes = math.prod(len(a.values) for a in sweep.axes if a.name not in _RATE_AXES
                           and not (a.name.startswith("workload.") and a.name.split(".", 1)[1] in _SATURATION_FREE))
         started = time.perf_counter()
-        rate = experiment.saturation_rate(saturation_config(config))
+        saturation = experiment.saturation_rate(saturation_config(config))
         saturation_s = time.perf_counter() - started
-        config = replace(config, workload=replace(config.workload, rate_per_s=values["load"] * rate))
+        rate = experiment.rate_at_load(values["load"], saturation)
+        config = replace(config, workload=replace(config.workload, rate_per_s=rate))
     requests = len(experiment.resolve(config).requests)
     n = max(1, min(requests, sample_requests))
     sample = replace(config, workload=replace(config.workload, num_requests=n, duration_s=None))

@@ -10,7 +10,7 @@ import math
 import tomllib
 from dataclasses import replace
 
-from simspec import acceptance, config as configuration, costs
+from simspec import acceptance, config as configuration, costs, experiment
 from simspec.config import SimConfig
 from simspec.sweep.records import _SATURATION_FREE, NAMED_AXES, Axis, Point, SweepConfig
 from simspec.types import InputError, require
@@ -118,7 +118,8 @@ def resolve(sweep: SweepConfig, saturation: dict[str, float] | None = None) -> l
         sat = None
         if "load" in values:
             sat = (saturation or {})[_saturation_key(config)]
-            config = replace(config, workload=replace(config.workload, rate_per_s=values["load"] * sat))
+            rate = experiment.rate_at_load(values["load"], sat)
+            config = replace(config, workload=replace(config.workload, rate_per_s=rate))
         w = config.workload
         columns = {
             "load": values.get("load"),

@@ -190,7 +190,8 @@ def tune(base: SimConfig, tc: TuneConfig, *, progress: bool = False) -> Tuned:
     own = scenario_cv(base)  # refuses traces and on/off arrivals before any work
     cvs = tc.cvs or (own,)
     saturation = experiment.saturation_rate(base, requests=tc.saturation_requests)
-    levels = [(rate / saturation, rate) for rate in tc.rates_per_s] or [(x, x * saturation) for x in tc.loads]
+    levels = ([(rate / saturation, rate) for rate in tc.rates_per_s]
+              or [(x, experiment.rate_at_load(x, saturation)) for x in tc.loads])
     jobs = [(cell_config(base, rate, cv), tc, load, cv, (i, j))
             for j, cv in enumerate(cvs) for i, (load, rate) in enumerate(levels)]
     per_cell = sum(min(_space_size(f), tc.trials) + 1 for f in tc.families) * tc.search_seeds \

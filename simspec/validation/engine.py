@@ -31,8 +31,9 @@ from simspec.costs import steps as step_costs
 from simspec.costs.steps import StepCostFit
 from simspec.models.config import LIVE_MODEL
 from simspec.profiling.runner import describe_device
-from simspec.experiment import burst_rate
+from simspec.experiment import burst_rate, rate_at_load
 from simspec.files import write_atomic, write_png, write_text
+from simspec.seeds import derived_seed
 from simspec.acceptance import AcceptanceModel
 from simspec.costs import CostModel, affine
 from simspec.live.engine import LiveConfig, LiveResult
@@ -76,7 +77,7 @@ class ValidateConfig:
     output_mean_tokens: float = 40.0
     output_cv: float = 0.6
     sim_seeds: int = 5
-    seed: int = 1  # validation workloads; calibration uses seed + 1000
+    seed: int = 1  # validation workloads; calibration derives its own (simspec.seeds)
     speed_probes: bool = True  # time a fixed AR burst around each live run; scale the simulated step costs by it
     repeats: int = 1  # live runs of each policy and load, taken round the policies; the live value is their mean
     live: LiveConfig = LiveConfig()
@@ -99,8 +100,9 @@ def validation_workload(v: ValidateConfig, rate: float = 1.0) -> workloads.Workl
 def calibrate(models: Models, v: ValidateConfig,
               progress: bool = True) -> tuple[CostModel, AcceptanceModel, Calibration, pd.DataFrame]:
     """Serve the calibration workloads live with every policy; fit the step
-    costs and the acceptance model. The seeds are the validation seed plus
-    1000, 1001 and 2000: no request, image or arrival of validation. The
+    costs and the acceptance model. The seeds are derived from the validation
+    seed (simspec.seeds: calibration-poisson, calibration-gamma,
+    capacity-burst): no request, image or arrival of validation. The
     last value is every calibration step (StepRecord's fields and the
     policy that ran it), in the order they ran."""
     steps, traces, ran = [], [], []
@@ -113,9 +115,9 @@ def calibrate(models: Models, v: ValidateConfig,
     # Two calibration workloads of their own seeds: Poisson arrivals at
     # calibration_load of that guess, and bursty (Gamma CV 2) ones at half of it.
     workloads_ = [live_workload(_workload(v, v.calibration_load * capacity, v.calibration_requests, "poisson"),
-                                v.seed + 1000),
+                                derived_seed(v.seed, "calibration-poisson")),
                   live_workload(_workload(v, 0.5 * v.calibration_load * capacity, v.calibration_requests, "gamma"),
-                                v.seed + 1001)]
+                                derived_seed(v.seed, "calibration-gamma"))]
     bar = tqdm(v.policies, desc="calibrate", disable=not progress, leave=False)
     for spec in bar:
         for requests, examples in workloads_:
@@ -137,7 +139,7 @@ def calibrate(models: Models, v: ValidateConfig,
 def burst_workload(v: ValidateConfig) -> tuple[list[Request], list[Example]]:
     """16 requests at once, of calibration's own seed: calibration's first
     capacity guess and the speed probe."""
-    return live_workload(_workload(v, 1000.0, 16, "poisson"), v.seed + 2000)
+    return live_workload(_workload(v, 1000.0, 16, "poisson"), derived_seed(v.seed, "capacity-burst"))
 
 
 def speed_probe(models: Models, v: ValidateConfig, burst: tuple[list[Request], list[Example]]) -> float:
@@ -245,7 +247,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
     costs, acceptance, cal, cal_steps = calibrate(models, v, progress)
     v = replace(v, live=replace(v.live, prior_top1=float(1.0 / (1.0 + np.exp(-acceptance.top1_logit)))))
     engine = engine_config(v.live)
-    probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), v.seed + 3000)
+    probe, _ = live_workload(_workload(v, 1.0, 200, "poisson"), derived_seed(v.seed, "saturation-probe"))
     saturation = burst_rate(probe, policy="ar", costs=costs, acceptance=acceptance, engine=engine,
                             kv_budget_tokens=1 << 20, seed=0)
     rows: list[Row] = []
@@ -257,7 +259,7 @@ def validate(models: Models, v: ValidateConfig, out: Path | None, progress: bool
         before = speed_probe(models, v, burst)
     bar = tqdm(total=len(v.loads) * len(v.policies) * v.repeats, desc="validate", disable=not progress, leave=False)
     for load in v.loads:
-        rate = load * saturation
+        rate = rate_at_load(load, saturation)
         name = f"load={load:g}"
         requests, examples = live_workload(validation_workload(v, rate), v.seed)
         runs: dict[str, list[LiveResult]] = {spec: [] for spec in v.policies}

@@ -46,15 +46,17 @@ def arrival_cv(workload: "WorkloadConfig") -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadConfig:
-    """How a synthetic workload is drawn, or which trace is replayed."""
+    """How a synthetic workload is drawn, or which trace is replayed. The
+    field defaults are the default scenario's workload (``simspec simulate``
+    with no workload flags; :class:`simspec.config.SimConfig`'s default)."""
 
     arrival: str = "gamma"  # "poisson" | "gamma" | "onoff" | "trace"
-    rate_per_s: float = 2.0  # mean request rate (ignored for trace)
+    rate_per_s: float = 6.0  # mean request rate (ignored for trace)
     burstiness: float = 0.25  # Gamma shape; CV = 1/sqrt(shape), 0.25 -> CV 2
     on_s: float = 5.0  # onoff: mean ON period (exponential)
     off_s: float = 15.0  # onoff: mean OFF period (exponential)
     on_off_ratio: float = 10.0  # onoff: rate while ON / rate while OFF
-    num_requests: int | None = 500  # stop after this many requests ...
+    num_requests: int | None = 1000  # stop after this many requests ...
     duration_s: float | None = None  # ... or at this time (trace: both None = whole trace)
     multimodal_share: float = 0.5  # share of requests with images (synthetic, text-only traces)
     images_min: int = 1  # images per multimodal request: uniform in [min, max]
