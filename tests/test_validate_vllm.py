@@ -113,16 +113,30 @@ def test_table_holds_the_live_values_and_the_bounds(analysed):
 
 
 def test_the_calibration_files_drive_simulate(analysed, tmp_path):
+    """``simulate`` reads the calibration's files: the oracle draft's
+    acceptance (every draft token accepted) gives linear:k=3 nearly its
+    full 4 tokens a round, and the same step costs doubled double TPOT (at a
+    load light enough that requests rarely share a step, so the batch stays)."""
     out, result = analysed
     cal = result.calibrations["oracle"]
-    cmd = [sys.executable, "-m", "simspec.cli", "simulate", "--engine", "vllm", "--model", "vllm-models-tiny",
-           "--device", "cpu", "--cost-model", f"steps:{out / 'oracle' / 'step_costs.json'}",
-           "--acceptance", str(out / "oracle" / "acceptance.json"), "--kv-cache-tokens", str(cal.kv_cache_tokens),
-           "--policy", "linear:k=3", "--multimodal-share", "0", "--num-requests", "20", "--rate", "2",
-           "--prompt-mean", "32", "--output-mean", "32"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "linear:k=3" in done.stdout
+    costs = json.loads((out / "oracle" / "step_costs.json").read_text())
+    doubled = tmp_path / "doubled.json"
+    doubled.write_text(json.dumps({**costs, "coefficients_s": {k: 2 * v for k, v in costs["coefficients_s"].items()}}))
+
+    def simulate(step_costs, folder) -> dict:
+        cmd = [sys.executable, "-m", "simspec.cli", "simulate", "--engine", "vllm", "--model", "vllm-models-tiny",
+               "--device", "cpu", "--cost-model", f"steps:{step_costs}",
+               "--acceptance", str(out / "oracle" / "acceptance.json"), "--kv-cache-tokens", str(cal.kv_cache_tokens),
+               "--policy", "linear:k=3", "--multimodal-share", "0", "--num-requests", "20", "--rate", "0.1",
+               "--prompt-mean", "32", "--output-mean", "32", "--out", str(folder), "--quiet"]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return json.loads((folder / "metrics.json").read_text())["linear:k=3"]
+
+    fitted = simulate(out / "oracle" / "step_costs.json", tmp_path / "fitted")
+    slower = simulate(doubled, tmp_path / "doubled")
+    assert 3.5 < fitted["spec_decode_acceptance_length"] <= 4.0
+    assert 1.9 < slower["mean_tpot_ms"] / fitted["mean_tpot_ms"] < 2.1
 
 
 def test_analysis_is_deterministic(analysed, tmp_path):
