@@ -115,7 +115,7 @@ def engine_step_s(terms: EngineTerms, overhead_s: float, step_s: float, regime: 
 
 
 class Logs(NamedTuple):
-    """Preallocated log buffers; ``fill`` counts what is used: [chunks, rounds, steps]."""
+    """Preallocated log buffers; the ``*_logged`` [1] int arrays count what each holds."""
 
     chunk_id: np.ndarray
     chunk_tokens: np.ndarray
@@ -128,7 +128,9 @@ class Logs(NamedTuple):
     step_batch: np.ndarray
     step_plans: np.ndarray  # [S, 3] rounds planned AR / linear / tree
     step_tokens: np.ndarray  # [S] tokens emitted at the step's end
-    fill: np.ndarray  # [3] int
+    chunks_logged: np.ndarray  # entries of chunk_*
+    rounds_logged: np.ndarray  # ... of round_*
+    steps_logged: np.ndarray  # ... of step_*
 
 
 @jit
@@ -331,7 +333,7 @@ def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: St
     plan = rnd.plan
     accepted = trees.accepted_length(plan.codes, rnd.true_ranks) if plan.codes.shape[1] > 0 else scratch.none_accepted
     finished = False
-    c, r, s = logs.fill[0], logs.fill[1], logs.fill[2]
+    c, r, s = logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0]
     grown = 0
     for i in range(len(ids)):
         j = ids[i]
@@ -356,7 +358,7 @@ def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: St
         logs.step_plans[s, k] = 0
     for i in range(len(ids)):
         logs.step_plans[s, plan.kind[i]] += 1
-    logs.fill[0], logs.fill[1], logs.fill[2] = c, r, s + 1
+    logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0] = c, r, s + 1
     return Accepted(tokens=grown, finished=finished)
 
 
