@@ -34,7 +34,9 @@ import numpy as np
 from simspec.acceptance.model import Draws, Randoms, normals_per_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, WakeTerms, wake_split
-from simspec.serving.queues import Limits, Queues, RUN_LEN, Tokens, WAIT_LEN, admit, arrive, budget_left, complete_prefill, decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost, retire
+from simspec.serving.queues import (Limits, Queues, RUN_LEN, Tokens, WAIT_LEN, admit, arrive, budget_left,
+                                    complete_prefill, decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost,
+                                    retire)
 from simspec.sim.steps import EngineTerms, Logs, PolicyCall, RequestState, run_steps
 
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one call of run_steps at most
@@ -66,18 +68,28 @@ class Loop(NamedTuple):
     reported: np.ndarray  # int finished requests at the last CALL_PROGRESS
 
 
+def _count() -> np.ndarray:
+    return np.zeros(1, np.int64)
+
+
 def new_loop() -> Loop:
     """At time 0, idle since 0 (the first step pays the wake cost of its start), nothing scheduled."""
-    return Loop(*(np.zeros(1) if k < 3 else np.zeros(1, np.int64) for k in range(len(Loop._fields))))
+    return Loop(now_s=np.zeros(1), idle_from_s=np.zeros(1), wake_owed_s=np.zeros(1), arrived=_count(),
+                finished=_count(), scheduled=_count(), seq=_count(), arrival_seq=_count(), flushed=_count(),
+                need=_count(), reported=_count())
 
 
 class Pending(NamedTuple):
-    """The step decided and not yet run (a call may return before running it)."""
+    """The step decided and not yet run (a call may return before running it);
+    its counts are [1] int arrays updated in place, as Loop's."""
 
-    decode: np.ndarray  # [S] int decode batch
-    chunk_ids: np.ndarray  # [S] int prefill chunks' requests
+    decode: np.ndarray  # [S] int decode batch (the first ``decodes``)
+    chunk_ids: np.ndarray  # [S] int prefill chunks' requests (the first ``chunks``)
     takes: np.ndarray  # [S] int ... and tokens
-    sizes: np.ndarray  # [4] int: decided (0/1), decode requests, chunks, steps at most (0: not yet known)
+    decided: np.ndarray  # 1: a step is decided and not yet run
+    decodes: np.ndarray  # decode requests
+    chunks: np.ndarray  # prefill chunks
+    max_steps: np.ndarray  # steps the log buffers hold for it (0: not yet known)
 
 
 class Scratch(NamedTuple):
@@ -109,7 +121,9 @@ class Config(NamedTuple):
 
 
 def pending_for(max_num_seqs: int) -> Pending:
-    return Pending(*(np.zeros(max_num_seqs, np.int64) for _ in range(3)), np.zeros(4, np.int64))
+    return Pending(decode=np.zeros(max_num_seqs, np.int64), chunk_ids=np.zeros(max_num_seqs, np.int64),
+                   takes=np.zeros(max_num_seqs, np.int64), decided=_count(), decodes=_count(), chunks=_count(),
+                   max_steps=_count())
 
 
 def scratch_for(max_num_seqs: int) -> Scratch:
@@ -135,16 +149,16 @@ def arrival_times(ready_s: np.ndarray, order: np.ndarray):
 
 
 @jit
-def _arrive_batch(q: Queues, arr: Arrivals, loop: Loop, initial: bool) -> None:
+def _arrive_batch(queues: Queues, arrivals: Arrivals, loop: Loop, initial: bool) -> None:
     """One resume of the arrivals process: the request it waited for (none
     at its start), those due at once after it, then its next timeout."""
-    n = len(arr.order)
+    n = len(arrivals.order)
     k = loop.arrived[0]
     if not initial:
-        arrive(q, arr.order[k])
+        arrive(queues, arrivals.order[k])
         k += 1
-    while k < n and not arr.fresh[k]:
-        arrive(q, arr.order[k])
+    while k < n and not arrivals.fresh[k]:
+        arrive(queues, arrivals.order[k])
         k += 1
     loop.arrived[0] = k
     loop.arrival_seq[0] = loop.seq[0]
@@ -152,37 +166,38 @@ def _arrive_batch(q: Queues, arr: Arrivals, loop: Loop, initial: bool) -> None:
 
 
 @jit
-def _decide(q: Queues, tok: Tokens, cfg: Config, loop: Loop, p: Pending, s: Scratch, served: Served,
-            state: RequestState) -> None:
+def _decide(queues: Queues, tokens: Tokens, config: Config, loop: Loop, pending: Pending, scratch: Scratch,
+            served: Served, state: RequestState) -> None:
     """Steps 1-3 (replica.py's Python path, one event): admit, reserve KV
     with preemption, choose the prefill chunks; the pending step."""
-    lim = cfg.limits
-    if cfg.vllm:
-        nd, npre, nreq = decode_batch(q, tok, lim, p.decode, s.preempted, s.requeued)
-        nd = in_budget(tok, lim, p.decode, nd)
-        nadm = 0 if npre > 0 else admit(q, tok, lim, True, budget_left(tok, lim, p.decode, nd), s.admitted)
+    lim, decode = config.limits, pending.decode
+    if config.vllm:
+        nd, npre, nreq = decode_batch(queues, tokens, lim, decode, scratch.preempted, scratch.requeued)
+        nd = in_budget(tokens, lim, decode, nd)
+        nadm = 0 if npre > 0 else admit(queues, tokens, lim, True, budget_left(tokens, lim, decode, nd),
+                                        scratch.admitted)
     else:
-        nadm = admit(q, tok, lim, False, 0, s.admitted)
-        nd, npre, nreq = decode_batch(q, tok, lim, p.decode, s.preempted, s.requeued)
+        nadm = admit(queues, tokens, lim, False, 0, scratch.admitted)
+        nd, npre, nreq = decode_batch(queues, tokens, lim, decode, scratch.preempted, scratch.requeued)
     now = loop.now_s[0]
     for a in range(nadm):
-        i = s.admitted[a]
+        i = scratch.admitted[a]
         if np.isnan(served.admitted_s[i]):
             served.admitted_s[i] = now
             state.recent[i] = state.population[0]  # Estimate.start
     for a in range(npre):
-        i = s.preempted[a]
+        i = scratch.preempted[a]
         state.absorbed[i] = 0
         served.preemptions[i] += 1
     for a in range(nreq):  # admitted, then sent back before any prefill: its queueing goes on
-        served.admitted_s[s.requeued[a]] = np.nan
-    if cfg.mixed_prefill:
-        nc = prefill_chunks(q, tok, lim, p.decode, nd, p.chunk_ids, p.takes)
+        served.admitted_s[scratch.requeued[a]] = np.nan
+    if config.mixed_prefill:
+        nc = prefill_chunks(queues, tokens, lim, decode, nd, pending.chunk_ids, pending.takes)
     else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
-        nc = prefill_chunks(q, tok, lim, p.decode, 0, p.chunk_ids, p.takes)
+        nc = prefill_chunks(queues, tokens, lim, decode, 0, pending.chunk_ids, pending.takes)
         if nc > 0:
             nd = 0
-    p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3] = 1, nd, nc, 0
+    pending.decided[0], pending.decodes[0], pending.chunks[0], pending.max_steps[0] = 1, nd, nc, 0
 
 
 @jit
@@ -190,64 +205,64 @@ def log_room(logs: Logs, batch: int, count: int) -> tuple[int, int]:
     """(steps of ``batch`` chunks each the log buffers hold, at most
     ``count``; the steps they would hold once flushed): both paths flush
     when the first is short of ``count``."""
-    chunk_room = (len(logs.chunk_id) - max(logs.fill[0], logs.fill[1])) // max(batch, 1)
-    step_room = len(logs.step_start_s) - logs.fill[2]
+    chunk_room = (len(logs.chunk_id) - max(logs.chunks_logged[0], logs.rounds_logged[0])) // max(batch, 1)
+    step_room = len(logs.step_start_s) - logs.steps_logged[0]
     return min(chunk_room, step_room, count), min(len(logs.chunk_id) // max(batch, 1), len(logs.step_start_s), count)
 
 
 @jit
 def first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None:
     """The tokens prefills sampled at the end of the last step (room was made for them)."""
-    c = logs.fill[0]
+    c = logs.chunks_logged[0]
     for a in range(count):
         logs.chunk_id[c + a] = ids[a]
         logs.chunk_tokens[c + a] = 1
         logs.chunk_time_s[c + a] = time_s
-    logs.step_tokens[logs.fill[2] - 1] += count
-    logs.fill[0] += count
+    logs.step_tokens[logs.steps_logged[0] - 1] += count
+    logs.chunks_logged[0] += count
 
 
 @jit
-def run(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pending, s: Scratch, served: Served,
-          state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables, terms: EngineTerms,
-          wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
+def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop: Loop, pending: Pending,
+        scratch: Scratch, served: Served, state: RequestState, draws: Draws, policy: PolicyCall, costs: CostTables,
+        terms: EngineTerms, wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
     """Run events until Python must act; returns why (``CALL_*``)."""
-    n = len(arr.order)
-    lim = cfg.limits
+    n = len(arrivals.order)
+    lim = config.limits
     if loop.seq[0] == 0:  # SimPy starts the arrivals process first: it queues what is ready at 0
-        _arrive_batch(q, arr, loop, True)
+        _arrive_batch(queues, arrivals, loop, True)
     while True:
-        if p.sizes[0] == 0:
+        if pending.decided[0] == 0:
             if loop.finished[0] >= n:
                 return CALL_DONE
-            if q.counts[WAIT_LEN] == 0 and q.counts[RUN_LEN] == 0:  # idle until the next arrival
+            if queues.counts[WAIT_LEN] == 0 and queues.counts[RUN_LEN] == 0:  # idle until the next arrival
                 if loop.arrived[0] >= n:  # nothing left to arrive (cannot happen while requests are unfinished)
                     return CALL_DONE
                 if np.isnan(loop.idle_from_s[0]):
                     loop.idle_from_s[0] = loop.now_s[0]
-                loop.now_s[0] = arr.queued_s[loop.arrived[0]]
-                _arrive_batch(q, arr, loop, False)
+                loop.now_s[0] = arrivals.queued_s[loop.arrived[0]]
+                _arrive_batch(queues, arrivals, loop, False)
                 continue
-            _decide(q, tok, cfg, loop, p, s, served, state)
-        nd, nc = p.sizes[1], p.sizes[2]
-        if p.sizes[3] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
+            _decide(queues, tokens, config, loop, pending, scratch, served, state)
+        nd, nc = pending.decodes[0], pending.chunks[0]
+        if pending.max_steps[0] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
             batch, count = (nd + nc, 1) if nc > 0 else (nd, MAX_STEPS_PER_CALL)
             room, _ = log_room(logs, batch, count)
             if room < count and loop.flushed[0] == 0:
                 loop.flushed[0] = 1
                 return CALL_FLUSH
             loop.flushed[0] = 0
-            p.sizes[3] = room
-        max_steps = p.sizes[3]
-        need = normals_per_round(acc, nd, policy.depth) * max_steps  # as the Python path's window
+            pending.max_steps[0] = room
+        max_steps = pending.max_steps[0]
+        need = normals_per_round(draws, nd, policy.depth) * max_steps  # as the Python path's window
         if len(rand.normals) - rand.used[0] < need or len(rand.uniforms) - rand.used[1] < need:
             loop.need[0] = need
             return CALL_REFILL
-        p.sizes[0] = 0
+        pending.decided[0] = 0
 
         start = loop.now_s[0]
-        stop_s = arr.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
-        kv_room = lim.kv_budget - kv_used(q, tok, lim)
+        stop_s = arrivals.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
+        kv_room = lim.kv_budget - kv_used(queues, tokens, lim)
         wake_s = loop.wake_owed_s[0]
         loop.wake_owed_s[0] = 0.0
         if not np.isnan(loop.idle_from_s[0]):
@@ -255,8 +270,8 @@ def run(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pendi
             wake_s = wake_s + first
             loop.wake_owed_s[0] = after
             loop.idle_from_s[0] = np.nan
-        prefill = prefill_cost(tok, p.chunk_ids, p.takes, nc)
-        _, end = run_steps(p.decode[:nd], state, acc, policy, costs, terms, prefill, wake_s, start, stop_s,
+        prefill = prefill_cost(tokens, pending.chunk_ids, pending.takes, nc)
+        _, end = run_steps(pending.decode[:nd], state, draws, policy, costs, terms, prefill, wake_s, start, stop_s,
                            max_steps, kv_room, rand, logs, loop.scheduled[0])
         loop.scheduled[0] = nd + nc
 
@@ -265,24 +280,25 @@ def run(q: Queues, tok: Tokens, cfg: Config, arr: Arrivals, loop: Loop, p: Pendi
         resume = start + (end - start)
         resume_seq = loop.seq[0]
         loop.seq[0] += 1
-        while loop.arrived[0] < n and (arr.queued_s[loop.arrived[0]] < resume or (
-                arr.queued_s[loop.arrived[0]] == resume and loop.arrival_seq[0] < resume_seq)):
-            _arrive_batch(q, arr, loop, False)
+        while loop.arrived[0] < n and (arrivals.queued_s[loop.arrived[0]] < resume or (
+                arrivals.queued_s[loop.arrived[0]] == resume and loop.arrival_seq[0] < resume_seq)):
+            _arrive_batch(queues, arrivals, loop, False)
         loop.now_s[0] = resume
 
-        nf = complete_prefill(tok, p.chunk_ids, p.takes, nc, s.first)
+        nf = complete_prefill(tokens, pending.chunk_ids, pending.takes, nc, scratch.first)
         for a in range(nf):
-            i = s.first[a]
+            i = scratch.first[a]
             if terms.drafter_over_prefill:  # the drafter ran over the prompt with the target
                 state.absorbed[i] = state.context[i] - state.visual[i]
             if np.isnan(served.first_token_s[i]):
                 served.first_token_s[i] = end
         if nf > 0:
-            first_tokens(logs, s.first, nf, end)
-        ndone = retire(q, tok, s.done)
+            first_tokens(logs, scratch.first, nf, end)
+        ndone = retire(queues, tokens, scratch.done)
         for a in range(ndone):
-            served.finish_s[s.done[a]] = end
+            served.finish_s[scratch.done[a]] = end
         loop.finished[0] += ndone
-        if cfg.progress_every > 0 and loop.finished[0] // cfg.progress_every > loop.reported[0] // cfg.progress_every:
+        if config.progress_every > 0 and \
+                loop.finished[0] // config.progress_every > loop.reported[0] // config.progress_every:
             loop.reported[0] = loop.finished[0]
             return CALL_PROGRESS

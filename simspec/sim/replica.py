@@ -146,7 +146,8 @@ class _LogBuffers:
             round_depth=np.zeros(chunks, np.int64), round_drafted=np.zeros(chunks, np.int64),
             step_start_s=np.zeros(LOG_STEPS), step_duration_s=np.zeros(LOG_STEPS),
             step_batch=np.zeros(LOG_STEPS, np.int64), step_plans=np.zeros((LOG_STEPS, 3), np.int64),
-            step_tokens=np.zeros(LOG_STEPS, np.int64), fill=np.zeros(3, np.int64))
+            step_tokens=np.zeros(LOG_STEPS, np.int64), chunks_logged=np.zeros(1, np.int64),
+            rounds_logged=np.zeros(1, np.int64), steps_logged=np.zeros(1, np.int64))
 
     def room_for(self, batch: int, count: int) -> int:
         """Steps of ``batch`` chunks each that fit; flushes first when short."""
@@ -161,13 +162,13 @@ class _LogBuffers:
         fastloop.first_tokens(self.buffers, ids, len(ids), time_s)
 
     def flush(self) -> None:
-        b, fill = self.buffers, self.buffers.fill
-        c, r, s = (int(v) for v in fill)
+        b = self.buffers
+        c, r, s = int(b.chunks_logged[0]), int(b.rounds_logged[0]), int(b.steps_logged[0])
         self.builder.chunks(b.chunk_id[:c], b.chunk_time_s[:c], b.chunk_tokens[:c])
         self.builder.rounds(b.round_accepted[:r], b.round_depth[:r], b.round_drafted[:r])
         self.builder.steps(b.step_start_s[:s], b.step_duration_s[:s], b.step_batch[:s], b.step_plans[:s],
                            b.step_tokens[:s])
-        fill[:] = 0
+        b.chunks_logged[0] = b.rounds_logged[0] = b.steps_logged[0] = 0
 
 
 def _prefixes(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -309,9 +310,9 @@ class Replica:
         loop, why = self.loop, None
         while why != fastloop.CALL_DONE:
             window = self.rand.window(int(loop.need[0]) if why == fastloop.CALL_REFILL else 0)
-            why = fastloop.run(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop, self.pending, self.scratch,
-                              self.served, self.state, self.acceptance, self.call, self.tables, self.terms,
-                              self.costs.wake, window, self.logs.buffers)
+            why = fastloop.run(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop,
+                               self.pending, self.scratch, self.served, self.state, self.acceptance, self.call,
+                               self.tables, self.terms, self.costs.wake, window, self.logs.buffers)
             self.rand.consume(window)
             self.finished = int(loop.finished[0])
             if loop.now_s[0] > self.env.now:

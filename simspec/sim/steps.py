@@ -3,9 +3,12 @@
 Imports: numpy, simspec.compiled (numba), simspec.acceptance.model (the
 compiled draw), simspec.policies.rules (plan_batch), simspec.costs.base
 (step_cost), simspec.serving (the acceptance estimate), simspec.trees
-(accepted_length). No simpy: the SimPy process in replica.py
-decides *when* steps happen (admission, preemption, prefill chunks,
-arrivals); :func:`run_steps` does the per-step numbers.
+(accepted_length), simspec.types (MAX_DEPTH). No simpy: the SimPy process
+in replica.py decides *when* steps happen (admission, preemption, prefill
+chunks, arrivals); :func:`run_steps` does the per-step numbers, each step
+in three parts: :func:`draw` (the round's drafts and acceptance draws, and
+the policy's plan), :func:`price` (its forward and seconds) and
+:func:`accept_and_log`.
 
 A simulated hour of serving is some 300,000 steps, so the replica asks for
 several decode-only steps in one call and yields to SimPy once, at the
@@ -28,6 +31,7 @@ from simspec.policies import rules
 from simspec.serving.estimate import after_round
 from simspec.serving.queues import NO_PREFILL, Prefill
 from simspec import trees
+from simspec.types import MAX_DEPTH
 
 
 class RequestState(NamedTuple):
@@ -111,7 +115,7 @@ def engine_step_s(terms: EngineTerms, overhead_s: float, step_s: float, regime: 
 
 
 class Logs(NamedTuple):
-    """Preallocated log buffers; ``fill`` counts what is used: [chunks, rounds, steps]."""
+    """Preallocated log buffers; the ``*_logged`` [1] int arrays count what each holds."""
 
     chunk_id: np.ndarray
     chunk_tokens: np.ndarray
@@ -124,7 +128,9 @@ class Logs(NamedTuple):
     step_batch: np.ndarray
     step_plans: np.ndarray  # [S, 3] rounds planned AR / linear / tree
     step_tokens: np.ndarray  # [S] tokens emitted at the step's end
-    fill: np.ndarray  # [3] int
+    chunks_logged: np.ndarray  # entries of chunk_*
+    rounds_logged: np.ndarray  # ... of round_*
+    steps_logged: np.ndarray  # ... of step_*
 
 
 @jit
@@ -150,6 +156,212 @@ def offchain_rows(codes: np.ndarray, num_nodes: np.ndarray, levels: int) -> np.n
     return rows
 
 
+class StepScratch(NamedTuple):
+    """The decode batch's per-request arrays for one call of :func:`run_steps`.
+
+    The batch is the same in every step of a call, so these are made once
+    and refilled in place each step. The draw still makes its arrays each
+    round: written into arrays from outside, its loop runs slower (marginal's
+    whole simulation ~5%) than the allocations it would save."""
+
+    visual: np.ndarray  # [B] int visual tokens (fixed within a call, as are the next three)
+    kept: np.ndarray  # [B] int visual tokens the drafter sees
+    difficulty: np.ndarray  # [B] float top-1 acceptance logit
+    retention: np.ndarray  # [B] float acceptance kept at image-grounded positions
+    context: np.ndarray  # [B] int tokens in the KV cache at the step's start
+    remaining: np.ndarray  # [B] int tokens left to generate
+    pending: np.ndarray  # [B] int tokens the drafter's first call this round absorbs
+    recent: np.ndarray  # [B] float the acceptance estimate at the step's start
+    conf: np.ndarray  # [B, 1, R] float the confidences of a round without drafts
+    true_ranks: np.ndarray  # [B, 1] int ... and its true ranks
+    hidden: np.ndarray  # [B, D] int the true ranks a policy that may not see them gets (zeros)
+    none_accepted: np.ndarray  # [B] int the accepted lengths of a step without drafts
+    level_space: np.ndarray  # [2 x levels] int room for the rows of each drafter call
+
+
+class Round(NamedTuple):
+    """A step's round: the policy's plan and the target's true ranks it is verified against."""
+
+    plan: rules.Plan
+    true_ranks: np.ndarray  # [B, D] int (D = 1 for a round without drafts)
+
+
+class Span(NamedTuple):
+    """When a step runs."""
+
+    start_s: float
+    duration_s: float  # its price, plus the wake cost on a call's first step
+    end_s: float
+
+
+class Accepted(NamedTuple):
+    """What a step's accepted tokens did."""
+
+    tokens: int  # tokens emitted over the batch
+    finished: bool  # a request emitted its last token
+
+
+@jit
+def step_scratch(ids: np.ndarray, state: RequestState, policy: PolicyCall) -> StepScratch:
+    """The batch ``ids``'s StepScratch, with what does not change within a call read in."""
+    b, depth = len(ids), policy.depth
+    drawn = depth > 0 and b > 0
+    visual, kept = np.empty(b, np.int64), np.empty(b, np.int64)
+    difficulty, retention = np.empty(b), np.empty(b)
+    for i in range(b):
+        j = ids[i]
+        visual[i], kept[i], difficulty[i], retention[i] = (state.visual[j], state.kept[j], state.difficulty[j],
+                                                           state.retention[j])
+    # A plan drafts at most MAX_DEPTH levels, the rank-1 chain's off-chain rows as many again.
+    return StepScratch(visual=visual, kept=kept, difficulty=difficulty, retention=retention,
+                   context=np.empty(b, np.int64), remaining=np.empty(b, np.int64), pending=np.empty(b, np.int64),
+                   recent=np.empty(b), conf=np.ones((b, 1, policy.ranks)), true_ranks=np.zeros((b, 1), np.int64),
+                   hidden=np.zeros((b, depth if drawn else 1), np.int64), none_accepted=np.zeros(b, np.int64),
+                   level_space=np.zeros(2 * max(depth, MAX_DEPTH, 1), np.int64))
+
+
+@jit
+def draw(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables,
+         engine: EngineTerms, pf: Prefill, rand: Randoms, scratch: StepScratch, scheduled_before: int) -> Round:
+    """The step's round: the batch's snapshot (into ``scratch``), the
+    drafter's confidences and the target's true ranks (read from ``rand``),
+    and the policy's plan. ``scheduled_before``: requests the previous step
+    scheduled."""
+    b, depth = len(ids), policy.depth
+    ctx, visual = scratch.context, scratch.visual
+    for i in range(b):
+        j = ids[i]
+        ctx[i] = state.cache[j]
+        scratch.remaining[i] = state.output[j] - state.emitted[j]
+        scratch.pending[i] = ctx[i] - visual[i] - state.absorbed[j]
+        scratch.recent[i] = state.recent[j]
+    conf, true_ranks = scratch.conf, scratch.true_ranks
+    if depth > 0 and b > 0:
+        n = b * depth
+        m = normals_per_round(acc, b, depth)
+        conf, true_ranks, _ = draw_round(scratch.difficulty, scratch.retention, depth, policy.ranks, acc,
+                                         rand.normals[rand.used[0]:rand.used[0] + m],
+                                         rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
+        rand.used[0] += m
+        rand.used[1] += 2 * n
+    shown = true_ranks if policy.needs_truth else scratch.hidden
+    # vLLM keys its per-batch-size draft length by every request the
+    # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
+    # l.1709-1713), verified one step later
+    key = scheduled_before if engine.lagged_key else -1
+    batch = rules.Batch(context_tokens=ctx, visual_tokens=visual, kept_visual_tokens=scratch.kept,
+                        remaining_tokens=scratch.remaining, recent_accepted=scratch.recent, conf=conf,
+                        true_ranks=shown, prefill_tokens=pf.tokens, prefill_attn_pairs=pf.attn_pairs,
+                        prefill_kv_tokens=pf.kv_tokens, prefill_requests=pf.requests,
+                        vision_tokens=pf.vision_tokens, prefill_max_context=pf.max_context, table_key=key)
+    plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, policy.params, batch, costs)
+    return Round(plan=plan, true_ranks=true_ranks)
+
+
+@jit
+def drafter_rows(policy: PolicyCall, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
+                 plan: rules.Plan) -> np.ndarray:
+    """Rows of each of the step's drafter calls (a view of ``scratch.level_space``).
+
+    A request's first call absorbs the tokens it accepted since it last
+    drafted (its prompt, the first time); after it, a level-wise engine
+    drafts a tree level in one call of its width, a chain-first one the
+    rank-1 chain, then the tree's off-chain parents depth by depth."""
+    b = len(scratch.context)
+    levels = plan.draft_steps.max() if b > 0 else 0
+    over_prefill = engine.drafter_over_prefill and policy.depth > 0 and pf.tokens > 0
+    if over_prefill and levels == 0:
+        levels = 1  # a prefill-only step still runs the drafter's first pass (its KV)
+    space = scratch.level_space if 2 * levels <= len(scratch.level_space) else np.zeros(2 * levels, np.int64)
+    rows = space[:2 * levels]
+    rows[:] = 0
+    if over_prefill:
+        rows[0] += pf.tokens
+    for i in range(b):
+        for level in range(plan.draft_steps[i]):
+            rows[level] += scratch.pending[i] if level == 0 else 1 if policy.chain_drafting else plan.draft_width[i]
+    calls = levels
+    if policy.chain_drafting and levels > 1:
+        extra = offchain_rows(plan.codes, plan.num_nodes, levels)
+        for d in range(1, levels):
+            if extra[d] > 0:
+                rows[calls] = extra[d]
+                calls += 1
+    return rows[:calls]
+
+
+@jit
+def price(policy: PolicyCall, costs: CostTables, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
+          plan: rules.Plan) -> float:
+    """Seconds of the step exactly as planned: its forward (the prefill
+    chunks, then each request's 1 + drafted tokens), the drafter's calls,
+    selection, under the engine's graph regime and overlap."""
+    ctx, visual, kept = scratch.context, scratch.visual, scratch.kept
+    b = len(ctx)
+    verify, pairs = 0, 0
+    uniform = pf.tokens == 0 and b > 0
+    q0 = 1 + plan.num_nodes[0] if b > 0 else 0
+    drafted_kept, select_requests, select_keys = 0, 0, 0
+    for i in range(b):
+        q = 1 + plan.num_nodes[i]
+        uniform = uniform and q == q0
+        verify += q
+        pairs += q * ctx[i]
+        if plan.draft_steps[i] > 0:
+            drafted_kept += kept[i]
+            if 0 < kept[i] < visual[i]:
+                select_requests += 1
+                select_keys += visual[i]
+    regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
+    longest = max(pf.max_context, ctx.max() if b > 0 else 0)
+    forward = Forward(tokens=padded_tokens, kv_tokens=pf.kv_tokens + ctx.sum(), pairs=pf.attn_pairs + pairs,
+                      logits=pf.requests + verify, requests=pf.requests + b, padded=(pf.requests + b) * longest,
+                      prefill_tokens=pf.tokens, prefill_kv=pf.kv_tokens, prefill_pairs=pf.attn_pairs,
+                      prefill_requests=pf.requests, verifying=verify > b)
+    step = Step(forward=forward, vision_tokens=pf.vision_tokens,
+                level_tokens=drafter_rows(policy, engine, pf, scratch, plan), kept=drafted_kept,
+                select_requests=select_requests, select_keys=select_keys)
+    return engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, step), regime)
+
+
+@jit
+def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: StepScratch, rnd: Round,
+                   span: Span) -> Accepted:
+    """Emit each request's accepted tokens + 1 (at most what it has left)
+    at the step's end, note what its drafter absorbed, update the
+    acceptance estimate, and log the chunks, drafted rounds and the step."""
+    plan = rnd.plan
+    accepted = trees.accepted_length(plan.codes, rnd.true_ranks) if plan.codes.shape[1] > 0 else scratch.none_accepted
+    finished = False
+    c, r, s = logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0]
+    grown = 0
+    for i in range(len(ids)):
+        j = ids[i]
+        if plan.draft_steps[i] > 0:  # the drafter's KV now holds the text of the cache the step started with
+            state.absorbed[j] = scratch.context[i] - scratch.visual[i]
+        emit = min(accepted[i] + 1, scratch.remaining[i])
+        state.cache[j] += emit
+        state.emitted[j] += emit
+        grown += emit
+        logs.chunk_id[c], logs.chunk_tokens[c], logs.chunk_time_s[c] = j, emit, span.end_s
+        c += 1
+        state.drafted[j] = plan.num_nodes[i]
+        if plan.num_nodes[i] > 0:
+            logs.round_accepted[r], logs.round_depth[r], logs.round_drafted[r] = accepted[i], plan.depth[i], \
+                plan.num_nodes[i]
+            r += 1
+        after_round(state.recent, state.population, j, plan.num_nodes[i], accepted[i], plan.depth[i])
+        finished = finished or state.emitted[j] >= state.output[j]
+    logs.step_start_s[s], logs.step_duration_s[s], logs.step_batch[s], logs.step_tokens[s] = (
+        span.start_s, span.duration_s, len(ids), grown)
+    for k in range(3):
+        logs.step_plans[s, k] = 0
+    for i in range(len(ids)):
+        logs.step_plans[s, plan.kind[i]] += 1
+    logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0] = c, r, s + 1
+    return Accepted(tokens=grown, finished=finished)
+
+
 @jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall,
               costs: CostTables, engine: EngineTerms, prefill: Prefill, wake_s: float, start_s: float, stop_s: float,
@@ -161,145 +373,22 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
     or when the KV cache has no ``kv_room`` left for another step.
     Returns (steps run, end time)."""
     b = len(ids)
-    depth, ranks = policy.depth, policy.ranks
-    t = start_s
+    reserve = b * (policy.depth + 1)
+    scratch = step_scratch(ids, state, policy)
+    t = float(start_s)  # SimPy's clock reads an int before its first timeout
     steps = 0
-    reserve = b * (depth + 1)
-    # The batch is the same in every step of a call: its per-request arrays
-    # are made once here and refilled in place each step (a step had made
-    # them afresh, a dozen allocations). What does not change within a
-    # call (a request's visual tokens, those the drafter keeps, its
-    # difficulty and retention) is read once. The draw still makes its
-    # arrays each round: written into arrays from outside, its loop ran
-    # slower (marginal's whole simulation ~5%), more than the allocations saved.
-    visual, kept = np.empty(b, np.int64), np.empty(b, np.int64)
-    difficulty, retention = np.empty(b), np.empty(b)
-    for i in range(b):
-        j = ids[i]
-        visual[i], kept[i], difficulty[i], retention[i] = (state.visual[j], state.kept[j], state.difficulty[j],
-                                                           state.retention[j])
-    ctx, remaining, pending = np.empty(b, np.int64), np.empty(b, np.int64), np.empty(b, np.int64)
-    recent = np.empty(b)
-    drawn = depth > 0 and b > 0
-    conf, true_ranks = np.ones((b, 1, ranks)), np.zeros((b, 1), np.int64)  # a round without drafts
-    hidden = np.zeros((b, depth if drawn else 1), np.int64)  # the true ranks a policy that may not see them gets
-    none_accepted = np.zeros(b, np.int64)
-    level_space = np.zeros(2 * max(depth, 1), np.int64)
     while steps < max_steps:
         first = steps == 0
         pf = prefill if first else NO_PREFILL
-        absorbed = state.absorbed
-        for i in range(b):
-            j = ids[i]
-            ctx[i] = state.cache[j]
-            remaining[i] = state.output[j] - state.emitted[j]
-            pending[i] = ctx[i] - visual[i] - absorbed[j]  # tokens the drafter's first call this round absorbs
-            recent[i] = state.recent[j]
-        if drawn:
-            n = b * depth
-            m = normals_per_round(acc, b, depth)
-            conf, true_ranks, _ = draw_round(difficulty, retention, depth, ranks, acc,
-                                             rand.normals[rand.used[0]:rand.used[0] + m],
-                                             rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
-            rand.used[0] += m
-            rand.used[1] += 2 * n
-        shown = true_ranks if policy.needs_truth else hidden
-        # vLLM keys its per-batch-size draft length by every request the
-        # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
-        # l.1709-1713), verified one step later
-        key = (scheduled_before if first else b) if engine.lagged_key else -1
-        batch = rules.Batch(ctx, visual, kept, remaining, recent, conf, shown, pf.tokens,
-                            pf.attn_pairs, pf.kv_tokens, pf.requests, pf.vision_tokens, pf.max_context, key)
-        plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, policy.params, batch, costs)
-
-        # Price the step exactly as planned.
-        verify = 0
-        pairs = 0
-        uniform = pf.tokens == 0 and b > 0
-        q0 = 1 + plan.num_nodes[0] if b > 0 else 0
-        levels = plan.draft_steps.max() if b > 0 else 0
-        over_prefill = engine.drafter_over_prefill and depth > 0 and pf.tokens > 0
-        if over_prefill and levels == 0:
-            levels = 1  # a prefill-only step still runs the drafter's first pass (its KV)
-        if 2 * levels > len(level_space):
-            level_space = np.zeros(2 * levels, np.int64)
-        level_tokens = level_space[:2 * levels]  # rows of each drafter call
-        level_tokens[:] = 0
-        if over_prefill:
-            level_tokens[0] += pf.tokens
-        drafted_kept, select_requests, select_keys = 0, 0, 0
-        for i in range(b):
-            q = 1 + plan.num_nodes[i]
-            uniform = uniform and q == q0
-            verify += q
-            pairs += q * ctx[i]
-            for level in range(plan.draft_steps[i]):
-                # The first call absorbs the tokens accepted since the
-                # request last drafted (its prompt, the first time); after
-                # it, a level-wise engine drafts a tree level in one call of
-                # its width, a chain-first one the rank-1 chain, then the
-                # tree's off-chain parents depth by depth.
-                level_tokens[level] += pending[i] if level == 0 else 1 if policy.chain_drafting else plan.draft_width[i]
-            if plan.draft_steps[i] > 0:
-                state.absorbed[ids[i]] = ctx[i] - visual[i]
-                drafted_kept += kept[i]
-                if 0 < kept[i] < visual[i]:
-                    select_requests += 1
-                    select_keys += visual[i]
-        calls = levels
-        if policy.chain_drafting and levels > 1:
-            extra = offchain_rows(plan.codes, plan.num_nodes, levels)
-            for d in range(1, levels):
-                if extra[d] > 0:
-                    level_tokens[calls] = extra[d]
-                    calls += 1
-        level_tokens = level_tokens[:calls]
-        regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
-        forward = Forward(padded_tokens, pf.kv_tokens + ctx.sum(), pf.attn_pairs + pairs, pf.requests + verify,
-                          pf.requests + b, (pf.requests + b) * max(pf.max_context, ctx.max() if b > 0 else 0),
-                          pf.tokens, pf.kv_tokens, pf.attn_pairs, pf.requests, verify > b)
-        duration = engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, Step(
-            forward, pf.vision_tokens, level_tokens, drafted_kept, select_requests, select_keys)), regime)
+        rnd = draw(ids, state, acc, policy, costs, engine, pf, rand, scratch, scheduled_before if first else b)
+        duration = price(policy, costs, engine, pf, scratch, rnd.plan)
         if first:
             duration += wake_s
-        end = t + duration
-
-        # Accept and log.
-        accepted = trees.accepted_length(plan.codes, true_ranks) if plan.codes.shape[1] > 0 else none_accepted
-        finished = False
-        c, r, s = logs.fill[0], logs.fill[1], logs.fill[2]
-        grown = 0
-        for i in range(b):
-            j = ids[i]
-            emit = min(accepted[i] + 1, remaining[i])
-            state.cache[j] += emit
-            state.emitted[j] += emit
-            grown += emit
-            logs.chunk_id[c] = j
-            logs.chunk_tokens[c] = emit
-            logs.chunk_time_s[c] = end
-            c += 1
-            state.drafted[j] = plan.num_nodes[i]
-            if plan.num_nodes[i] > 0:
-                logs.round_accepted[r] = accepted[i]
-                logs.round_depth[r] = plan.depth[i]
-                logs.round_drafted[r] = plan.num_nodes[i]
-                r += 1
-            after_round(state.recent, state.population, j, plan.num_nodes[i], accepted[i], plan.depth[i])
-            if state.emitted[j] >= state.output[j]:
-                finished = True
-        logs.step_start_s[s] = t
-        logs.step_duration_s[s] = duration
-        logs.step_batch[s] = b
-        logs.step_tokens[s] = grown
-        for k in range(3):
-            logs.step_plans[s, k] = 0
-        for i in range(b):
-            logs.step_plans[s, plan.kind[i]] += 1
-        logs.fill[0], logs.fill[1], logs.fill[2] = c, r, s + 1
+        span = Span(start_s=t, duration_s=duration, end_s=t + duration)
+        done = accept_and_log(ids, state, logs, scratch, rnd, span)
         steps += 1
-        t = end
-        kv_room -= grown
-        if finished or t >= stop_s or kv_room < reserve or prefill.requests > 0:
+        t = span.end_s
+        kv_room -= done.tokens
+        if done.finished or t >= stop_s or kv_room < reserve or prefill.requests > 0:
             break
     return steps, t
