@@ -66,10 +66,23 @@ def two_policy_run(tmp_path_factory):
     return folder, code, out, err
 
 
-def test_run_exits_zero(two_policy_run):
+def test_run_prints_the_metrics_it_writes(two_policy_run):
+    """Exit 0, and each policy's table row shows what metrics.json holds:
+    its mean TTFT, mean E2EL and E2EL relative to ar; the lowest mean E2EL
+    is the one starred."""
     folder, code, out, err = two_policy_run
     assert code == 0, err
     assert f"run folder: {folder}" in out
+    metrics = json.loads((folder / "metrics.json").read_text())
+    best = min(metrics, key=lambda p: metrics[p]["mean_e2el_ms"])
+    for policy, values in metrics.items():
+        row = next(line.split() for line in out.splitlines() if line.split()[:1] == [policy])
+        cells = [c for c in row[1:] if c != "*"]
+        assert float(cells[0]) == pytest.approx(values["mean_ttft_ms"], abs=0.005)
+        assert float(cells[3]) == pytest.approx(values["mean_e2el_ms"], abs=0.005)
+        ratio = values["mean_e2el_ms"] / metrics["ar"]["mean_e2el_ms"]
+        assert cells[-1] == f"{ratio:.2f}x"
+        assert ("*" in row) == (policy == best)
 
 
 def test_metrics_json(two_policy_run):

@@ -213,4 +213,9 @@ def test_simspec_live_serves_the_tuned_policy(tuned_file, tmp_path):
                                 "--quiet", "--out", out])
     assert code == 0, err
     served = json.loads((out / "metrics.json").read_text())
-    assert "ar" in served and any(name.startswith("staged:") for name in served)
+    # The live workload's arrivals are Gamma of shape 0.25 (CV 2): the file's CV 2 schedule, not its CV 1 one.
+    tuned = tune.adaptive_policy(tune.load(path), cv=2.0).label
+    assert tuned != tune.adaptive_policy(tune.load(path), cv=1.0).label  # so the choice is tested
+    assert list(served) == ["ar", tuned]  # the tuned schedule itself, after --policy
+    assert served["ar"]["completed"] == served[tuned]["completed"] == 4
+    assert served["ar"]["spec_decode_acceptance_length"] == pytest.approx(1.0)
