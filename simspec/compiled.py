@@ -154,6 +154,14 @@ if _Locator not in _impl._locator_classes:
     _impl._locator_classes.insert(0, _Locator)
 
 
+def cached(module: str, function: str) -> bool:
+    """Whether :data:`CACHE_DIR` holds compiled code of ``function`` in the
+    compiled module whose file is ``module``.py (numba's index file for it):
+    False on a fresh machine, after any edit to a compiled source, or where
+    nothing is cached at all."""
+    return CACHING and any(CACHE_DIR.glob(f"{module}.{function}-*.nbi"))
+
+
 def jit(fn):
     """``numba.njit`` as every compiled simspec function is built: no GIL,
     cached in :data:`CACHE_DIR` (when it can be written).
@@ -167,4 +175,4 @@ def jit(fn):
     return numba.njit(cache=CACHING, nogil=True)(fn)
 
 
-__all__ = ["jit", "CACHE_DIR", "CACHING", "cache_key", "cache_root", "compiled_modules", "keyed_sources"]
+__all__ = ["jit", "cached", "CACHE_DIR", "CACHING", "cache_key", "cache_root", "compiled_modules", "keyed_sources"]

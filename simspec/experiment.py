@@ -10,12 +10,13 @@ the simulator's difficulty and round streams are separate children of it
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
 from tqdm import tqdm
 
-from simspec import acceptance, costs, metrics, policies, seeds, workloads
+from simspec import acceptance, compiled, costs, metrics, policies, seeds, workloads
 from simspec.serving import modes
 from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
@@ -84,11 +85,16 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
     config = scenario.config
     logs = []
     n = len(scenario.requests)
+    compiling = progress and compile_note()
     with tqdm(total=n * len(config.policies), unit="req", disable=not progress, leave=False) as bar:
         for k, spec in enumerate(config.policies):
             bar.set_description(spec)
 
             def advance(done: int, offset=k * n) -> None:
+                nonlocal compiling
+                if compiling:  # the first call compiled the kernels: the bar's clock starts now
+                    compiling = False
+                    bar.reset()
                 bar.update(offset + done - bar.n)
 
             logs.append(simulate(scenario.requests, policy=policies.parse(spec), label=spec, costs=scenario.costs,
@@ -100,6 +106,17 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                                            empty_as_zero=config.engine.kind == "vllm")
              for log in logs}
     return Results(scenario=scenario, logs=tuple(logs), metrics=table)
+
+
+def compile_note(say=None) -> bool:
+    """On a run that will compile the step kernels (nothing cached for this
+    code yet), say so on stderr before the progress bar starts; whether it will."""
+    if compiled.cached("fastloop", "run"):
+        return False
+    where = f"cached in {compiled.CACHE_DIR}" if compiled.CACHING else "not cached: the folder cannot be written"
+    (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
+        f"compiling the step kernels once (about a minute; {where})")
+    return True
 
 
 def cost_model_line(scenario: Scenario, width: int | None = 120) -> str:

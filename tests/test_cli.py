@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -342,3 +343,41 @@ def test_the_live_flags_default_to_the_live_engine_config():
     top = cli.parser("live")
     live = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices["live"]
     assert live_config(live.parse_args([])) == LiveConfig()
+
+
+# -- the first run says it is compiling -----------------------------------------------
+
+def test_the_compile_note_is_said_only_when_the_kernels_are_not_cached(monkeypatch):
+    from simspec import compiled, experiment
+
+    said = []
+    monkeypatch.setattr(compiled, "cached", lambda module, function: False)
+    assert experiment.compile_note(said.append) is True
+    assert len(said) == 1 and said[0].startswith("compiling the step kernels once")
+    assert str(compiled.CACHE_DIR) in said[0] or not compiled.CACHING
+    monkeypatch.setattr(compiled, "cached", lambda module, function: (module, function) == ("fastloop", "run"))
+    assert experiment.compile_note(said.append) is False and len(said) == 1
+
+
+def test_the_cache_check_finds_the_serving_loop_once_it_has_run():
+    from simspec import compiled
+
+    code, _, err = invoke(["simulate", "--num-requests", 3, "--policy", "ar", "--quiet"])
+    assert code == 0, err
+    assert compiled.cached("fastloop", "run") == compiled.CACHING
+    assert not compiled.cached("fastloop", "no_such_function")
+
+
+@pytest.mark.slow
+def test_a_fresh_cache_prints_the_compile_note_before_the_bar_and_a_warm_one_does_not(tmp_path):
+    env = {**os.environ, "SIMSPEC_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "simspec.cli", "simulate", "--num-requests", "5", "--policy", "ar",
+           "--out", str(tmp_path / "run")]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.lstrip().startswith("compiling the step kernels once"), first.stderr[:300]
+    assert str(tmp_path / "cache") in first.stderr
+    second = subprocess.run(cmd[:-1] + [str(tmp_path / "run2")], capture_output=True, text=True, env=env,
+                            cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "compiling the step kernels" not in second.stderr
