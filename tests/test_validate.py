@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow  # live runs on this machine: minutes
+SLOW = pytest.mark.slow  # live runs: minutes on a 2-core CPU
 
 from simspec.costs import steps as step_costs  # noqa: E402
 from simspec.validation import engine as validation  # noqa: E402
@@ -38,6 +38,7 @@ def quick(tmp_path_factory):
     return report, out
 
 
+@SLOW
 def test_quick_validation_writes_every_file(quick):
     _, out = quick
     for name in ("validation.json", "report.json", "latency_cdf.png", "acceptance.json", "step_costs.json",
@@ -53,6 +54,7 @@ def test_quick_validation_writes_every_file(quick):
                 assert set(cell) == {"live", "sim", "rel_error"} and math.isfinite(cell["live"])
 
 
+@SLOW
 def test_simulated_throughput_and_acceptance_track_live(quick):
     result, _ = quick
     light = f"load={min(validation.QUICK.loads):g}"
@@ -65,6 +67,7 @@ def test_simulated_throughput_and_acceptance_track_live(quick):
         assert abs(row.metrics["spec_decode_acceptance_length"].rel_error) <= bound, (row.load, row.policy)
 
 
+@SLOW
 def test_the_saved_calibration_steps_refit_to_the_saved_step_costs(quick):
     _, out = quick
     steps = pd.read_parquet(out / "calibration_steps.parquet")
@@ -94,6 +97,7 @@ def test_a_missing_drafter_checkpoint_is_named(tmp_path):
 
 
 
+@SLOW
 def test_repeats_go_round_the_policies_and_average(monkeypatch):
     v = validation.ValidateConfig(policies=("ar", "linear:k=2"), loads=(0.3,), requests=16, calibration_requests=24,
                                   sim_seeds=1, speed_probes=False, repeats=2)
