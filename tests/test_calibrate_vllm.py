@@ -154,7 +154,7 @@ def test_the_simulator_reproduces_the_counters_it_was_fitted_to(rates):
     the counters' rates back."""
     from simspec import metrics, policies
     from simspec.serving import modes
-    from simspec.vllm.calibrate import fit_chain_acceptance
+    from simspec.vllm.acceptance import fit_chain_acceptance
     from simspec.costs.steps import FEATURES, cost_model_from
     from simspec.serving.config import EngineConfig
     from simspec.sim import simulate
@@ -202,7 +202,7 @@ def test_the_round_term_reproduces_the_requests_spread_it_was_fitted_to():
     a simulation must report both back, and the fit without the spread must
     miss the spread (the test can tell the two apart)."""
     from simspec import metrics
-    from simspec.vllm.calibrate import RequestRounds, fit_chain_acceptance
+    from simspec.vllm.acceptance import RequestRounds, fit_chain_acceptance
     from simspec.vllm.logs import SpecDecodeCounters
 
     rates, spread = (0.22, 0.195, 0.17), 0.64  # the first vLLM validation's distilled draft
@@ -231,7 +231,7 @@ def test_the_spread_is_left_out_where_rounds_are_not_drafts():
     """ngram drafts fewer than K tokens and some rounds none: the chunks'
     tokens a round are not the counters' acceptance length, so the spread
     must not shape the fit (and the model has no round term)."""
-    from simspec.vllm.calibrate import RequestRounds, fit_chain_acceptance
+    from simspec.vllm.acceptance import RequestRounds, fit_chain_acceptance
     from simspec.vllm.logs import SpecDecodeCounters
 
     counters = SpecDecodeCounters(num_drafts=1000, draft_tokens=2620, accepted_tokens=1019,
@@ -280,7 +280,7 @@ def test_the_pooled_tokens_a_rounds_standard_error_is_how_far_other_prompts_move
     """RequestRounds.relative_se from one set of requests must predict how
     far the pooled tokens a round of other sets of the same size, drawn
     from the same population, scatter around the population's."""
-    from simspec.vllm.calibrate import RequestRounds
+    from simspec.vllm.acceptance import RequestRounds
 
     rng = np.random.default_rng(5)
     population_rate = rng.gamma(4.0, 0.4, 200_000) + 1.0  # tokens a round per request, skewed as copying drafts are

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from simspec.validation import vllm as vv
-from simspec.vllm.calibrate import request_rounds
+from simspec.vllm.acceptance import request_rounds
 from simspec.vllm.logs import parse_bench
 from simspec.types import InputError
 from simspec.vllm.server import Traffic

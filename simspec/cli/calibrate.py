@@ -14,6 +14,7 @@ LIVE_VS_SIM = (("mean_e2el_ms", "mean E2EL ms"), ("mean_tpot_ms", "mean TPOT ms"
 
 def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
     from simspec.vllm import calibrate as cv
+    from simspec.vllm.acceptance import spread_text
     from simspec.runfolder import check_target
 
     cfg = cv.CalibrateVllmConfig(log=args.log, metrics=args.metrics, benches=tuple(args.bench or ()), model=args.model,
@@ -48,7 +49,7 @@ def cmd_calibrate_vllm(args: argparse.Namespace) -> int:
         print(f"acceptance: {a.counters.num_drafts} drafts, {a.draft_tokens_per_draft:.2f} draft tokens a draft "
               f"(K={a.k}), acceptance length {a.counters.acceptance_length:.3f}; per position "
               f"{', '.join(f'{r:.3f}' for r in a.rates)} (model: {', '.join(f'{r:.3f}' for r in a.model_rates)}); "
-              f"{cv.spread_text(a)}")
+              f"{spread_text(a)}")
     if cal.comparisons:
         print("\nreplayed benchmarks (their own arrivals and lengths; live / simulated, simulated - live in %):")
         print(f"{'bench':28s} {'policy':11s} " + " ".join(f"{name:>24s}" for _, name in LIVE_VS_SIM))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from simspec import __version__
-from simspec.vllm.calibrate import spread_text
+from simspec.vllm.acceptance import spread_text
 from simspec.files import dump_json, write_png, write_text
 from simspec.runfolder import MARKER, check_target
 from simspec.types import require
@@ -154,7 +154,7 @@ def _cdf_figure(result: VllmValidation):
 def write_outputs(out: Path, result: VllmValidation) -> list[str]:
     """The analysis files, each written whole; the folder's marker last."""
     for method, cal in result.calibrations.items():
-        from simspec.vllm.calibrate import acceptance_record
+        from simspec.vllm.acceptance import acceptance_record
 
         write_text(out / method / "step_costs.json", dump_json({**cal.fit.to_json(), "held_out": asdict(cal.held_out),
                                                                "outside_elapsed": asdict(cal.gap)}, sort_keys=False))

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from simspec import __version__
-from simspec.vllm.calibrate import (ChainAcceptance, EngineGap, fit_chain_acceptance, fit_engine_gap,
-                                    replay_requests, request_rounds, with_gap)
+from simspec.vllm.acceptance import ChainAcceptance, fit_chain_acceptance, request_rounds
+from simspec.vllm.calibrate import EngineGap, fit_engine_gap, replay_requests, with_gap
 from simspec.costs.steps import HeldOutError, StepCostFit, fit_iteration_costs
 from simspec.files import read_json
 from simspec.types import require
