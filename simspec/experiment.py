@@ -115,7 +115,7 @@ def compile_note(say=None) -> bool:
         return False
     where = f"cached in {compiled.CACHE_DIR}" if compiled.CACHING else "not cached: the folder cannot be written"
     (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
-        f"compiling the step kernels once (about a minute; {where})")
+        f"compiling the step kernels once (a minute or two; {where})")
     return True
 
 
