@@ -110,8 +110,10 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
 
 def compile_note(say=None) -> bool:
     """On a run that will compile the step kernels (nothing cached for this
-    code yet), say so on stderr before the progress bar starts; whether it will."""
-    if compiled.cached("fastloop", "run"):
+    code yet), say so on stderr before the progress bar starts; whether it will.
+    The kernel checked is the step itself, which the compiled serving loop
+    and the Python path (prefix caching, the encoder budget) both compile."""
+    if compiled.cached("steps", "run_steps"):
         return False
     where = f"cached in {compiled.CACHE_DIR}" if compiled.CACHING else "not cached: the folder cannot be written"
     (say or (lambda line: print(line, file=sys.stderr, flush=True)))(

@@ -355,7 +355,7 @@ def test_the_compile_note_is_said_only_when_the_kernels_are_not_cached(monkeypat
     assert experiment.compile_note(said.append) is True
     assert len(said) == 1 and said[0].startswith("compiling the step kernels once")
     assert str(compiled.CACHE_DIR) in said[0] or not compiled.CACHING
-    monkeypatch.setattr(compiled, "cached", lambda module, function: (module, function) == ("fastloop", "run"))
+    monkeypatch.setattr(compiled, "cached", lambda module, function: (module, function) == ("steps", "run_steps"))
     assert experiment.compile_note(said.append) is False and len(said) == 1
 
 
@@ -364,8 +364,8 @@ def test_the_cache_check_finds_the_serving_loop_once_it_has_run():
 
     code, _, err = invoke(["simulate", "--num-requests", 3, "--policy", "ar", "--quiet"])
     assert code == 0, err
-    assert compiled.cached("fastloop", "run") == compiled.CACHING
-    assert not compiled.cached("fastloop", "no_such_function")
+    assert compiled.cached("steps", "run_steps") == compiled.CACHING
+    assert not compiled.cached("steps", "no_such_function")
 
 
 @pytest.mark.slow
