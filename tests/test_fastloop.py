@@ -1,5 +1,7 @@
-"""The compiled serving loop (simspec/sim/fastloop.py) against the Python path
-of replica.py: the same workloads, every array of the run logs equal.
+"""The compiled serving loop (simspec/sim/fastloop.py) against replica.py's
+SimPy-process path (the same decisions, one SimPy event each): the same
+workloads, every array of the run logs equal, so the compiled loop orders
+arrivals, steps and wake-ups as SimPy does.
 
 Each case forces preemptions (a small KV budget), idle spells that pay a
 wake cost, or vLLM's and SGLang's scheduling; ``test_cases_exercise_*``
@@ -13,13 +15,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import simpy
 
 from conftest import H100, LLAVA
 from simspec import acceptance, costs, policies
 from simspec.serving import modes
-from simspec.sim import EngineConfig, Replica, simulate
+from simspec.sim import EngineConfig, simulate
 from simspec.types import Request, RunLog
+from simspec.workloads import WorkloadConfig, WorkloadStreams, make_requests
 
 ROOFLINE = costs.build("roofline", LLAVA, H100)
 WAKING = replace(ROOFLINE, wake_s=0.03, wake_tau_s=0.5, wake_next_share=0.3)
@@ -51,7 +53,16 @@ def preset(kind: str, **fields) -> EngineConfig:
     return EngineConfig(**{**modes.preset(kind, "h100-sxm"), **fields})
 
 
-VLLM = dict(encoder_budget="none")  # vLLM's encoder budget with images runs the Python path only
+def shared(n: int, rate_per_s: float, *, images: int = 1, **fields) -> list[Request]:
+    """A generated workload whose requests share prefixes (three system
+    prompts, four images) and carry up to ``images`` images each."""
+    cfg = WorkloadConfig(num_requests=n, rate_per_s=rate_per_s, shared_prefix_tokens=300, shared_prefixes=3,
+                         image_pool=4, images_max=images, **fields)
+    return make_requests(cfg, WorkloadStreams.from_seed_sequence(np.random.SeedSequence(7)),
+                         visual_tokens_per_image=576, max_context_tokens=4096)
+
+
+VLLM = dict(encoder_budget="none")
 CASES = {  # name: (policy, engine, cost model, KV tokens, workload)
     "ar": ("ar", EngineConfig(), ROOFLINE, 200_000, workload(80, rate_per_s=20)),
     "linear-preempt": ("linear:k=3", EngineConfig(), ROOFLINE, 6_000, workload(80, rate_per_s=40)),
@@ -75,6 +86,14 @@ CASES = {  # name: (policy, engine, cost model, KV tokens, workload)
     "sglang-tree": ("tree", preset("sglang"), ROOFLINE, 200_000, workload(60, rate_per_s=15)),
     "sglang-linear-preempt": ("linear:k=3", preset("sglang", block_size=16), WAKING, 6_000,
                               workload(80, rate_per_s=40, burstiness=0.25)),
+    # prefix caching and vLLM's encoder budget
+    "vllm-prefix-images": ("linear:k=3", preset("vllm"), ROOFLINE, 20_000, shared(80, 20, images=3)),
+    "vllm-prefix-preempt": ("marginal", preset("vllm"), ROOFLINE, 6_000, shared(80, 40)),
+    "vllm-encoder-wake": ("tree", preset("vllm", prefix_caching=False, max_num_batched_tokens=1024), WAKING, 30_000,
+                          workload(60, rate_per_s=10, burstiness=0.25, multimodal=0.8)),
+    "sglang-prefix-preempt": ("linear:k=3", preset("sglang", block_size=16), WAKING, 5_000,
+                              shared(80, 40, burstiness=0.25)),
+    "simspec-prefix": ("truncate", EngineConfig(prefix_caching=True, block_size=16), ROOFLINE, 6_000, shared(80, 40)),
 }
 
 
@@ -115,14 +134,17 @@ def test_the_compiled_loop_gives_the_python_paths_log(name):
     assert differences(fast, python) == []
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_each_case_runs_the_compiled_loop(name):
-    spec, engine, cost_model, kv_tokens, requests = CASES[name]
-    replica = Replica(simpy.Environment(), requests, policy=policies.parse(spec), costs=cost_model,
-                      acceptance=acceptance.preset(acceptance.DEFAULT_PRESET), engine=engine,
-                      kv_budget_tokens=kv_tokens, rng_difficulty=np.random.default_rng(0),
-                      rng_rounds=np.random.default_rng(1), progress=None)
-    assert replica.fast
+def test_prefix_cases_hit_the_cache_and_the_encoder_budget_binds():
+    for name in ("vllm-prefix-images", "vllm-prefix-preempt", "sglang-prefix-preempt", "simspec-prefix"):
+        log = _run(name, python=False)
+        assert log.table.cached_tokens.sum() > 0 and log.table.preemptions.sum() > 0, name
+    # Without the encoder budget the same run schedules other chunks.
+    spec, engine, cost_model, kv_tokens, requests = CASES["vllm-encoder-wake"]
+    unbudgeted = simulate(requests, policy=policies.parse(spec), costs=cost_model,
+                          acceptance=acceptance.preset(acceptance.DEFAULT_PRESET),
+                          engine=replace(engine, encoder_budget="none"), kv_budget_tokens=kv_tokens, seed=3)
+    budgeted = _run("vllm-encoder-wake", python=False)
+    assert not np.array_equal(budgeted.chunk_tokens, unbudgeted.chunk_tokens)
 
 
 def test_cases_exercise_preemption_and_wake_costs():

@@ -224,7 +224,7 @@ def test_a_cached_prefix_is_computed_once_and_its_blocks_are_held_once():
     s = cached([60, 100, 50], [4, 4, 4], [7, 7, -1], [40, 40, 0])
     s.arrive(0)
     assert s.admit() == [0] and run_prefill(s).tokens == 60
-    assert s.prefixes.entries == {7: [32, 1]} and s.shared[0] == 32
+    assert s.cached_prefixes == {7: (32, 1)} and s.shared[0] == 32
     s.arrive(1)
     assert s.admit() == [1] and s.cache[1] == 32 and s.cached_tokens[1] == 32
     work = run_prefill(s)
@@ -259,16 +259,16 @@ def test_unused_prefixes_stay_cached_until_their_room_is_needed_least_recent_fir
         s.admit()
         run_prefill(s)
         assert s.retire() == [i]
-    assert list(s.prefixes.entries) == [0, 1, 2] and s.prefixes.free == 96 and s.kv_used() == 0
+    assert list(s.cached_prefixes) == [0, 1, 2] and s.prefix_tokens_free == 96 and s.kv_used() == 0
     s.arrive(3)  # prefix 0 hits and becomes used again (and most recent)
     s.admit()
-    assert s.cache[3] == 32 and list(s.prefixes.entries) == [1, 2, 0] and s.prefixes.in_use == 32
+    assert s.cache[3] == 32 and list(s.cached_prefixes) == [1, 2, 0] and s.prefix_tokens_in_use == 32
     run_prefill(s)
     assert s.retire() == [3]
     # 208 tokens for request 4 (200 + 1, in blocks) leave 12 of 220: every free entry goes, oldest first
     s.arrive(4)
     s.admit()
-    assert s.prefixes.entries == {} and s.prefixes.free == 0
+    assert s.cached_prefixes == {} and s.prefix_tokens_free == 0
 
 
 def test_the_newest_preempted_with_a_hit_recomputes_and_one_never_started_is_requeued():
@@ -281,7 +281,7 @@ def test_the_newest_preempted_with_a_hit_recomputes_and_one_never_started_is_req
     s.kv_budget = 40  # shrink the cache: 1 cannot stay
     _, preempted, requeued = s.decode_batch()
     assert (preempted, requeued) == ([], [1])  # sent back before its prefill ran: not a preemption
-    assert s.prefixes.entries[3] == [32, 1] and s.shared[1] == 0 and s.cache[1] == 0
+    assert s.cached_prefixes[3] == (32, 1) and s.shared[1] == 0 and s.cache[1] == 0
 
 
 def test_a_cached_image_is_not_encoded_again():

@@ -1,25 +1,31 @@
-"""The scheduler's rules, compiled: one copy, called by the Python
+"""The scheduler's rules, compiled: one copy, run by the Python
 :class:`~simspec.serving.scheduler.Scheduler` (the live engine, the
-simulator's general path) and by the simulator's compiled serving loop
-(simspec.sim.loop), which runs many steps' decisions in one call.
+simulator's SimPy-process path) and by the simulator's compiled serving
+loop (simspec.sim.fastloop), which runs many steps' decisions in one call.
 
-Imports: numpy, simspec.compiled (numba). DESIGN.md "The serving model".
+Imports: numpy, simspec.compiled (numba), simspec.serving.prefixes (the
+prefix cache and the encoder budget the rules consult). DESIGN.md "The
+serving model".
 
-Each step, as vLLM's scheduler:
+Each step (:func:`schedule`), as vLLM's scheduler:
 
 1. admit waiting requests FCFS while ``max_num_seqs`` and the KV budget
-   allow (a request needs its prompt and one more token);
+   allow (a request needs its prompt and one more token; with prefix
+   caching, less the cached prefix it finds);
 2. reserve KV for the decode batch, preempting the newest request (its cache
    freed, recomputed later with the tokens it emitted, never dropped) until
    every decode request can grow by ``reserve_tokens``;
 3. schedule prefill chunks FCFS in the token budget the decode rounds leave
    (each round counts 1 + its last round's draft tokens, as vLLM counts
-   spec tokens);
-4. price the chunks: causal attention pairs, KV read, vision-encoder tokens
-   of requests starting their prefill.
+   spec tokens; with vLLM's encoder budget a chunk stops short of an image
+   the budget cannot take);
+4. price the chunks (:func:`prefill_cost`): causal attention pairs, KV
+   read, the vision encoder's tokens.
 
-The per-request token counts and the queues are arrays the rules read and
-write in place (:class:`Tokens`, :class:`Queues`).
+vLLM's order differs: the running requests' rounds first, in the token
+budget, and admission only in a step that preempted none. SGLang runs a
+prefill batch alone. The queues, the per-request token counts and the
+prefix cache are arrays the rules read and write in place (:class:`State`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import NamedTuple
 import numpy as np
 
 from simspec.compiled import jit
+from simspec.serving.prefixes import (IN_USE, Images, Prefixes, encode_cut, evict, images_reached, lookup, release,
+                                      store, use)
 
 
 class Prefill(NamedTuple):
@@ -38,27 +46,17 @@ class Prefill(NamedTuple):
     attn_pairs: int  # causal query x key pairs: each new token sees the cache and the chunk before it
     kv_tokens: int  # KV tokens attention reads (cache + chunk)
     requests: int  # chunks
-    vision_tokens: int  # visual tokens of the requests starting their prefill (the vision encoder runs)
+    vision_tokens: int  # visual tokens the vision encoder runs this step
     max_context: int  # the longest context cached before a chunk
 
 
 NO_PREFILL = Prefill(0, 0, 0, 0, 0, 0)
 
 
-# -- the rules, compiled -------------------------------------------------------------
-#
-# Steps 1-4 as compiled functions over arrays: the Scheduler below calls
-# them, and so does the simulator's compiled serving loop (simspec.sim.serve),
-# so each rule has one copy. Admission and the KV reservation here know no
-# prefix cache, and chunking and pricing encode a request's images when its
-# prefill starts; the Scheduler extends those rules in Python where prefixes
-# are cached or vLLM's encoder budget decides. The queues are arrays:
-# ``waiting`` a ring (a preempted request goes back to its head), ``running``
-# in admission order.
-
-
 class Queues(NamedTuple):
-    """The waiting and running requests, updated in place."""
+    """The waiting and running requests, updated in place: ``waiting`` a
+    ring (a preempted request goes back to its head), ``running`` in
+    admission order."""
 
     waiting: np.ndarray  # [N] int ring of request ids, FCFS from counts[WAIT_HEAD]
     running: np.ndarray  # [S] int request ids in admission order (S = max_num_seqs)
@@ -86,12 +84,42 @@ class Tokens(NamedTuple):
     shared: np.ndarray  # [N] int tokens of the cache held in a shared prefix entry (0 without prefix caching)
 
 
+class State(NamedTuple):
+    """What the rules read and write."""
+
+    queues: Queues
+    tokens: Tokens
+    prefixes: Prefixes
+    images: Images
+
+
 class Limits(NamedTuple):
     max_num_seqs: int
     max_num_batched_tokens: int
     kv_budget: int  # tokens
     reserve: int  # tokens a decode request may grow by in one step
     block_size: int  # tokens
+    prefix_caching: bool
+    encoder_budget: int  # visual tokens a step's chunks may encode (0: a request's images at its prefill's start)
+
+
+class Decision(NamedTuple):
+    """One step's scheduling, written by :func:`schedule`: [S] int lists, the first ``counts[k]`` of each valid."""
+
+    admitted: np.ndarray  # admitted now, in order
+    decode: np.ndarray  # the decode batch (running requests past their prefill, in admission order)
+    preempted: np.ndarray  # their KV cache dropped, to recompute
+    requeued: np.ndarray  # sent back before any of their prompt ran (admitted, never started: not a preemption)
+    chunk_ids: np.ndarray  # prefill chunks' requests
+    takes: np.ndarray  # ... and tokens
+    counts: np.ndarray  # [5] int: ADMITTED, DECODES, PREEMPTED, REQUEUED, CHUNKS
+
+
+ADMITTED, DECODES, PREEMPTED, REQUEUED, CHUNKS = range(5)
+
+
+def new_decision(max_num_seqs: int) -> Decision:
+    return Decision(*(np.zeros(max_num_seqs, np.int64) for _ in range(6)), np.zeros(5, np.int64))
 
 
 @jit
@@ -109,26 +137,30 @@ def arrive(q: Queues, i: int) -> None:
 @jit
 def held(tok: Tokens, lim: Limits, i: int) -> int:
     """KV tokens request ``i`` holds or will once prefilled, in whole blocks,
-    besides the shared prefix blocks it uses (counted once, by the PrefixCache)."""
+    besides the shared prefix blocks it uses (counted once, in :func:`kv_used`)."""
     return blocks(max(tok.cache[i], tok.target[i]) - tok.shared[i], lim.block_size)
 
 
 @jit
-def kv_used(q: Queues, tok: Tokens, lim: Limits) -> int:
-    """KV tokens the running requests hold (:func:`held`)."""
-    used = 0
+def kv_used(s: State, lim: Limits) -> int:
+    """KV tokens the running requests hold (:func:`held`) and the cached prefixes they share."""
+    q = s.queues
+    used = s.prefixes.counts[IN_USE]
     for j in range(q.counts[RUN_LEN]):
-        used += held(tok, lim, q.running[j])
+        used += held(s.tokens, lim, q.running[j])
     return used
 
 
 @jit
-def admit(q: Queues, tok: Tokens, lim: Limits, budgeted: bool, token_budget: int, admitted: np.ndarray) -> int:
+def admit(s: State, lim: Limits, budgeted: bool, token_budget: int, admitted: np.ndarray) -> int:
     """Step 1: admit waiting requests FCFS while max_num_seqs and the KV
-    budget allow (each needs its prompt and one more token); ``budgeted``
-    (vLLM's rule), only while ``token_budget`` less the running requests'
-    prefill left has room. Writes them to ``admitted``; returns how many."""
-    used = kv_used(q, tok, lim)
+    budget allow (each needs its prompt and one more token, less a cached
+    prefix it finds, plus the prefix entry's room if no running request
+    used it); ``budgeted`` (vLLM's rule), only while ``token_budget`` less
+    the running requests' prefill left has room. Writes them to
+    ``admitted``; returns how many."""
+    q, tok, pre = s.queues, s.tokens, s.prefixes
+    used = kv_used(s, lim)
     left = token_budget
     if budgeted:
         for j in range(q.counts[RUN_LEN]):
@@ -137,7 +169,10 @@ def admit(q: Queues, tok: Tokens, lim: Limits, budgeted: bool, token_budget: int
     count = 0
     while q.counts[WAIT_LEN] > 0 and q.counts[RUN_LEN] < lim.max_num_seqs and (not budgeted or left > 0):
         i = q.waiting[q.counts[WAIT_HEAD]]
-        need = blocks(tok.target[i] + 1, lim.block_size)
+        hit = extra = 0
+        if lim.prefix_caching:
+            hit, extra = lookup(pre, lim.block_size, i, tok.target[i])
+        need = blocks(tok.target[i] + 1 - hit, lim.block_size) + extra
         if used + need > lim.kv_budget:
             break
         q.counts[WAIT_HEAD] = (q.counts[WAIT_HEAD] + 1) % len(q.waiting)
@@ -147,15 +182,28 @@ def admit(q: Queues, tok: Tokens, lim: Limits, budgeted: bool, token_budget: int
         admitted[count] = i
         count += 1
         used += need
+        if lim.prefix_caching:
+            if hit > 0:
+                use(pre, i)
+                tok.cache[i] = hit
+                tok.shared[i] = hit
+            tok.hit[i] = hit
+            if not pre.seen[i]:
+                pre.seen[i] = True
+                pre.cached_tokens[i] = hit
         if budgeted:
-            left -= tok.target[i]
+            left -= tok.target[i] - hit
+    if lim.prefix_caching:
+        evict(pre, lim.kv_budget - used)
     return count
 
 
 @jit
-def preempt(q: Queues, tok: Tokens, i: int) -> None:
-    """Free request ``i``'s KV cache; it waits at the queue's head and will
-    prefill its prompt and the tokens it already emitted again."""
+def preempt(s: State, i: int) -> None:
+    """Free request ``i``'s KV cache (its shared prefix stays cached); it
+    waits at the queue's head and will prefill its prompt and the tokens it
+    already emitted again."""
+    q, tok = s.queues, s.tokens
     tok.target[i] = tok.context[i] + tok.emitted[i]
     tok.cache[i] = 0
     tok.drafted[i] = 0
@@ -163,42 +211,49 @@ def preempt(q: Queues, tok: Tokens, i: int) -> None:
     q.counts[WAIT_HEAD] = head - 1 if head > 0 else len(q.waiting) - 1
     q.waiting[q.counts[WAIT_HEAD]] = i
     q.counts[WAIT_LEN] += 1
+    _release(s, i)
 
 
 @jit
-def decode_batch(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, preempted: np.ndarray,
-                 requeued: np.ndarray) -> tuple[int, int, int]:
-    """Step 2 (Scheduler.decode_batch): preempt the newest running request
-    until every decoding one can grow by ``reserve``. Writes the decode
-    batch, the preempted requests and those sent back before any prefill
-    (never started: not a preemption); returns their counts."""
-    npre = nreq = 0
+def _release(s: State, i: int) -> None:
+    """Request ``i`` no longer uses its shared prefix's blocks (they stay cached, evictable)."""
+    if s.tokens.shared[i] > 0:
+        release(s.prefixes, i)
+        s.tokens.shared[i] = 0
+
+
+@jit
+def decode_batch(s: State, lim: Limits, decision: Decision) -> None:
+    """Step 2: preempt the newest running request until every decoding one
+    can grow by ``reserve``. Writes the decode batch, the preempted requests
+    and those sent back before any prefill (never started: not a
+    preemption)."""
+    q, tok, n = s.queues, s.tokens, decision.counts
+    n[DECODES] = n[PREEMPTED] = n[REQUEUED] = 0
     while True:
         r = q.counts[RUN_LEN]
-        need = 0
-        decoding = 0
+        need = kv_used(s, lim)
         for j in range(r):
-            i = q.running[j]
-            need += held(tok, lim, i)
-            if tok.cache[i] >= tok.target[i]:
-                decoding += 1
-        if need + decoding * lim.reserve <= lim.kv_budget or r == 1:
-            nd = 0
+            if tok.cache[q.running[j]] >= tok.target[q.running[j]]:
+                need += lim.reserve
+        if need <= lim.kv_budget or r == 1:
+            if lim.prefix_caching:
+                evict(s.prefixes, lim.kv_budget - need)
             for j in range(r):
                 i = q.running[j]
                 if tok.cache[i] >= tok.target[i]:
-                    decode[nd] = i
-                    nd += 1
-            return nd, npre, nreq
+                    decision.decode[n[DECODES]] = i
+                    n[DECODES] += 1
+            return
         i = q.running[r - 1]
         q.counts[RUN_LEN] -= 1
         if tok.cache[i] > tok.hit[i]:
-            preempted[npre] = i
-            npre += 1
+            decision.preempted[n[PREEMPTED]] = i
+            n[PREEMPTED] += 1
         else:
-            requeued[nreq] = i
-            nreq += 1
-        preempt(q, tok, i)
+            decision.requeued[n[REQUEUED]] = i
+            n[REQUEUED] += 1
+        preempt(s, i)
 
 
 @jit
@@ -224,11 +279,15 @@ def budget_left(tok: Tokens, lim: Limits, decode: np.ndarray, nd: int) -> int:
 
 
 @jit
-def prefill_chunks(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, nd: int, chunk_ids: np.ndarray,
+def prefill_chunks(s: State, lim: Limits, decode: np.ndarray, nd: int, chunk_ids: np.ndarray,
                    takes: np.ndarray) -> int:
     """Step 3: (request, tokens) chunks FCFS in the budget ``decode[:nd]``'s
-    rounds leave, written to ``chunk_ids`` and ``takes``; returns how many."""
+    rounds leave, each cut before an image the encoder budget cannot take
+    (a request stopped at its first chunk's image lets the next run),
+    written to ``chunk_ids`` and ``takes``; returns how many."""
+    q, tok = s.queues, s.tokens
     budget = budget_left(tok, lim, decode, nd)
+    encoder_left = lim.encoder_budget
     count = 0
     if budget <= 0:
         return count
@@ -238,6 +297,10 @@ def prefill_chunks(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, nd: 
             if budget <= 0:
                 break
             take = min(tok.target[i] - tok.cache[i], budget)
+            if lim.encoder_budget > 0:
+                take, encoder_left = encode_cut(s.images, i, tok.cache[i], take, encoder_left)
+                if take <= 0:
+                    continue
             chunk_ids[count] = i
             takes[count] = take
             count += 1
@@ -246,9 +309,32 @@ def prefill_chunks(q: Queues, tok: Tokens, lim: Limits, decode: np.ndarray, nd: 
 
 
 @jit
-def prefill_cost(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, count: int) -> "Prefill":
-    """Step 4: what the chunks cost the step's forward; a request's images
-    are encoded when its prefill starts."""
+def schedule(s: State, lim: Limits, vllm: bool, mixed_prefill: bool, decision: Decision) -> None:
+    """Steps 1-3 of one step, in the engine's order: ``vllm``, the running
+    requests' rounds first (those the token budget holds) and admission only
+    in a step that preempted none; else admission first. Without
+    ``mixed_prefill`` (SGLang) a step with prefill chunks runs no decodes."""
+    n = decision.counts
+    if vllm:
+        decode_batch(s, lim, decision)
+        n[DECODES] = in_budget(s.tokens, lim, decision.decode, n[DECODES])
+        n[ADMITTED] = 0 if n[PREEMPTED] > 0 else admit(
+            s, lim, True, budget_left(s.tokens, lim, decision.decode, n[DECODES]), decision.admitted)
+    else:
+        n[ADMITTED] = admit(s, lim, False, 0, decision.admitted)
+        decode_batch(s, lim, decision)
+    nd = n[DECODES] if mixed_prefill else 0
+    n[CHUNKS] = prefill_chunks(s, lim, decision.decode, nd, decision.chunk_ids, decision.takes)
+    if not mixed_prefill and n[CHUNKS] > 0:
+        n[DECODES] = 0
+
+
+@jit
+def prefill_cost(s: State, lim: Limits, chunk_ids: np.ndarray, takes: np.ndarray, count: int) -> "Prefill":
+    """Step 4: what the chunks cost the step's forward. The vision encoder
+    runs over the images a chunk reaches (under an encoder budget) or over a
+    request's images when its prefill starts (after any prefix-cache hit)."""
+    tok = s.tokens
     tokens = pairs = kv = vision = longest = 0
     for c in range(count):
         i, take = chunk_ids[c], takes[c]
@@ -257,15 +343,20 @@ def prefill_cost(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, count: i
         tokens += take
         kv += done + take
         pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
-        if done == tok.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)
+        if lim.encoder_budget > 0:
+            vision += images_reached(s.images, i, done, take)
+        elif done == tok.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)
             vision += tok.visual[i] - min(tok.hit[i], tok.visual[i])
     return Prefill(tokens, pairs, kv, count, vision, longest)
 
 
 @jit
-def complete_prefill(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, count: int, first: np.ndarray) -> int:
-    """After the step: the chunks are in the cache; those whose prefill
-    completed sampled their next token (written to ``first``; returns how many)."""
+def complete_prefill(s: State, lim: Limits, chunk_ids: np.ndarray, takes: np.ndarray, count: int,
+                     first: np.ndarray) -> int:
+    """After the step: the chunks are in the cache (a prefix whose blocks
+    are now computed becomes a cache entry); those whose prefill completed
+    sampled their next token (written to ``first``; returns how many)."""
+    tok = s.tokens
     done = 0
     for c in range(count):
         i = chunk_ids[c]
@@ -274,13 +365,19 @@ def complete_prefill(tok: Tokens, chunk_ids: np.ndarray, takes: np.ndarray, coun
             tok.emitted[i] += 1
             first[done] = i
             done += 1
+    if lim.prefix_caching:
+        for c in range(count):
+            i = chunk_ids[c]
+            if tok.shared[i] == 0:
+                tok.shared[i] = store(s.prefixes, i, tok.cache[i])
     return done
 
 
 @jit
-def retire(q: Queues, tok: Tokens, done: np.ndarray) -> int:
+def retire(s: State, done: np.ndarray) -> int:
     """The running requests that have emitted their output, removed
     (written to ``done`` in admission order; returns how many)."""
+    q, tok = s.queues, s.tokens
     count = kept = 0
     for j in range(q.counts[RUN_LEN]):
         i = q.running[j]
@@ -291,10 +388,12 @@ def retire(q: Queues, tok: Tokens, done: np.ndarray) -> int:
             q.running[kept] = i
             kept += 1
     q.counts[RUN_LEN] = kept
+    for c in range(count):
+        _release(s, done[c])
     return count
 
 
-
-__all__ = ["Prefill", "NO_PREFILL", "Queues", "Tokens", "Limits", "WAIT_HEAD", "WAIT_LEN", "RUN_LEN", "new_queues",
+__all__ = ["Prefill", "NO_PREFILL", "Queues", "Tokens", "State", "Limits", "Decision", "WAIT_HEAD", "WAIT_LEN",
+           "RUN_LEN", "ADMITTED", "DECODES", "PREEMPTED", "REQUEUED", "CHUNKS", "new_queues", "new_decision",
            "blocks", "arrive", "held", "kv_used", "admit", "preempt", "decode_batch", "in_budget", "budget_left",
-           "prefill_chunks", "prefill_cost", "complete_prefill", "retire"]
+           "prefill_chunks", "schedule", "prefill_cost", "complete_prefill", "retire"]

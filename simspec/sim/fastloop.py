@@ -4,24 +4,25 @@ Imports: numpy, simspec.compiled (numba), simspec.serving (its compiled
 rules), simspec.costs.base (the wake cost), simspec.sim.steps. No simpy:
 replica.py's process calls :func:`run` and yields to SimPy once a call.
 
-For the common configuration (no prefix caching, images encoded when their
-request's prefill starts; ``Replica.fast``) one call runs what the Python
-path of replica.py does once per event, event after event: the arrivals
-that reach the queue, admission, the KV reservation with preemption,
-prefill chunks, their price, the steps (:func:`steps.run_steps`), the
-first tokens of completed prefills, retirement, and the wake cost after
-an idle spell. It returns only where Python must act (``CALL_*``): a log
-buffer to flush, the random numbers' window to refill (at the points and
-sizes the Python path refills it, so the stream is the same), the
-progress callback, the run's end.
+One call runs event after event what replica.py's SimPy-process driver
+runs once per event: the arrivals that reach the queue, the step's
+scheduling (:func:`decide`: admission, the KV reservation with
+preemption, prefill chunks, as simspec.serving.queues.schedule decides
+them, prefix caching and the encoder budget included), its price, the
+steps (:func:`steps.run_steps`), the first tokens of completed prefills
+and retirement (:func:`finish`), and the wake cost after an idle spell.
+It returns only where Python must act (``CALL_*``): a log buffer to
+flush, the random numbers' window to refill (at the points and sizes the
+SimPy-process driver refills it, so the stream is the same), the progress
+callback, the run's end.
 
 Arrivals are not a SimPy process here: each request's queueing time is
-when the Python path's ``arrivals`` process would put it in the queue
+when the SimPy-process driver's ``arrivals`` process would put it in the queue
 (:func:`arrival_times`, from the frontend's ready times in order), and an
 arrival at the very time the replica resumes counts before the replica's
 decision exactly when SimPy would process it first: its timeout was
 scheduled first (``Loop.seq`` numbers what each process schedules, in the
-order SimPy runs them). So the fast path decides what the Python path
+order SimPy runs them). So the compiled loop decides what the SimPy-process driver
 decides, step for step (tests/test_fastloop.py compares them).
 """
 
@@ -34,9 +35,9 @@ import numpy as np
 from simspec.acceptance.model import Draws, Randoms, normals_per_round
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, WakeTerms, wake_split
-from simspec.serving.queues import (Limits, Queues, RUN_LEN, Tokens, WAIT_LEN, admit, arrive, budget_left,
-                                    complete_prefill, decode_batch, in_budget, kv_used, prefill_chunks, prefill_cost,
-                                    retire)
+from simspec.serving.queues import (ADMITTED, CHUNKS, DECODES, PREEMPTED, REQUEUED, RUN_LEN, WAIT_LEN, Decision,
+                                    Limits, State, arrive, complete_prefill, kv_used, new_decision, prefill_cost,
+                                    retire, schedule)
 from simspec.sim.steps import EngineTerms, Logs, PolicyCall, RequestState, run_steps
 
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one call of run_steps at most
@@ -80,26 +81,14 @@ def new_loop() -> Loop:
 
 
 class Pending(NamedTuple):
-    """The step decided and not yet run (a call may return before running it);
-    its counts are [1] int arrays updated in place, as Loop's."""
+    """The step decided and not yet run (a call may return before running
+    it); its counts are [1] int arrays updated in place, as Loop's."""
 
-    decode: np.ndarray  # [S] int decode batch (the first ``decodes``)
-    chunk_ids: np.ndarray  # [S] int prefill chunks' requests (the first ``chunks``)
-    takes: np.ndarray  # [S] int ... and tokens
+    decision: Decision  # its scheduling (simspec.serving.queues.schedule)
     decided: np.ndarray  # 1: a step is decided and not yet run
-    decodes: np.ndarray  # decode requests
-    chunks: np.ndarray  # prefill chunks
     max_steps: np.ndarray  # steps the log buffers hold for it (0: not yet known)
-
-
-class Scratch(NamedTuple):
-    """Per-decision lists, [S] int each."""
-
-    admitted: np.ndarray
-    preempted: np.ndarray
-    requeued: np.ndarray
-    first: np.ndarray
-    done: np.ndarray
+    first: np.ndarray  # [S] int requests whose prefill completed at its end
+    done: np.ndarray  # [S] int requests that finished at its end
 
 
 class Served(NamedTuple):
@@ -121,18 +110,13 @@ class Config(NamedTuple):
 
 
 def pending_for(max_num_seqs: int) -> Pending:
-    return Pending(decode=np.zeros(max_num_seqs, np.int64), chunk_ids=np.zeros(max_num_seqs, np.int64),
-                   takes=np.zeros(max_num_seqs, np.int64), decided=_count(), decodes=_count(), chunks=_count(),
-                   max_steps=_count())
-
-
-def scratch_for(max_num_seqs: int) -> Scratch:
-    return Scratch(*(np.zeros(max_num_seqs, np.int64) for _ in range(5)))
+    return Pending(decision=new_decision(max_num_seqs), decided=_count(), max_steps=_count(),
+                   first=np.zeros(max_num_seqs, np.int64), done=np.zeros(max_num_seqs, np.int64))
 
 
 @jit
 def arrival_times(ready_s: np.ndarray, order: np.ndarray):
-    """(queued_s, fresh) of Arrivals: the Python path's arrivals process
+    """(queued_s, fresh) of Arrivals: the SimPy-process driver's arrivals process
     waits ``ready - now`` whenever that is positive (SimPy's clock then
     reads ``now + (ready - now)``), else queues at once."""
     n = len(order)
@@ -149,7 +133,7 @@ def arrival_times(ready_s: np.ndarray, order: np.ndarray):
 
 
 @jit
-def _arrive_batch(queues: Queues, arrivals: Arrivals, loop: Loop, initial: bool) -> None:
+def _arrive_batch(queues, arrivals: Arrivals, loop: Loop, initial: bool) -> None:
     """One resume of the arrivals process: the request it waited for (none
     at its start), those due at once after it, then its next timeout."""
     n = len(arrivals.order)
@@ -166,38 +150,55 @@ def _arrive_batch(queues: Queues, arrivals: Arrivals, loop: Loop, initial: bool)
 
 
 @jit
-def _decide(queues: Queues, tokens: Tokens, config: Config, loop: Loop, pending: Pending, scratch: Scratch,
-            served: Served, state: RequestState) -> None:
-    """Steps 1-3 (replica.py's Python path, one event): admit, reserve KV
-    with preemption, choose the prefill chunks; the pending step."""
-    lim, decode = config.limits, pending.decode
-    if config.vllm:
-        nd, npre, nreq = decode_batch(queues, tokens, lim, decode, scratch.preempted, scratch.requeued)
-        nd = in_budget(tokens, lim, decode, nd)
-        nadm = 0 if npre > 0 else admit(queues, tokens, lim, True, budget_left(tokens, lim, decode, nd),
-                                        scratch.admitted)
-    else:
-        nadm = admit(queues, tokens, lim, False, 0, scratch.admitted)
-        nd, npre, nreq = decode_batch(queues, tokens, lim, decode, scratch.preempted, scratch.requeued)
-    now = loop.now_s[0]
-    for a in range(nadm):
-        i = scratch.admitted[a]
+def decide(sched: State, config: Config, now_s: float, pending: Pending, served: Served,
+           state: RequestState) -> None:
+    """Steps 1-3 (simspec.serving.queues.schedule) and what they mean for
+    the requests: admission times, the acceptance estimate's start,
+    preemption counts; the pending step."""
+    d = pending.decision
+    n = d.counts
+    schedule(sched, config.limits, config.vllm, config.mixed_prefill, d)
+    for a in range(n[ADMITTED]):
+        i = d.admitted[a]
         if np.isnan(served.admitted_s[i]):
-            served.admitted_s[i] = now
+            served.admitted_s[i] = now_s
             state.recent[i] = state.population[0]  # Estimate.start
-    for a in range(npre):
-        i = scratch.preempted[a]
+    for a in range(n[PREEMPTED]):
+        i = d.preempted[a]
         state.absorbed[i] = 0
         served.preemptions[i] += 1
-    for a in range(nreq):  # admitted, then sent back before any prefill: its queueing goes on
-        served.admitted_s[scratch.requeued[a]] = np.nan
-    if config.mixed_prefill:
-        nc = prefill_chunks(queues, tokens, lim, decode, nd, pending.chunk_ids, pending.takes)
-    else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
-        nc = prefill_chunks(queues, tokens, lim, decode, 0, pending.chunk_ids, pending.takes)
-        if nc > 0:
-            nd = 0
-    pending.decided[0], pending.decodes[0], pending.chunks[0], pending.max_steps[0] = 1, nd, nc, 0
+    for a in range(n[REQUEUED]):  # admitted, then sent back before any prefill: its queueing goes on
+        served.admitted_s[d.requeued[a]] = np.nan
+    pending.decided[0], pending.max_steps[0] = 1, 0
+
+
+@jit
+def step_prefill(sched: State, config: Config, pending: Pending):
+    """What the pending step's prefill chunks cost its forward."""
+    d = pending.decision
+    return prefill_cost(sched, config.limits, d.chunk_ids, d.takes, d.counts[CHUNKS])
+
+
+@jit
+def finish(sched: State, config: Config, terms: EngineTerms, pending: Pending, served: Served,
+           state: RequestState, logs: Logs, end_s: float) -> int:
+    """After the step ran, at ``end_s``: the chunks are in the cache; the
+    requests whose prefill completed sampled their first token (logged);
+    those done retire. Returns how many retired."""
+    d = pending.decision
+    nf = complete_prefill(sched, config.limits, d.chunk_ids, d.takes, d.counts[CHUNKS], pending.first)
+    for a in range(nf):
+        i = pending.first[a]
+        if terms.drafter_over_prefill:  # the drafter ran over the prompt with the target
+            state.absorbed[i] = state.context[i] - state.visual[i]
+        if np.isnan(served.first_token_s[i]):
+            served.first_token_s[i] = end_s
+    if nf > 0:
+        first_tokens(logs, pending.first, nf, end_s)
+    ndone = retire(sched, pending.done)
+    for a in range(ndone):
+        served.finish_s[pending.done[a]] = end_s
+    return ndone
 
 
 @jit
@@ -223,12 +224,12 @@ def first_tokens(logs: Logs, ids: np.ndarray, count: int, time_s: float) -> None
 
 
 @jit
-def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop: Loop, pending: Pending,
-        scratch: Scratch, served: Served, state: RequestState, draws: Draws, policy: PolicyCall, costs: CostTables,
-        terms: EngineTerms, wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
+def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: Pending, served: Served,
+        state: RequestState, draws: Draws, policy: PolicyCall, costs: CostTables, terms: EngineTerms,
+        wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
     """Run events until Python must act; returns why (``CALL_*``)."""
     n = len(arrivals.order)
-    lim = config.limits
+    queues, lim = sched.queues, config.limits
     if loop.seq[0] == 0:  # SimPy starts the arrivals process first: it queues what is ready at 0
         _arrive_batch(queues, arrivals, loop, True)
     while True:
@@ -243,8 +244,8 @@ def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop
                 loop.now_s[0] = arrivals.queued_s[loop.arrived[0]]
                 _arrive_batch(queues, arrivals, loop, False)
                 continue
-            _decide(queues, tokens, config, loop, pending, scratch, served, state)
-        nd, nc = pending.decodes[0], pending.chunks[0]
+            decide(sched, config, loop.now_s[0], pending, served, state)
+        nd, nc = pending.decision.counts[DECODES], pending.decision.counts[CHUNKS]
         if pending.max_steps[0] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
             batch, count = (nd + nc, 1) if nc > 0 else (nd, MAX_STEPS_PER_CALL)
             room, _ = log_room(logs, batch, count)
@@ -254,7 +255,7 @@ def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop
             loop.flushed[0] = 0
             pending.max_steps[0] = room
         max_steps = pending.max_steps[0]
-        need = normals_per_round(draws, nd, policy.depth) * max_steps  # as the Python path's window
+        need = normals_per_round(draws, nd, policy.depth) * max_steps  # as the SimPy-process driver's window
         if len(rand.normals) - rand.used[0] < need or len(rand.uniforms) - rand.used[1] < need:
             loop.need[0] = need
             return CALL_REFILL
@@ -262,7 +263,7 @@ def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop
 
         start = loop.now_s[0]
         stop_s = arrivals.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
-        kv_room = lim.kv_budget - kv_used(queues, tokens, lim)
+        kv_room = lim.kv_budget - kv_used(sched, lim)
         wake_s = loop.wake_owed_s[0]
         loop.wake_owed_s[0] = 0.0
         if not np.isnan(loop.idle_from_s[0]):
@@ -270,9 +271,9 @@ def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop
             wake_s = wake_s + first
             loop.wake_owed_s[0] = after
             loop.idle_from_s[0] = np.nan
-        prefill = prefill_cost(tokens, pending.chunk_ids, pending.takes, nc)
-        _, end = run_steps(pending.decode[:nd], state, draws, policy, costs, terms, prefill, wake_s, start, stop_s,
-                           max_steps, kv_room, rand, logs, loop.scheduled[0])
+        _, end = run_steps(pending.decision.decode[:nd], state, draws, policy, costs, terms,
+                           step_prefill(sched, config, pending), wake_s, start, stop_s, max_steps, kv_room, rand,
+                           logs, loop.scheduled[0])
         loop.scheduled[0] = nd + nc
 
         # SimPy resumes the replica at start + (end - start); arrivals
@@ -285,19 +286,7 @@ def run(queues: Queues, tokens: Tokens, config: Config, arrivals: Arrivals, loop
             _arrive_batch(queues, arrivals, loop, False)
         loop.now_s[0] = resume
 
-        nf = complete_prefill(tokens, pending.chunk_ids, pending.takes, nc, scratch.first)
-        for a in range(nf):
-            i = scratch.first[a]
-            if terms.drafter_over_prefill:  # the drafter ran over the prompt with the target
-                state.absorbed[i] = state.context[i] - state.visual[i]
-            if np.isnan(served.first_token_s[i]):
-                served.first_token_s[i] = end
-        if nf > 0:
-            first_tokens(logs, scratch.first, nf, end)
-        ndone = retire(queues, tokens, scratch.done)
-        for a in range(ndone):
-            served.finish_s[scratch.done[a]] = end
-        loop.finished[0] += ndone
+        loop.finished[0] += finish(sched, config, terms, pending, served, state, logs, end)
         if config.progress_every > 0 and \
                 loop.finished[0] // config.progress_every > loop.reported[0] // config.progress_every:
             loop.reported[0] = loop.finished[0]

@@ -2,7 +2,7 @@
 speculative decoding, as a SimPy discrete-event simulation.
 
 Imports: simpy (the only simpy importer in the package), numpy,
-simspec.types, .seeds, .acceptance, .costs, .policies, .scheduling, .sim.steps.
+simspec.types, .seeds, .acceptance, .costs, .policies, .serving, .sim.steps, .sim.fastloop.
 DESIGN.md "The serving model".
 
 Two processes: ``arrivals`` puts requests in the waiting queue at their
@@ -28,19 +28,22 @@ Steps 4-6 are compiled (sim/steps.py) and run several steps per SimPy
 event while nothing outside the decode batch can change. Simulated time is
 seconds.
 
-Two paths run this loop, with the same result to the last bit (a test
-compares them). The fast one, for the common configuration (no prefix
-caching, images encoded when their request's prefill starts: ``Replica.fast``),
-is one SimPy process, ``replica``, around the compiled serving loop
-(sim/fastloop.py): each call runs event after event (steps 1-6, completed
-prefills, finishes, the wake cost) and returns only where Python must act
-(a log buffer to flush, the random numbers to refill, progress, the end);
-the process then yields a timeout to the call's last event. Arrivals there
+Every decision is made once, by compiled functions: steps 1-3 by
+simspec.serving.queues.schedule (prefix caching and vLLM's encoder budget
+included) through sim/fastloop.py's ``decide``, the step by
+sim/steps.py, completed prefills and finishes by fastloop's ``finish``.
+Two drivers run them, with the same result to the last bit (a test
+compares them). The one ``simulate`` uses is one SimPy process,
+``replica``, around the compiled serving loop (fastloop.run): each call
+runs event after event and returns only where Python must act (a log
+buffer to flush, the random numbers to refill, progress, the end); the
+process then yields a timeout to the call's last event. Arrivals there
 are no process: the loop takes them from the frontend's ready times in
-order (``frontend_ready``), each queued when the Python path's ``arrivals``
-process would queue it. The Python path (prefix caching, vLLM's encoder
-budget with images) runs ``arrivals`` and ``replica`` as SimPy processes,
-one event per step decision, and the Scheduler's methods.
+order (``frontend_ready``), each queued when an ``arrivals`` process
+would queue it. The other (``_python``, for the test) runs ``arrivals``
+and ``replica`` as SimPy processes, one event per step, calling the same
+compiled functions: it checks that the compiled loop orders arrivals,
+steps and wake-ups as SimPy does.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from simspec.costs import CostModel
 from simspec.policies import Policy
 from simspec.serving.config import EngineConfig
 from simspec.serving.estimate import Estimate
+from simspec.serving.queues import CHUNKS, DECODES
 from simspec.serving.scheduler import Scheduler
 from simspec import seeds
 from simspec.logs import LogBuilder
@@ -157,10 +161,6 @@ class _LogBuffers:
             return flushed
         return room
 
-    def first_tokens(self, ids: np.ndarray, time_s: float) -> None:
-        """The tokens prefills sampled at the end of the last step (room was made for them)."""
-        fastloop.first_tokens(self.buffers, ids, len(ids), time_s)
-
     def flush(self) -> None:
         b = self.buffers
         c, r, s = int(b.chunks_logged[0]), int(b.rounds_logged[0]), int(b.steps_logged[0])
@@ -187,7 +187,7 @@ class Replica:
                  rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False):
         """``event_detail``: keep the log's per-chunk and per-round arrays
-        (simspec.logs.LogBuilder); ``_python`` forces the Python path
+        (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
         (tests compare the two)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
@@ -196,14 +196,12 @@ class Replica:
         context = DraftContext.parse(engine.drafter_context)
         visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
         images = [r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None
-        if images is not None and not _python and not any(images):
-            images = None  # no image to encode: the encoder budget never binds, the result is the same
         self.scheduler = Scheduler(
             context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
-            images=images,
+            images=images if images is not None and any(images) else None,  # no image: the budget never binds
             block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
@@ -232,22 +230,20 @@ class Replica:
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
                                 LogBuilder(np.array([r.id for r in requests], np.int64), event_detail=event_detail))
         sched.check_fits()
-        self.fast = not _python and sched.prefixes is None and sched.images is None
-        if self.fast:
-            self._fast_setup()
+        self.fast = not _python
+        self._setup()
 
-    def _fast_setup(self) -> None:
+    def _setup(self) -> None:
         """The compiled serving loop's state (sim/fastloop.py), sharing the Scheduler's arrays."""
         sched, n, engine = self.scheduler, len(self.requests), self.engine
         seqs = len(sched.queues.running)
-        every = max(1, n // 200) if self.progress is not None else 0
+        every = max(1, n // 200) if self.progress is not None and self.fast else 0
         self.config = fastloop.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
         order = np.asarray(self.order, dtype=np.int64)
         queued_s, fresh = fastloop.arrival_times(np.asarray(self.ready_s, dtype=float), order)
         self.arrival = fastloop.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
         self.loop = fastloop.new_loop()
         self.pending = fastloop.pending_for(seqs)
-        self.scratch = fastloop.scratch_for(seqs)
         self.served = fastloop.Served(self.admitted_s, self.first_token_s, self.finish_s, self.preemptions)
 
     # -- processes ---------------------------------------------------------
@@ -274,33 +270,12 @@ class Replica:
                 self.wake = self.env.event()
                 yield self.wake
                 continue
-            if self.engine.scheduler == "vllm":
-                decode, preempted, requeued = sched.decode_batch()
-                decode = sched.in_budget(decode)
-                admitted = [] if preempted else sched.admit(sched.budget_left(decode))
-            else:
-                admitted = sched.admit()
-                decode, preempted, requeued = sched.decode_batch()
-            for i in admitted:
-                if np.isnan(self.admitted_s[i]):
-                    self.admitted_s[i] = self.env.now
-                    self.estimate.start(i)
-            for i in preempted:
-                self.state.absorbed[i] = 0
-                self.preemptions[i] += 1
-            for i in requeued:  # admitted, then sent back before any prefill: its queueing goes on
-                self.admitted_s[i] = np.nan
-            if self.engine.mixed_prefill:
-                chunks = sched.prefill_chunks(decode)
-            else:  # SGLang: a prefill batch runs alone, the decodes wait for the next step
-                chunks = sched.prefill_chunks(decode[:0])
-                if chunks:
-                    decode = decode[:0]
+            fastloop.decide(sched.state, self.config, self.env.now, self.pending, self.served, self.state)
             start = self.env.now
-            end = self._run(decode, chunks, start)
+            end = self._run(start)
             yield self.env.timeout(end - start)
-            self._complete_prefill(chunks, end)
-            self._retire(end)
+            self.finished += fastloop.finish(sched.state, self.config, self.terms, self.pending, self.served,
+                                             self.state, self.logs.buffers, end)
             if self.progress is not None:
                 self.progress(self.finished)
 
@@ -310,9 +285,9 @@ class Replica:
         loop, why = self.loop, None
         while why != fastloop.CALL_DONE:
             window = self.rand.window(int(loop.need[0]) if why == fastloop.CALL_REFILL else 0)
-            why = fastloop.run(self.scheduler.queues, self.scheduler.tokens, self.config, self.arrival, loop,
-                               self.pending, self.scratch, self.served, self.state, self.acceptance, self.call,
-                               self.tables, self.terms, self.costs.wake, window, self.logs.buffers)
+            why = fastloop.run(self.scheduler.state, self.config, self.arrival, loop, self.pending, self.served,
+                               self.state, self.acceptance, self.call, self.tables, self.terms, self.costs.wake,
+                               window, self.logs.buffers)
             self.rand.consume(window)
             self.finished = int(loop.finished[0])
             if loop.now_s[0] > self.env.now:
@@ -325,12 +300,14 @@ class Replica:
             self.progress(self.finished)
 
     # -- steps -------------------------------------------------------------
-    def _run(self, decode: np.ndarray, chunks: list[tuple[int, int]], start_s: float) -> float:
-        """Run steps (just one if it carries prefill) until something
-        outside the batch could change it: a finish, the next arrival, a
-        short KV cache. Returns the end time of the last step."""
-        b = len(decode)
-        max_steps = self.logs.room_for(b + len(chunks), 1) if chunks else self.logs.room_for(b, MAX_STEPS_PER_CALL)
+    def _run(self, start_s: float) -> float:
+        """Run the decided step, and more like it (just one if it carries
+        prefill) until something outside the batch could change it: a
+        finish, the next arrival, a short KV cache. Returns the end time of
+        the last step."""
+        counts = self.pending.decision.counts
+        b, chunks = int(counts[DECODES]), int(counts[CHUNKS])
+        max_steps = self.logs.room_for(b + chunks, 1) if chunks else self.logs.room_for(b, MAX_STEPS_PER_CALL)
         stop_s = self.ready_s[self.order[self.arrived]] if self.arrived < len(self.requests) else np.inf
         kv_room = self.scheduler.kv_budget - self.scheduler.kv_used()
         randoms = self.rand.window(normals_per_round(self.acceptance, b, self.call.depth) * max_steps)
@@ -339,28 +316,13 @@ class Replica:
             first, after = self.costs.wake_split_s(start_s - self.idle_from)
             wake, self.wake_owed = wake + float(first), float(after)
             self.idle_from = None
-        _, end = steps.run_steps(decode, self.state, self.acceptance, self.call, self.tables, self.terms,
-                                 self.scheduler.prefill(chunks), wake, start_s, stop_s, max_steps, kv_room, randoms,
-                                 self.logs.buffers, self.scheduled)
+        prefill = fastloop.step_prefill(self.scheduler.state, self.config, self.pending)
+        _, end = steps.run_steps(self.pending.decision.decode[:b], self.state, self.acceptance, self.call,
+                                 self.tables, self.terms, prefill, wake, start_s, stop_s, max_steps, kv_room,
+                                 randoms, self.logs.buffers, self.scheduled)
         self.rand.consume(randoms)
-        self.scheduled = b + len(chunks)
+        self.scheduled = b + chunks
         return end
-
-    def _complete_prefill(self, chunks: list[tuple[int, int]], end_s: float) -> None:
-        first = self.scheduler.complete_prefill(chunks)
-        if first:
-            ids = np.array(first, dtype=np.int64)
-            if self.engine.drafter_over_prefill:  # the drafter ran over the prompt with the target
-                self.state.absorbed[ids] = self.state.context[ids] - self.state.visual[ids]
-            new = np.isnan(self.first_token_s[ids])
-            self.first_token_s[ids[new]] = end_s
-            self.logs.first_tokens(ids, end_s)
-
-    def _retire(self, end_s: float) -> None:
-        done = self.scheduler.retire()
-        if done:
-            self.finish_s[done] = end_s
-            self.finished += len(done)
 
     # -- results -----------------------------------------------------------
     def run_log(self, label: str) -> RunLog:
@@ -388,7 +350,7 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     seed share request difficulties, and the same seed gives the same log,
     byte for byte. Requests must be sorted by arrival. ``event_detail``
     False leaves the log's per-chunk and per-round arrays out (None; the
-    rest of the log is the same). ``_python`` forces the Python path
+    rest of the log is the same). ``_python`` runs the SimPy-process driver
     (module docstring; tests compare the two paths).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
