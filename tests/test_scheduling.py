@@ -124,42 +124,106 @@ def _step_index(starts: np.ndarray, times: np.ndarray, side: str) -> list[int]:
     return (np.searchsorted(starts, times, side=side) - 1).tolist()
 
 
-def test_the_simulator_and_the_live_engine_make_the_same_scheduling_decisions():
-    """One event sequence (nine requests at t=0, AR, three running at most,
-    a 40-token budget that chunks every prompt) through both engines: the
-    same decode batch every step, and every request admitted, given its
-    first token and finished in the same step."""
+def _serve_both(requests, examples, *, live_config, engine):
+    """The live engine's log and outputs, and the simulator's log, for one
+    event sequence (every request at t=0, AR)."""
     torch = pytest.importorskip("torch")
 
     from simspec import costs, policies
     from simspec.acceptance import AcceptanceModel
-    from simspec.live import LiveConfig, LiveEngine
-    from simspec.live.engine import MAX_LEN
+    from simspec.live import LiveEngine
     from simspec.models.drafter import Drafter, DrafterConfig
-    from simspec.models.task import generate
     from simspec.models.train import load_target
-    from simspec.sim import EngineConfig, simulate
-    from simspec.types import Request
+    from simspec.sim import simulate
 
     torch.set_num_threads(1)
     target, _, _ = load_target(REPO / "checkpoints" / "target")
     drafter = Drafter(DrafterConfig(), target).eval()
-    examples = generate(5, 9)
-    requests = [Request(id=i, arrival_s=0.0, prompt_tokens=len(e.prompt_ids), image_tokens=(16,),
-                        output_tokens=3 + 2 * i) for i, e in enumerate(examples)]
     ticks = iter(range(1, 10**9))
-    live = LiveEngine(target, drafter, policies.parse("ar"), costs.affine(1.0, 0.05),
-                      LiveConfig(max_num_seqs=3, max_num_batched_tokens=40)).serve(
-        requests, examples, realtime=False, clock=lambda: next(ticks) * 1e-6).log
-    engine = EngineConfig(max_num_seqs=3, max_num_batched_tokens=40, kv_cache_tokens=3 * MAX_LEN)
+    live = LiveEngine(target, drafter, policies.parse("ar"), costs.affine(1.0, 0.05), live_config).serve(
+        requests, examples, realtime=False, clock=lambda: next(ticks) * 1e-6)
     sim = simulate(requests, policy=policies.parse("ar"), costs=costs.constant(10.0),
-                   acceptance=AcceptanceModel.iid(0.5), engine=engine, kv_budget_tokens=3 * MAX_LEN, seed=0)
+                   acceptance=AcceptanceModel.iid(0.5), engine=engine, kv_budget_tokens=engine.kv_cache_tokens, seed=0)
+    return live, sim
+
+
+def _same_decisions(live, sim) -> None:
+    """The same decode batch every step, and every request admitted, given
+    its first token and finished in the same step."""
     assert live.step_batch.tolist() == sim.step_batch.tolist()
     for name, side in (("admitted_s", "right"), ("first_token_s", "left"), ("finish_s", "left")):
         got = [_step_index(log.step_start_s, np.array([getattr(r, name) for r in log.requests]), side)
                for log in (live, sim)]
         assert got[0] == got[1], name
     assert len(set(_step_index(sim.step_start_s, np.array([r.first_token_s for r in sim.requests]), "left"))) > 3
+
+
+def test_the_simulator_and_the_live_engine_make_the_same_scheduling_decisions():
+    """Nine requests at t=0, AR, three running at most, a 40-token budget
+    that chunks every prompt, through both engines."""
+    pytest.importorskip("torch")
+    from simspec.live import LiveConfig
+    from simspec.live.engine import MAX_LEN
+    from simspec.models.task import generate
+    from simspec.sim import EngineConfig
+    from simspec.types import Request
+
+    examples = generate(5, 9)
+    requests = [Request(id=i, arrival_s=0.0, prompt_tokens=len(e.prompt_ids), image_tokens=(16,),
+                        output_tokens=3 + 2 * i) for i, e in enumerate(examples)]
+    live, sim = _serve_both(requests, examples, live_config=LiveConfig(max_num_seqs=3, max_num_batched_tokens=40),
+                            engine=EngineConfig(max_num_seqs=3, max_num_batched_tokens=40, kv_cache_tokens=3 * MAX_LEN))
+    _same_decisions(live.log, sim)
+
+
+def test_the_simulator_and_the_live_engine_decide_alike_with_prefix_caching_and_the_encoder_budget():
+    """Nine requests over three distinct examples (a 16-token image and a
+    prompt of 6, 5 and 5 text tokens; each example's requests share its
+    image and first four text tokens as a prefix), KV blocks of 4 tokens,
+    and a 46-token budget: the first step's chunks take requests 0 and 1
+    whole (22 + 21 tokens, two images) and would start request 2 with 3
+    tokens, but vLLM's encoder budget (max(46, 16) = 46 visual tokens, 14
+    left) cannot take its image, so it waits. Both engines make the same
+    decisions; the live engine, its prefix KV copied from the cache, still
+    emits the target's greedy tokens."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from simspec.live import LiveConfig
+    from simspec.live.engine import MAX_LEN
+    from simspec.models.task import generate
+    from simspec.sim import EngineConfig, simulate
+    from simspec import costs, policies
+    from simspec.acceptance import AcceptanceModel
+    from simspec.types import Request
+
+    distinct = generate(5, 9)[3:6]
+    assert [len(e.prompt_ids) for e in distinct] == [6, 5, 5]
+    examples = [distinct[i % 3] for i in range(9)]
+    requests = [Request(id=i, arrival_s=0.0, prompt_tokens=len(e.prompt_ids), image_tokens=(16,),
+                        output_tokens=3 + 2 * i, prefix_id=i % 3, prefix_tokens=16 + 4) for i, e in enumerate(examples)]
+    vllm_rules = dict(prefix_caching=True, block_size=4, encoder_budget="vllm")
+    config = LiveConfig(max_num_seqs=3, max_num_batched_tokens=46, **vllm_rules)
+    engine = EngineConfig(max_num_seqs=3, max_num_batched_tokens=46, kv_cache_tokens=3 * MAX_LEN, **vllm_rules)
+    live, sim = _serve_both(requests, examples, live_config=config, engine=engine)
+    _same_decisions(live.log, sim)
+    assert live.log.table.cached_tokens.tolist() == sim.table.cached_tokens.tolist()
+    assert (sim.table.cached_tokens[3:] == 20).all()  # the last six hit their example's prefix: 5 blocks of 4
+    first = live.steps[0]
+    assert (first.prefill_tokens, first.vision_tokens, first.prefill_requests) == (43, 32, 2)  # request 2 waits
+    hits = [step.prefill_tokens for step in live.steps if step.prefill_requests == 1 and step.vision_tokens == 0]
+    assert hits and max(hits) <= 2  # a hit leaves 1-2 text tokens of the 21-22 to compute
+    # Each rule changes what the steps run (priced by their tokens, the
+    # steps' durations show it), so the case tests both.
+    def priced(engine):
+        return simulate(requests, policy=policies.parse("ar"), costs=costs.affine(1.0, 0.05),
+                        acceptance=AcceptanceModel.iid(0.5), engine=engine, kv_budget_tokens=engine.kv_cache_tokens,
+                        seed=0).step_duration_s.tolist()
+    for off in (dict(prefix_caching=False), dict(encoder_budget="none")):
+        assert priced(replace(engine, **off)) != priced(engine), off
+    plain, _ = _serve_both(requests, examples, live_config=LiveConfig(max_num_seqs=3, max_num_batched_tokens=46),
+                           engine=replace(engine, prefix_caching=False, encoder_budget="none"))
+    assert live.outputs == plain.outputs
 
 
 def test_vllm_caps_decode_rounds_by_the_token_budget():
@@ -295,3 +359,25 @@ def test_a_cached_image_is_not_encoded_again():
     s.admit()
     work = run_prefill(s)
     assert s.cached_tokens[1] == 64 and (work.tokens, work.vision_tokens) == (26, 0)
+
+
+def test_the_live_engine_refuses_a_prefix_id_on_different_content():
+    """Two requests named as sharing a prefix, with different images: the
+    second's hit would read the first's KV, so the engine refuses it."""
+    torch = pytest.importorskip("torch")
+    from simspec import costs, policies
+    from simspec.live import LiveConfig, LiveEngine
+    from simspec.models.drafter import Drafter, DrafterConfig
+    from simspec.models.task import generate
+    from simspec.models.train import load_target
+    from simspec.types import Request
+
+    torch.set_num_threads(1)
+    target, _, _ = load_target(REPO / "checkpoints" / "target")
+    examples = generate(5, 2)
+    requests = [Request(id=i, arrival_s=0.0, prompt_tokens=len(e.prompt_ids), image_tokens=(16,), output_tokens=2,
+                        prefix_id=0, prefix_tokens=16) for i, e in enumerate(examples)]
+    engine = LiveEngine(target, Drafter(DrafterConfig(), target).eval(), policies.parse("ar"), costs.affine(1.0, 0.05),
+                        LiveConfig(max_num_seqs=1, prefix_caching=True))
+    with pytest.raises(ValueError, match="request 1 shares prefix 0 with request 0, but their first 16 tokens differ"):
+        engine.serve(requests, examples, realtime=False)

@@ -43,6 +43,7 @@ from simspec.acceptance.context import DraftContext
 from simspec.costs import CostModel
 from simspec.live.config import LiveConfig
 from simspec.live.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
+from simspec.live.prefixes import PrefixStore
 from simspec.live.records import LiveResult, StepRecord, run_log
 from simspec.live.timing import AcceptanceReplay
 from simspec.models.drafter import Drafter
@@ -199,7 +200,12 @@ class LiveEngine:
             visual=np.array([r.visual_tokens for r in requests], dtype=np.int64),
             output=np.array([r.output_tokens for r in requests], dtype=np.int64),
             max_num_seqs=self.config.max_num_seqs, max_num_batched_tokens=self.config.max_num_batched_tokens,
-            kv_budget_tokens=self.config.max_num_seqs * MAX_LEN, reserve_tokens=self.policy.max_depth + 1)
+            kv_budget_tokens=self.config.max_num_seqs * MAX_LEN, reserve_tokens=self.policy.max_depth + 1,
+            images=[r.image_tokens for r in requests] if self.config.encoder_budget == "vllm" else None,
+            block_size=self.config.block_size,
+            prefixes=(np.array([r.prefix_id for r in requests], np.int64),
+                      np.array([r.prefix_tokens for r in requests], np.int64)) if self.config.prefix_caching else None)
+        self.prefixes = PrefixStore(self.config.block_size, self.n_visual)
         start = clock()
         run = _Run(requests=requests, scheduler=scheduler, estimate=Estimate(n, self.config.prior_top1),
                    seqs=[_Seq(index=i, request=r, example=e, prompt=list(e.prompt_ids))
@@ -231,16 +237,21 @@ class LiveEngine:
                 while run.arrived < n and run.now() < run.requests[run.arrived].arrival_s:
                     pass
                 continue
-            for i in sched.admit():
+            admitted, decode, preempted, requeued, chunks = sched.schedule()  # the simulator's decisions
+            # Each request fits its slot and the budget holds every slot: nothing is ever sent back.
+            require(not preempted and not requeued, "the live engine's KV slots never preempt")
+            for i in admitted:
                 seq = run.seqs[i]
                 seq.slot = self.free_slots.pop()
+                if sched.hit[i]:  # a prefix-cache hit: its KV, hidden states and image come from the cache
+                    hidden, seq.visual_embeds = self.prefixes.restore(
+                        seq.request, seq.example.image, seq.prompt, int(sched.hit[i]),
+                        [k[seq.slot] for k in self.k_cache], [v[seq.slot] for v in self.v_cache])
+                    seq.prefill_hidden = [hidden]
                 run.estimate.start(i)
                 if self.replay is not None:
                     seq.replay = self.replay.admit(seq.request.visual_tokens)
                 run.admitted_s[i] = t
-            decode, preempted, _ = sched.decode_batch()
-            require(not preempted, "the live engine's KV slots never preempt")  # each request fits its slot
-            chunks = sched.prefill_chunks(decode)
             work, outcomes = self.step(run, [run.seqs[i] for i in decode], [(run.seqs[i], take) for i, take in chunks])
             end = run.now()
             idle = t - run.idle_from if run.idle_from is not None else 0.0
@@ -269,7 +280,7 @@ class LiveEngine:
         clock = time.perf_counter
         t_start = clock()
         prefill = run.scheduler.prefill([(s.index, take) for s, take in chunks])
-        self._encode_images([s for s, _ in chunks if run.scheduler.cache[s.index] == 0])
+        self._encode_images([s for s, take in chunks if run.scheduler.images_reached(s.index, take)])
         t_draft = clock()
         drafted = self._draft(run, decode, prefill)
         t_verify = clock()
@@ -281,7 +292,8 @@ class LiveEngine:
         return replace(work, draft_s=t_verify - t_draft, target_s=(t_draft - t_start) + (t_end - t_verify)), outcomes
 
     def _encode_images(self, starting: list[_Seq]) -> None:
-        """The vision encoder over every image starting prefill, in one batch."""
+        """The vision encoder over every image a chunk reaches (simspec.serving: its prefill's start, or
+        under the encoder budget the chunk that reaches it), in one batch."""
         if starting:
             images = torch.from_numpy(np.stack([s.example.image for s in starting])).to(self.device)
             for s, e in zip(starting, self.target.encode_image(images)):
@@ -405,6 +417,9 @@ class LiveEngine:
             done = int(sched.cache[s.index])
             self._commit(s, done, out, row, list(range(take)))
             s.prefill_hidden.append(out.hidden[row, :take])
+            if self.config.prefix_caching:
+                self.prefixes.save(s.request, s.example.image, s.prompt, done + take, s.prefill_hidden, s.visual_embeds,
+                                   [k[s.slot] for k in self.k_cache], [v[s.slot] for v in self.v_cache])
             if done + take < sched.target[s.index]:
                 continue
             hidden = torch.cat(s.prefill_hidden, 0)  # [P, C]

@@ -73,5 +73,5 @@ def run_log(label: str, run, notes: tuple[str, ...]) -> RunLog:
                                np.int64),
         images=np.array([r.images for r in requests], np.int64),
         visual_tokens=np.array([r.visual_tokens for r in requests], np.int64),
-        preemptions=np.zeros(len(requests), np.int64), cached_tokens=np.zeros(len(requests), np.int64))
+        preemptions=np.zeros(len(requests), np.int64), cached_tokens=run.scheduler.cached_tokens.copy())
     return builder.finish(policy=label, table=table, complete=bool(np.isfinite(run.finish_s).all()), notes=notes)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 GIB = 1024**3
 MAX_NUM_SEQS = 65536  # running requests per replica at most (vLLM's default is 256)
 MAX_BATCHED_TOKENS = 1 << 24  # tokens per step at most
+MAX_BLOCK_SIZE = 1024  # tokens per KV cache block at most
 MAX_KV_TOKENS = 1 << 40
 ENGINE_KINDS = ("simspec", "vllm", "sglang")  # simspec.engines.KINDS
 GRAPH_MODES = ("none", "piecewise", "full_and_piecewise")
@@ -108,7 +109,8 @@ class EngineConfig:
         for name in ("frontend_s_per_request", "frontend_s_per_text_token", "frontend_s_per_image"):
             value = getattr(self, name)
             require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
-        require(1 <= self.block_size <= 1024, f"block_size must be in 1..1024 (got {self.block_size})")
+        require(1 <= self.block_size <= MAX_BLOCK_SIZE,
+                f"block_size must be in 1..{MAX_BLOCK_SIZE} (got {self.block_size})")
         require(0 <= self.drafter_kv_layers <= 16, f"drafter_kv_layers must be in 0..16 (got {self.drafter_kv_layers})")
         require(self.cudagraph_buckets in ("tokens", "batch"),
                 f"cudagraph_buckets must be one of tokens, batch (got {self.cudagraph_buckets!r})")
@@ -166,5 +168,5 @@ class EngineConfig:
         return self.max_num_batched_tokens * per_token + logits + NON_TORCH_GIB * GIB + graphs
 
 
-__all__ = ["EngineConfig", "GIB", "MAX_NUM_SEQS", "MAX_BATCHED_TOKENS", "MAX_KV_TOKENS", "ENGINE_KINDS",
+__all__ = ["EngineConfig", "GIB", "MAX_NUM_SEQS", "MAX_BATCHED_TOKENS", "MAX_BLOCK_SIZE", "MAX_KV_TOKENS", "ENGINE_KINDS",
            "GRAPH_MODES", "MEMORY_MODELS"]
