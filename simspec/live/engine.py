@@ -44,7 +44,7 @@ from simspec.costs import CostModel
 from simspec.live.config import LiveConfig
 from simspec.live.drafting import DraftCache, Drafting, Node, RowNode, plan_rows, select_kept, walk
 from simspec.live.prefixes import PrefixStore
-from simspec.live.records import LiveResult, StepRecord, run_log
+from simspec.live.records import LiveResult, StepRecord, acceptance_trace, run_log
 from simspec.live.timing import AcceptanceReplay
 from simspec.models.drafter import Drafter
 from simspec.models.task import Example
@@ -55,7 +55,6 @@ from simspec.serving.queues import Prefill
 from simspec.serving.scheduler import Scheduler
 from simspec.types import PLAN_KINDS, AcceptanceTrace, Request, require
 
-TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
 MAX_LEN = 2 * 1024  # tokens of one request's KV cache slot
 
 
@@ -457,8 +456,8 @@ class LiveEngine:
             deepest = max((nd.depth for nd in nodes), default=0)
             run.estimate.after_round(s.index, len(nodes), accepted, deepest)
             if nodes:
-                run.traces.append(self._trace(s, drafted.chains[i], int(drafted.known[i]), new_tokens, accepted,
-                                              first_index, int(sched.cache[s.index])))
+                run.traces.append(acceptance_trace(s.request.id, s.draft, drafted.chains[i], int(drafted.known[i]),
+                                                   new_tokens, accepted, first_index, int(sched.cache[s.index])))
             outcomes.append(_Outcome(seq=s, emitted=emit, drafted=len(nodes), accepted=accepted, depth=deepest))
         return outcomes
 
@@ -521,27 +520,3 @@ class LiveEngine:
             prefill_attn_pairs=prefill.attn_pairs, prefill_kv_tokens=prefill.kv_tokens,
             prefill_requests=prefill.requests, prefill_max_context=prefill.max_context,
             vision_tokens=prefill.vision_tokens, costs=self.costs)
-
-    @staticmethod
-    def _trace(s: _Seq, chain: list[Node], known: int, new_tokens: list[int], accepted: int, first_index: int,
-               context: int) -> AcceptanceTrace:
-        """The target token's rank among the candidates the drafter proposed
-        along its rank-1 chain (0: not among the top TRACE_RANKS), depth by
-        depth while the chain is the target's path and the target's token is
-        known, with the drafter's confidences at each depth."""
-        ranks, confs = [], []
-        for d in range(known):
-            if d > accepted:  # the target's token at this depth was never computed
-                break
-            cands, conf = (s.draft.cand, s.draft.conf) if d == 0 else (chain[d - 1].cand, chain[d - 1].conf)
-            if cands is None:
-                break
-            truth = new_tokens[d]
-            top = cands[:TRACE_RANKS]
-            rank = top.index(truth) + 1 if truth in top else 0
-            ranks.append(rank)
-            confs.append(tuple(round(float(c), 5) for c in conf[:TRACE_RANKS]))
-            if rank != 1:
-                break
-        return AcceptanceTrace(request=s.request.id, output_index=first_index, context=context, ranks=tuple(ranks),
-                               conf=tuple(confs))

@@ -1,6 +1,6 @@
 """What a live run records: each step's shape and time, and the run's log.
 
-Imports: numpy and simspec.types.
+Imports: numpy, simspec.logs, simspec.types.
 """
 
 from __future__ import annotations
@@ -11,6 +11,34 @@ import numpy as np
 
 from simspec.logs import LogBuilder
 from simspec.types import AcceptanceTrace, RequestTable, RunLog
+
+TRACE_RANKS = 8  # candidate ranks recorded per depth in acceptance traces
+
+
+def acceptance_trace(request: int, first: object, chain: list, known: int, new_tokens: list[int], accepted: int,
+                     first_index: int, context: int) -> AcceptanceTrace:
+    """One round's trace: the target token's rank among the candidates the
+    drafter proposed along its rank-1 chain (0: not among the top
+    TRACE_RANKS), depth by depth while the chain is the target's path and
+    the target's token is known, with the drafter's confidences at each
+    depth. ``first`` holds the first level's candidates and confidences
+    (``cand``, ``conf``), ``chain`` the deeper levels' nodes."""
+    ranks, confs = [], []
+    for d in range(known):
+        if d > accepted:  # the target's token at this depth was never computed
+            break
+        cands, conf = (first.cand, first.conf) if d == 0 else (chain[d - 1].cand, chain[d - 1].conf)
+        if cands is None:
+            break
+        truth = new_tokens[d]
+        top = cands[:TRACE_RANKS]
+        rank = top.index(truth) + 1 if truth in top else 0
+        ranks.append(rank)
+        confs.append(tuple(round(float(c), 5) for c in conf[:TRACE_RANKS]))
+        if rank != 1:
+            break
+    return AcceptanceTrace(request=request, output_index=first_index, context=context, ranks=tuple(ranks),
+                           conf=tuple(confs))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

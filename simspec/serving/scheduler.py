@@ -113,6 +113,11 @@ class Scheduler:
     def arrive(self, i: int) -> None:
         rules.arrive(self.queues, i)
 
+    def held(self, ids: np.ndarray) -> np.ndarray:
+        """KV tokens each request holds or will once prefilled, in whole
+        blocks, besides the shared prefix blocks it uses (:func:`~simspec.serving.queues.held`)."""
+        return np.array([rules.held(self.tokens, self.limits, int(i)) for i in ids], np.int64)
+
     def kv_used(self) -> int:
         """KV tokens the running requests hold, in whole blocks, and the cached prefixes they share."""
         return int(rules.kv_used(self.state, self.limits))
