@@ -181,25 +181,28 @@ def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, now:
     """The best rate of drafting ``members`` on from level ``d`` to some
     depth in d+1..depth (their undrafted tokens valued path x alpha^j), on
     top of the plan so far (``now``, ``gain``, ``n``, ``pairs``); ``trial``
-    is scratch."""
+    is scratch. Each depth's plan is the one before it and one level more
+    for the members whose output has room for it."""
     b = len(batch.context_tokens)
     best = 0.0
-    for top in range(d + 1, depth + 1):
-        _copy_into(now, trial)
-        extra_gain, extra_n, extra_pairs = 0.0, 0, 0
+    _copy_into(now, trial)
+    future = path.copy()
+    if d == 0:
         for i in range(b):
-            if not members[i]:
-                continue
-            if d == 0:
+            if members[i]:
                 _start(batch, trial, i)
-            last = min(top, batch.remaining_tokens[i] - 1)
-            future = path[i]
-            for j in range(d, last):
-                _add_rows(costs, trial, j, 1)
-                future *= alpha[i]
-                extra_gain += future
-            extra_n += last - d
-            extra_pairs += (last - d) * batch.context_tokens[i]
+    extra_gain, extra_n, extra_pairs = 0.0, 0, 0
+    for top in range(d + 1, depth + 1):
+        rows = 0
+        for i in range(b):
+            if members[i] and top < batch.remaining_tokens[i]:  # level top - 1 is within its output
+                future[i] *= alpha[i]
+                extra_gain += future[i]
+                extra_pairs += batch.context_tokens[i]
+                rows += 1
+        if rows > 0:
+            _add_rows(costs, trial, top - 1, rows)
+        extra_n += rows
         best = max(best, _plan_rate(costs, p, v, trial, b, gain + extra_gain, n + extra_n, pairs + extra_pairs))
     return best
 
