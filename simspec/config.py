@@ -208,7 +208,8 @@ class Flag:
 
 
 FLAGS = (
-    Flag("--model", ("model",), str, f"model spec: {', '.join(MODELS)}"),
+    Flag("--model", ("model",), str, f"model: a catalog name ({', '.join(MODELS)}) or a Hugging Face "
+                                          f"config.json (the file or its folder; docs/models.md)"),
     Flag("--device", ("device",), str, f"GPU: {', '.join(GPUS)}"),
     Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
     Flag("--drafter", ("drafter",), str, "what drafts, as priced: eagle1 (EAGLE-1/2, the target's LM head), eagle3 "

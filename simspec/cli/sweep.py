@@ -103,7 +103,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cv", action="append", metavar="CV,...", help="axis: inter-arrival CV (gamma arrivals)")
     p.add_argument("--burstiness", action="append", metavar="B,...", help="axis: Gamma shape (CV = 1/sqrt)")
     p.add_argument("--multimodal-share", action="append", metavar="S,...", help="axis: share of requests with images")
-    p.add_argument("--model", action="append", metavar="NAME,...", help=f"axis: models ({', '.join(costs.MODELS)})")
+    p.add_argument("--model", action="append", metavar="NAME,...", help=f"axis: models (catalog names, {', '.join(costs.MODELS)}, or config.json paths)")
     p.add_argument("--device", action="append", metavar="GPU,...", help=f"axis: devices ({', '.join(costs.GPUS)})")
     p.add_argument("--acceptance", action="append", metavar="PRESET,...", help="axis: acceptance presets or iid:P")
     p.add_argument("--cost-model", action="append", metavar="SPEC",

@@ -32,7 +32,8 @@ from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
 from simspec.costs import specs
 from simspec.costs.roofline import roofline
-from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec, model_spec
+from simspec.costs.hfconfig import model_spec
+from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec
 from simspec.files import write_bytes
 from simspec.types import InputError
 

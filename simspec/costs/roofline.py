@@ -247,7 +247,7 @@ def attention_prior(model: ModelSpec, gpu: GpuSpec, fixed: dict[str, AttentionFi
     ``fixed`` costs, every layer (other ``fixed`` and efficiency: to refit them)."""
     require(gpu.sms > 0, f"device {gpu.slug}: the roofline prior's attention needs the GPU's SM count (got {gpu.sms})")
     kv_s = model.kv_bytes_per_token / (gpu.hbm_bytes_per_s * bandwidth_efficiency)
-    pair_s = 4.0 * model.layers * model.hidden / (gpu.bf16_flops * ATTENTION_EFFICIENCY)  # QK^T and PV: 2 x 2 flops
+    pair_s = 4.0 * model.layers * model.q_dim / (gpu.bf16_flops * ATTENTION_EFFICIENCY)  # QK^T and PV: 2 x 2 flops
 
     def row(kind: AttentionFixed) -> np.ndarray:
         return attention_row(kv_s=kv_s, pair_s=pair_s, floor_s=model.layers * kind.floor_s,

@@ -40,6 +40,10 @@ class ModelSpec:
     # lookup: no weights) or "draft-model:NAME" (a separate draft model,
     # NAME one of MODELS, run as its own decoder layers and LM head).
     drafter: str = "eagle1"
+    # Attention heads' width where the config gives it apart from hidden /
+    # heads (Qwen3, Llama-3.2-1B...; 0: hidden // heads).
+    explicit_head_dim: int = 0
+    tied_embeddings: bool = False  # the LM head is the embedding matrix (held once)
 
     def __post_init__(self):
         check_drafter(self.drafter)
@@ -56,7 +60,12 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.explicit_head_dim or self.hidden // self.heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the queries (and of the attention output): heads x head_dim."""
+        return self.heads * self.head_dim
 
     @property
     def multimodal(self) -> bool:
@@ -66,7 +75,7 @@ class ModelSpec:
     def layer_params(self) -> int:
         """Weights of one decoder layer (attention projections + gated MLP)."""
         kv = self.kv_heads * self.head_dim
-        return self.hidden * (2 * self.hidden + 2 * kv) + 3 * self.hidden * self.mlp_hidden
+        return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * self.mlp_hidden
 
     @property
     def lm_head_params(self) -> int:
@@ -125,7 +134,7 @@ class ModelSpec:
     def weight_bytes(self) -> int:
         total = (
             self.layers * self.layer_params
-            + 2 * self.lm_head_params  # embeddings + LM head
+            + (1 if self.tied_embeddings else 2) * self.lm_head_params  # embeddings + LM head
             + self.vision_params
         )
         draft_bytes = self.draft_model.dtype_bytes if self.draft_model is not None else self.dtype_bytes
@@ -269,8 +278,11 @@ def _lookup(table: dict, key: str, field: str):
 
 
 def model_spec(name: str, drafter: str | None = None) -> ModelSpec:
-    """The spec named ``name`` (any case), with ``drafter`` as its draft head where given."""
-    spec = _lookup(MODELS, name, "model")
+    """The catalog's spec named ``name`` (any case), with ``drafter`` as its
+    draft head where given (simspec.costs.model_spec also reads config files)."""
+    require(name.lower() in MODELS_BY_KEY,
+            f"model must be one of {', '.join(MODELS)}, or a path to a Hugging Face config.json (got {name!r})")
+    spec = MODELS_BY_KEY[name.lower()]
     return spec if drafter is None or drafter == spec.drafter else replace(spec, drafter=drafter)
 
 

@@ -1,0 +1,175 @@
+"""A model's shape from its Hugging Face ``config.json``: the same
+:class:`~simspec.costs.specs.ModelSpec` the catalog holds, read from the
+file the user serves (no download, plain JSON).
+
+Imports: the standard library, simspec.costs.specs, simspec.files,
+simspec.types. DESIGN.md "Cost models".
+
+Families read (``model_type``):
+
+- dense decoders: ``llama``, ``mistral``, ``qwen2``, ``qwen3``;
+- VLMs: ``llava`` (a decoder in ``text_config`` and a CLIP vision tower in
+  ``vision_config``: (image_size / patch_size)^2 visual tokens an image,
+  one more through the encoder with ``vision_feature_select_strategy``
+  ``default``, which drops the CLS token), ``qwen2_vl`` and ``qwen2_5_vl``
+  (the decoder's fields at the top or in ``text_config``, the vision
+  tower's in ``vision_config``; images at a fixed 896 x 896 pixels: 64 x 64
+  patches of 14, merged 2 x 2 into 1,024 visual tokens).
+
+Mixture-of-experts and multi-head-latent-attention families (``mixtral``,
+``qwen2_moe``, ``qwen3_moe``, ``llama4``, ``deepseek_v3``...) are refused
+by name: their cost is not the dense decoder's, and the cost model does
+not price experts yet. A field the file leaves out takes the default of
+transformers' config class where the family's configs rely on it (Llama's
+and CLIP's, below); elsewhere it is an error naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataclasses import replace
+
+from simspec.costs import specs
+from simspec.costs.specs import MODELS_BY_KEY, ModelSpec
+from simspec.files import read_json
+from simspec.types import InputError, require
+
+DENSE = ("llama", "mistral", "qwen2", "qwen3")
+VLMS = ("llava", "qwen2_vl", "qwen2_5_vl")
+SUPPORTED = DENSE + VLMS
+EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "dbrx",
+           "olmoe", "jamba", "granitemoe", "phimoe")
+# transformers' LlamaConfig defaults (models/llama/configuration_llama.py): llava-hf's configs leave the
+# Vicuna / Llama decoder's shape to them (e.g. llava-1.5-7b-hf's text_config names only its vocabulary
+# and context).
+LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "max_position_embeddings": 2048}
+# transformers' CLIPVisionConfig defaults (models/clip/configuration_clip.py), ViT-B/32 at 224 pixels.
+CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "image_size": 224,
+                 "patch_size": 32}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
+QWEN_VL_IMAGE_PX = 896  # the fixed image side simspec gives Qwen2-VL / Qwen2.5-VL (the catalog's 1,024 tokens)
+
+
+class _Fields:
+    """One JSON object of the file, read field by field with errors naming both."""
+
+    def __init__(self, path: Path, table: dict, where: str, defaults: dict | None = None):
+        self.path, self.table, self.where, self.defaults = path, table, where, defaults or {}
+
+    def _name(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def int(self, key: str, default: int | None = None, low: int = 1) -> int:
+        value = self.table.get(key)
+        if value is None:  # left out, or null (transformers' "same as the heads" for num_key_value_heads)
+            value = self.defaults.get(key, default)
+        require(value is not None, f"model config {self.path}: missing field {self._name(key)}")
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
+                f"model config {self.path}: {self._name(key)} must be an integer >= {low} (got {value!r})")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        require(isinstance(value, bool), f"model config {self.path}: {self._name(key)} must be true or false "
+                                         f"(got {value!r})")
+        return value
+
+    def sub(self, key: str, defaults: dict | None = None) -> "_Fields":
+        value = self.table.get(key)
+        require(isinstance(value, dict), f"model config {self.path}: missing field {self._name(key)} (an object)")
+        return _Fields(self.path, value, self._name(key), defaults)
+
+
+def model_spec(name: str, drafter: str | None = None) -> ModelSpec:
+    """The model ``name`` names: a catalog model (any case) or a Hugging
+    Face ``config.json`` (the file or its folder), with ``drafter`` as its
+    draft head where given."""
+    if name.lower() in MODELS_BY_KEY or not _is_path(name):
+        return specs.model_spec(name, drafter)
+    spec = read_model_config(name)
+    return spec if drafter is None or drafter == spec.drafter else replace(spec, drafter=drafter)
+
+
+def _is_path(name: str) -> bool:
+    return "/" in name or "\\" in name or name.endswith(".json") or Path(name).exists()
+
+
+def config_path(path: str | Path) -> Path:
+    """The ``config.json`` a path names: the file, or the one in the folder."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    require(path.is_file(), f"model config {path} does not exist (give a catalog name or a config.json path)")
+    return path
+
+
+def read_model_config(path: str | Path) -> ModelSpec:
+    """The ModelSpec of the Hugging Face config at ``path`` (module docstring)."""
+    path = config_path(path)
+    raw = read_json(path, "model config")
+    require(isinstance(raw, dict), f"model config {path}: not a JSON object")
+    top = _Fields(path, raw, "")
+    kind = raw.get("model_type")
+    if kind in EXPERTS:
+        raise InputError(f"model config {path}: model_type {kind!r} is a mixture of experts, which simspec does "
+                         f"not price yet; supported: {', '.join(SUPPORTED)}")
+    require(kind in SUPPORTED, f"model config {path}: model_type must be one of {', '.join(SUPPORTED)} "
+                               f"(got {kind!r})")
+    name = str(raw.get("_name_or_path") or path.parent.name or path.stem)
+    if kind in DENSE:
+        return ModelSpec(name=name, **_decoder(top), visual_tokens_per_image=0)
+    if kind == "llava":
+        text = top.sub("text_config", LLAMA_DEFAULTS)
+        require(text.table.get("model_type", "llama") in DENSE,
+                f"model config {path}: text_config.model_type must be one of {', '.join(DENSE)} "
+                f"(got {text.table.get('model_type')!r})")
+        vision = top.sub("vision_config", CLIP_DEFAULTS)
+        side = vision.int("image_size") // vision.int("patch_size")
+        tokens = side * side + (raw.get("vision_feature_select_strategy", "default") == "full")
+        return ModelSpec(name=name, **_decoder(text, top),
+                         visual_tokens_per_image=tokens, vision_patches_per_image=side * side + 1,
+                         vision_layers=vision.int("num_hidden_layers"), vision_hidden=vision.int("hidden_size"),
+                         vision_mlp_hidden=vision.int("intermediate_size"))
+    text = top.sub("text_config") if isinstance(raw.get("text_config"), dict) and "hidden_size" in raw["text_config"] \
+        else top
+    vision = top.sub("vision_config")
+    patch, merge = vision.int("patch_size"), vision.int("spatial_merge_size")
+    patches = (QWEN_VL_IMAGE_PX // patch) ** 2
+    if kind == "qwen2_vl":  # ViT width embed_dim, MLP embed_dim x mlp_ratio
+        width = vision.int("embed_dim")
+        mlp = width * vision.int("mlp_ratio")
+    else:
+        width, mlp = vision.int("hidden_size"), vision.int("intermediate_size")
+    return ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=patches // (merge * merge),
+                     vision_patches_per_image=patches, vision_layers=vision.int("depth"), vision_hidden=width,
+                     vision_mlp_hidden=mlp)
+
+
+def _decoder(f: _Fields, outer: _Fields | None = None) -> dict:
+    """The decoder's ModelSpec fields; ``outer`` (a VLM's top level) may hold its dtype."""
+    heads = f.int("num_attention_heads")
+    hidden = f.int("hidden_size")
+    head_dim = f.table.get("head_dim")
+    explicit = f.int("head_dim") if head_dim is not None else 0
+    require(explicit or hidden % heads == 0,
+            f"model config {f.path}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; "
+            f"give head_dim")
+    dtype = f.table.get("torch_dtype", f.table.get("dtype"))
+    if dtype is None and outer is not None:
+        dtype = outer.table.get("torch_dtype", outer.table.get("dtype"))
+    dtype = dtype or "bfloat16"
+    require(dtype in DTYPE_BYTES, f"model config {f.path}: torch_dtype must be one of {', '.join(DTYPE_BYTES)} "
+                                  f"(got {dtype!r})")
+    kv_heads = f.int("num_key_value_heads", heads)
+    require(heads % kv_heads == 0, f"model config {f.path}: num_attention_heads {heads} is not a multiple of "
+                                   f"num_key_value_heads {kv_heads}")
+    return dict(layers=f.int("num_hidden_layers"), hidden=hidden, heads=heads,
+                kv_heads=kv_heads, mlp_hidden=f.int("intermediate_size"),
+                vocab=f.int("vocab_size"), max_context_tokens=f.int("max_position_embeddings", low=2),
+                dtype_bytes=DTYPE_BYTES[dtype], explicit_head_dim=explicit if explicit != hidden // heads else 0,
+                tied_embeddings=f.bool("tie_word_embeddings", False))
+
+
+__all__ = ["model_spec", "read_model_config", "config_path", "SUPPORTED", "DENSE", "VLMS", "EXPERTS"]
