@@ -23,7 +23,7 @@ import tomli_w
 from simspec.serving import modes
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
-from simspec.costs.specs import check_drafter
+from simspec.costs.specs import TP_DEGREES, check_drafter
 from simspec.files import read_toml
 from simspec.serving.config import EngineConfig
 from simspec.types import InputError, check_types, checked, field_types, require
@@ -42,6 +42,7 @@ class SimConfig:
     device: str = "h100-sxm"
     cost_model: str = "auto"
     drafter: str = "eagle1"  # what the cost model prices as drafting (simspec.costs.specs.DRAFTER_FORMS)
+    tp: int = 1  # GPUs a replica's model is sharded over (tensor parallelism): one of TP_DEGREES
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -61,6 +62,7 @@ class SimConfig:
             modes.check_policy(self.engine.kind, spec)  # parses it too
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
         check_drafter(self.drafter)
+        require(self.tp in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {self.tp})")
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
@@ -170,13 +172,17 @@ def _replace(record, overrides: dict):
     return type(record)(**values)
 
 
+ONE_GPU = {"tp": 1}
+"""Keys left out of :func:`to_toml` at these values: a one-GPU config reads (and hashes) as it did before them."""
+
+
 def to_toml(config: SimConfig) -> str:
     """The resolved config as a file ``--config`` reads back."""
 
     def plain(record) -> dict:
         return {f.name: getattr(record, f.name) for f in fields(record) if getattr(record, f.name) is not None}
 
-    top = {k: v for k, v in plain(config).items() if k not in _TABLES}
+    top = {k: v for k, v in plain(config).items() if k not in _TABLES and ONE_GPU.get(k, object()) != v}
     top["policies"] = list(config.policies)
     for name in _TABLES:
         top[name] = plain(getattr(config, name))
@@ -216,6 +222,8 @@ FLAGS = (
          "(EAGLE-3: three-feature fc, its own 32k-token head), medusa (4 heads over the last hidden state, one pass "
          "a round), ngram (prompt lookup: no GPU work) or draft-model:NAME (a separate draft model, e.g. "
          "draft-model:Vicuna-68M)"),
+    Flag("--tp", ("tp",), int, "tensor-parallel GPUs per replica: 1, 2, 4 or 8 (weights, KV heads and the vision "
+         "tower sharded; two all-reduces a layer, docs/models.md)"),
     Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),

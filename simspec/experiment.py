@@ -61,7 +61,7 @@ class Results:
 
 
 def resolve(config: SimConfig) -> Scenario:
-    model = costs.model_spec(config.model, config.drafter)
+    model = costs.model_spec(config.model, config.drafter, config.tp)
     gpu = costs.gpu_spec(config.device)
     ss = seeds.stream(config.seed, "workload")
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),

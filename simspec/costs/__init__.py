@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from simspec.compiled import cache_root
-from simspec.costs import fitted, profiles, steps
+from simspec.costs import collectives, fitted, profiles, steps
 from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
 from simspec.costs import specs
@@ -66,7 +66,10 @@ def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> Cos
         raise InputError(f"device {gpu.slug} has no datasheet for a roofline prior and no profile of {model.name} "
                          f"(profiled models: {', '.join(profiled) or 'none'}; profile it with `simspec profile-gpu "
                          f"--model {model.name}` or choose a datasheet GPU: {', '.join(GPUS)})")
-    return roofline(model, gpu)
+    comm = None
+    if model.tensor_parallel > 1:
+        comm = collectives.all_reduce(gpu, model.tensor_parallel, profiles_root or profiles.default_root())
+    return roofline(model, gpu, all_reduce=comm)
 
 
 MAX_STEP_MS = 1e6  # a closed-form step price above 1000 s is a typo

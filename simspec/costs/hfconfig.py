@@ -28,8 +28,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataclasses import replace
-
 from simspec.costs import specs
 from simspec.costs.specs import MODELS_BY_KEY, ModelSpec
 from simspec.files import read_json
@@ -82,14 +80,13 @@ class _Fields:
         return _Fields(self.path, value, self._name(key), defaults)
 
 
-def model_spec(name: str, drafter: str | None = None) -> ModelSpec:
+def model_spec(name: str, drafter: str | None = None, tp: int = 1) -> ModelSpec:
     """The model ``name`` names: a catalog model (any case) or a Hugging
     Face ``config.json`` (the file or its folder), with ``drafter`` as its
-    draft head where given."""
+    draft head where given, sharded over ``tp`` GPUs."""
     if name.lower() in MODELS_BY_KEY or not _is_path(name):
-        return specs.model_spec(name, drafter)
-    spec = read_model_config(name)
-    return spec if drafter is None or drafter == spec.drafter else replace(spec, drafter=drafter)
+        return specs.model_spec(name, drafter, tp)
+    return specs.deployed(read_model_config(name), drafter, tp)
 
 
 def _is_path(name: str) -> bool:

@@ -126,6 +126,8 @@ def check_fits(profile: Profile, model: ModelSpec, gpu: GpuSpec) -> None:
     from simspec.costs.specs import MODELS
 
     where = f"profile {profile.folder}"
+    require(model.tensor_parallel == 1, f"{where} times the whole model on one GPU; a tp {model.tensor_parallel} "
+                                        f"run has no profile of its shards yet (use --cost-model roofline or auto)")
     require(profile.device_slug == gpu.slug,
             f"{where} was measured on {profile.device_slug}; the run is on {gpu.slug} (choose --device "
             f"{profile.device_slug}, or profile {gpu.slug})")
@@ -163,6 +165,8 @@ def find(device_slug: str, model: ModelSpec, root: Path | None = None) -> list[P
     shape (LLaVA-1.5-7B's language model is Llama-2-7B's)."""
     from simspec.costs.specs import MODELS  # the catalogue, to compare shapes
 
+    if model.tensor_parallel > 1:  # profiles time one GPU running the whole model
+        return []
     device_dir = (root or default_root()) / device_slug
     if not device_dir.is_dir():
         return []

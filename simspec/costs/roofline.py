@@ -45,7 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from simspec.costs.base import ATTENTION_KINDS, TOKENS, CostModel, attention_row, attention_table, blend, frozen_table
-from simspec.costs.specs import DRAFT_MODEL, GpuSpec, ModelSpec
+from simspec.costs import collectives
+from simspec.costs.collectives import AllReduce
+from simspec.costs.specs import DRAFT_MODEL, EAGLE3_DRAFT_VOCAB, EAGLE_KINDS, GpuSpec, ModelSpec
 from simspec.types import require
 
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights (KV: below)
@@ -163,11 +165,19 @@ ATTENTION_FIXED = {
 }
 
 
-def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) -> CostModel:
+def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
+             all_reduce: AllReduce | None = None) -> CostModel:
     """The datasheet prior for ``model`` on ``gpu`` (uncalibrated), with the
     fixed costs ``fixed`` (default: this module's :data:`FIXED`, read at the
-    call, which benchmarks/published.py --fit varies to refit its terms)."""
+    call, which benchmarks/published.py --fit varies to refit its terms).
+    Sharded over ``model.tensor_parallel`` GPUs, every figure is one GPU's
+    (ModelSpec), and each sharded layer ends in two all-reduces of its
+    tokens' activations (``all_reduce``: simspec.costs.collectives; default
+    its prior)."""
     fixed = fixed if fixed is not None else FIXED
+    tp = model.tensor_parallel
+    if tp > 1 and all_reduce is None:
+        all_reduce = collectives.prior(gpu, tp)
     bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
     flops = gpu.bf16_flops * GEMM_EFFICIENCY
     node, eager_extra = fixed.graph_node_s, fixed.launch_s - fixed.graph_node_s
@@ -175,18 +185,33 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
     def gemm(params: float, tokens=TOKENS, dtype_bytes: int = model.dtype_bytes):
         return blend(params * dtype_bytes / bw, 2.0 * params * tokens / flops)
 
+    def reduced(rows, width: int, layers: int = 1):
+        """``layers`` x 2 all-reduces of ``rows`` x ``width`` activations, and their kernels (none at tp 1)."""
+        if tp == 1:
+            return 0.0 * rows
+        return layers * (2 * all_reduce.seconds(rows * width * model.dtype_bytes) + 2 * node)
+
+    def gathered(rows, vocab: int):
+        """The logits' gather to the sampling GPU: as an all-reduce of half their bytes (none at tp 1)."""
+        return 0.0 * rows if tp == 1 else all_reduce.seconds(rows * vocab * model.dtype_bytes / 2) + node
+
     sampler = (fixed.sampler_kernels * node
                + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
-    head = gemm(model.lm_head_params) + fixed.head_kernels * node + sampler
+    head = gemm(model.lm_head_params) + fixed.head_kernels * node + sampler + gathered(TOKENS, model.vocab)
     vision = 0.0 * TOKENS
     if model.multimodal:
-        vision = gemm(model.vision_params, TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image)
+        patches = TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image
+        vision = gemm(model.vision_params, patches) + reduced(patches, model.vision_hidden, model.vision_layers)
     draft_step, draft_round_s, draft_round_request_s = drafting(model, gpu, fixed, gemm)
+    draft_step = draft_step + _drafter_comm(model, reduced, gathered)
+    sharded = f"; tensor parallel {tp}: {all_reduce.label}" if tp > 1 else ""
     return CostModel(
-        label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published results)",
+        label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published "
+              f"results{sharded})",
         calibrated=False, overhead_s=fixed.cpu_step_s,
         overhead_s_per_request=fixed.cpu_per_request_s,
-        layers_s=frozen_table(model.layers * (gemm(model.layer_params) + fixed.kernels_per_layer * node)),
+        layers_s=frozen_table(model.layers * (gemm(model.layer_params) + fixed.kernels_per_layer * node)
+                              + reduced(TOKENS, model.hidden, model.layers)),
         head_s=frozen_table(head), attention=attention_prior(model, gpu),
         vision_s_table=frozen_table(vision),
         draft_s_table=frozen_table(draft_step),
@@ -197,6 +222,21 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None) ->
         * eager_extra,
         # Selection is memory-bound: each int8 key is read once per voting layer.
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
+
+
+def _drafter_comm(model: ModelSpec, reduced, gathered) -> np.ndarray:
+    """A drafter call's all-reduces and logits gather, by its rows, when it
+    runs sharded at the target's degree (vLLM runs EAGLE heads and draft
+    models on the target's tensor-parallel group): an EAGLE head's layer, a
+    draft model's layers; Medusa's heads and n-grams none."""
+    kind = model.drafter_kind
+    if kind in EAGLE_KINDS:
+        vocab = min(model.vocab, EAGLE3_DRAFT_VOCAB) if kind == "eagle3" else model.vocab
+        return reduced(TOKENS, model.hidden) + gathered(TOKENS, vocab)
+    if kind == DRAFT_MODEL:
+        draft = model.draft_model
+        return reduced(TOKENS, draft.hidden, draft.layers) + gathered(TOKENS, draft.vocab)
+    return 0.0 * TOKENS
 
 
 def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[np.ndarray, float, float]:
@@ -249,9 +289,9 @@ def attention_prior(model: ModelSpec, gpu: GpuSpec, fixed: dict[str, AttentionFi
     kv_s = model.kv_bytes_per_token / (gpu.hbm_bytes_per_s * bandwidth_efficiency)
     pair_s = 4.0 * model.layers * model.q_dim / (gpu.bf16_flops * ATTENTION_EFFICIENCY)  # QK^T and PV: 2 x 2 flops
 
-    def row(kind: AttentionFixed) -> np.ndarray:
+    def row(kind: AttentionFixed) -> np.ndarray:  # one GPU's heads
         return attention_row(kv_s=kv_s, pair_s=pair_s, floor_s=model.layers * kind.floor_s,
-                             request_s=model.layers * kind.sequence_block_s * model.kv_heads / gpu.sms,
-                             query_s=model.layers * kind.query_block_s * model.heads / gpu.sms)
+                             request_s=model.layers * kind.sequence_block_s * model.kv_heads_per_gpu / gpu.sms,
+                             query_s=model.layers * kind.query_block_s * model.heads_per_gpu / gpu.sms)
 
     return attention_table(*(row(fixed[kind]) for kind in ATTENTION_KINDS))

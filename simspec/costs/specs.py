@@ -44,9 +44,24 @@ class ModelSpec:
     # heads (Qwen3, Llama-3.2-1B...; 0: hidden // heads).
     explicit_head_dim: int = 0
     tied_embeddings: bool = False  # the LM head is the embedding matrix (held once)
+    # GPUs the model is sharded over (tensor parallelism, Megatron-style as
+    # vLLM and SGLang shard it): attention heads, MLP columns, the vocabulary
+    # and the vision tower split N ways, KV heads too (each GPU keeps at
+    # least one: fewer KV heads than GPUs are replicated). Every weight,
+    # parameter and KV figure below is one GPU's.
+    tensor_parallel: int = 1
 
     def __post_init__(self):
         check_drafter(self.drafter)
+        n = self.tensor_parallel
+        require(n in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {n})")
+        if n > 1:  # vLLM refuses these too (vllm/config/model.py: verify_with_parallel_config)
+            require(self.heads % n == 0, f"model {self.name}: {self.heads} attention heads are not divisible by "
+                                         f"tp {n} (vLLM refuses it too)")
+            require(self.kv_heads % n == 0 or n % self.kv_heads == 0,
+                    f"model {self.name}: {self.kv_heads} KV heads neither divide nor are a multiple of tp {n}")
+            require(self.mlp_hidden % n == 0, f"model {self.name}: MLP width {self.mlp_hidden} is not divisible by "
+                                              f"tp {n}")
 
     @property
     def drafter_kind(self) -> str:
@@ -64,8 +79,20 @@ class ModelSpec:
 
     @property
     def q_dim(self) -> int:
-        """Width of the queries (and of the attention output): heads x head_dim."""
-        return self.heads * self.head_dim
+        """Width of one GPU's queries (and attention output): its heads x head_dim."""
+        return self.heads_per_gpu * self.head_dim
+
+    @property
+    def heads_per_gpu(self) -> int:
+        return self.heads // self.tensor_parallel
+
+    @property
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads one GPU holds: kv_heads / tp, at least one (replicated)."""
+        return max(self.kv_heads // self.tensor_parallel, 1)
+
+    def _shard(self, params: int) -> int:
+        return -(-params // self.tensor_parallel)
 
     @property
     def multimodal(self) -> bool:
@@ -73,18 +100,19 @@ class ModelSpec:
 
     @property
     def layer_params(self) -> int:
-        """Weights of one decoder layer (attention projections + gated MLP)."""
-        kv = self.kv_heads * self.head_dim
-        return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * self.mlp_hidden
+        """One GPU's weights of one decoder layer (attention projections + gated MLP)."""
+        kv = self.kv_heads_per_gpu * self.head_dim
+        return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * (self.mlp_hidden // self.tensor_parallel)
 
     @property
     def lm_head_params(self) -> int:
-        return self.vocab * self.hidden
+        """One GPU's share of the LM head (the vocabulary split N ways)."""
+        return self._shard(self.vocab) * self.hidden
 
     @property
     def vision_params(self) -> int:
         h, m = self.vision_hidden, self.vision_mlp_hidden
-        return self.vision_layers * (4 * h * h + 2 * h * m)
+        return self._shard(self.vision_layers * (4 * h * h + 2 * h * m))
 
     @property
     def drafter_params(self) -> int:
@@ -95,15 +123,15 @@ class ModelSpec:
         with its bias); a draft model's decoder layers; none for n-grams."""
         kind = self.drafter_kind
         if kind == "eagle3":
-            kv = self.kv_heads * self.head_dim
-            return 3 * self.hidden * self.hidden + self.layer_params + self.hidden * (self.hidden + 2 * kv)
+            kv = self.kv_heads_per_gpu * self.head_dim
+            return self._shard(3 * self.hidden * self.hidden) + self.layer_params + self.hidden * (self.q_dim + 2 * kv)
         if kind == "medusa":
-            return self.hidden * self.hidden + self.hidden
+            return self._shard(self.hidden * self.hidden + self.hidden)
         if kind == DRAFT_MODEL:
-            return self.draft_model.layers * self.draft_model.layer_params
+            return self._shard(self.draft_model.layers * self.draft_model.layer_params)
         if kind == "ngram":
             return 0
-        return 2 * self.hidden * self.hidden + self.layer_params
+        return self._shard(2 * self.hidden * self.hidden) + self.layer_params
 
     @property
     def drafter_head_params(self) -> int:
@@ -112,11 +140,11 @@ class ModelSpec:
         draft model's; none for n-grams."""
         kind = self.drafter_kind
         if kind == DRAFT_MODEL:
-            return self.draft_model.lm_head_params
+            return self._shard(self.draft_model.lm_head_params)
         if kind == "ngram":
             return 0
         vocab = min(self.vocab, EAGLE3_DRAFT_VOCAB) if kind == "eagle3" else self.vocab
-        return vocab * self.hidden
+        return self._shard(vocab) * self.hidden
 
     @property
     def drafter_weight_params(self) -> int:
@@ -127,7 +155,7 @@ class ModelSpec:
         if kind == "medusa":
             return MEDUSA_HEADS * (self.drafter_params + self.drafter_head_params)
         if kind == DRAFT_MODEL:
-            return self.drafter_params + 2 * self.draft_model.lm_head_params  # embeddings + LM head
+            return self.drafter_params + 2 * self._shard(self.draft_model.lm_head_params)  # embeddings + LM head
         return self.drafter_params + self.drafter_head_params
 
     @property
@@ -142,7 +170,8 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """One GPU's KV cache bytes per token."""
+        return 2 * self.layers * self.kv_heads_per_gpu * self.head_dim * self.dtype_bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,8 +186,12 @@ class GpuSpec:
     # Streaming multiprocessors (CUDA cores / cores per SM on the datasheet): the attention kernels' blocks
     # per sequence and head spread over them (simspec.costs.roofline); 0 for a device known only from its profiles.
     sms: int = 0
+    # One GPU's link to the others, each direction, bytes/s: what a tensor-parallel all-reduce's bandwidth
+    # term divides by (simspec.costs.collectives); 0 when unknown.
+    link_bytes_per_s: float = 0.0
 
 
+TP_DEGREES = (1, 2, 4, 8)  # tensor-parallel degrees: the GPUs of one node
 DRAFT_MODEL = "draft-model"
 EAGLE_KINDS = ("eagle1", "eagle3")
 DRAFTERS = (*EAGLE_KINDS, "medusa", "ngram", DRAFT_MODEL)
@@ -196,6 +229,8 @@ _VICUNA_13B = dict(layers=40, hidden=5120, heads=40, kv_heads=40, mlp_hidden=138
 _LLAMA3_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, vocab=128256)
 _LLAMA_68M = dict(layers=2, hidden=768, heads=12, kv_heads=12, mlp_hidden=3072, vocab=32000)
 _QWEN2_7B = dict(layers=28, hidden=3584, heads=28, kv_heads=4, mlp_hidden=18944, vocab=152064)
+_LLAMA3_70B = dict(layers=80, hidden=8192, heads=64, kv_heads=8, mlp_hidden=28672, vocab=128256)
+_QWEN25_72B = dict(layers=80, hidden=8192, heads=64, kv_heads=8, mlp_hidden=29568, vocab=152064)
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -238,6 +273,26 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Vicuna-68M", **_LLAMA_68M, max_context_tokens=2048, visual_tokens_per_image=0),
         ModelSpec(name="Llama-160M", **{**_LLAMA_68M, "layers": 12}, max_context_tokens=2048,
                   visual_tokens_per_image=0),
+        # Large models, as their config.json on the Hugging Face hub gives them (meta-llama/Llama-3.1-70B,
+        # meta-llama/Llama-3.3-70B-Instruct, Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen2.5-72B-Instruct,
+        # Qwen/Qwen2.5-VL-72B-Instruct, Qwen/Qwen3-8B, Qwen/Qwen3-32B); served with --tp where one GPU
+        # cannot hold them. Qwen3's heads are 128 wide whatever hidden / heads is.
+        ModelSpec(name="Llama-3.1-70B", **_LLAMA3_70B, max_context_tokens=131072, visual_tokens_per_image=0),
+        ModelSpec(name="Llama-3.3-70B", **_LLAMA3_70B, max_context_tokens=131072, visual_tokens_per_image=0),
+        ModelSpec(name="Qwen2.5-7B", **_QWEN2_7B, max_context_tokens=32768, visual_tokens_per_image=0),
+        ModelSpec(name="Qwen2.5-72B", **_QWEN25_72B, max_context_tokens=32768, visual_tokens_per_image=0),
+        ModelSpec(name="Qwen2.5-VL-72B", **_QWEN25_72B, max_context_tokens=128000, visual_tokens_per_image=1024,
+                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456),
+        ModelSpec(name="Qwen3-8B", layers=36, hidden=4096, heads=32, kv_heads=8, mlp_hidden=12288, vocab=151936,
+                  explicit_head_dim=0, max_context_tokens=40960, visual_tokens_per_image=0),
+        ModelSpec(name="Qwen3-32B", layers=64, hidden=5120, heads=64, kv_heads=8, mlp_hidden=25600, vocab=151936,
+                  explicit_head_dim=128, max_context_tokens=40960, visual_tokens_per_image=0),
+        # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
+        # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
+        ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,
+                  max_context_tokens=32768, visual_tokens_per_image=0, tied_embeddings=True),
+        ModelSpec(name="Llama-3.2-1B", layers=16, hidden=2048, heads=32, kv_heads=8, mlp_hidden=8192, vocab=128256,
+                  max_context_tokens=131072, visual_tokens_per_image=0, tied_embeddings=True),
         # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
         ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
                   max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,
@@ -246,23 +301,26 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 # SMs: H100 SXM5 and H200 132 (16,896 CUDA cores), A100 108 (6,912), L40S 142 (18,176), A40 84 (10,752);
-# NVIDIA's H100 and A100 architecture whitepapers and the L40S and A40 datasheets.
+# NVIDIA's H100 and A100 architecture whitepapers and the L40S and A40 datasheets. Links: NVLink 900 GB/s
+# per GPU on H100 SXM and H200 (the H100 and H200 datasheets; 450 GB/s each way), 600 GB/s on A100 SXM
+# (the A100 datasheet; 300 each way); L40S and A40 talk over PCIe Gen4 x16, 64 GB/s bidirectional on their
+# datasheets (32 each way; A40's NVLink bridge joins pairs only).
 GPUS: dict[str, GpuSpec] = {
     spec.slug: spec
     for spec in (
         GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", slug="h100-sxm", memory_bytes=80 * _GB,
-                hbm_bytes_per_s=3.35e12, bf16_flops=989e12, sms=132),
+                hbm_bytes_per_s=3.35e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9),
         GpuSpec(name="NVIDIA H200 141GB HBM3e", slug="h200", memory_bytes=141 * _GB,
-                hbm_bytes_per_s=4.8e12, bf16_flops=989e12, sms=132),
+                hbm_bytes_per_s=4.8e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9),
         GpuSpec(name="NVIDIA A100 80GB (SXM)", slug="a100-80gb", memory_bytes=80 * _GB,
-                hbm_bytes_per_s=2.039e12, bf16_flops=312e12, sms=108),
+                hbm_bytes_per_s=2.039e12, bf16_flops=312e12, sms=108, link_bytes_per_s=300e9),
         GpuSpec(name="NVIDIA L40S 48GB", slug="l40s", memory_bytes=48 * _GB,
-                hbm_bytes_per_s=0.864e12, bf16_flops=362e12, sms=142),
+                hbm_bytes_per_s=0.864e12, bf16_flops=362e12, sms=142, link_bytes_per_s=32e9),
         # NVIDIA A40 product brief (PB-09976-001_v04, January 2021) and datasheet: 48 GB GDDR6 with ECC,
         # 696 GB/s; BF16 / FP16 tensor 149.7 TFLOPS dense (299.4 with sparsity), as tabulated at
         # https://hmc-tech.com/gpu/nvidia-a100-vs-nvidia-a40 (84 SMs, 6 MB L2). Vidur's A40 profiles.
         GpuSpec(name="NVIDIA A40", slug="a40", memory_bytes=48 * _GB,
-                hbm_bytes_per_s=0.696e12, bf16_flops=149.7e12, sms=84),
+                hbm_bytes_per_s=0.696e12, bf16_flops=149.7e12, sms=84, link_bytes_per_s=32e9),
     )
 }
 
@@ -277,13 +335,23 @@ def _lookup(table: dict, key: str, field: str):
     return folded[key.lower()]
 
 
-def model_spec(name: str, drafter: str | None = None) -> ModelSpec:
+def model_spec(name: str, drafter: str | None = None, tp: int = 1) -> ModelSpec:
     """The catalog's spec named ``name`` (any case), with ``drafter`` as its
     draft head where given (simspec.costs.model_spec also reads config files)."""
     require(name.lower() in MODELS_BY_KEY,
             f"model must be one of {', '.join(MODELS)}, or a path to a Hugging Face config.json (got {name!r})")
     spec = MODELS_BY_KEY[name.lower()]
-    return spec if drafter is None or drafter == spec.drafter else replace(spec, drafter=drafter)
+    return deployed(spec, drafter, tp)
+
+
+def deployed(spec: ModelSpec, drafter: str | None, tp: int) -> ModelSpec:
+    """``spec`` with ``drafter`` as its draft head (where given) at tensor-parallel degree ``tp``."""
+    changes = {}
+    if drafter is not None and drafter != spec.drafter:
+        changes["drafter"] = drafter
+    if tp != spec.tensor_parallel:
+        changes["tensor_parallel"] = tp
+    return replace(spec, **changes) if changes else spec
 
 
 def gpu_spec(slug: str) -> GpuSpec:

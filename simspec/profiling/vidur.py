@@ -49,9 +49,12 @@ import csv
 import math
 import re
 import shutil
+
+import numpy as np
 from dataclasses import dataclass
 from pathlib import Path
 
+from simspec.costs.collectives import ALL_REDUCE_FILE, HEADER as ALL_REDUCE_HEADER
 from simspec.costs import GPUS, MODELS, ModelSpec
 from simspec.profiling.grid import OPS, VIDUR_OPS
 from simspec.files import write_text
@@ -313,6 +316,9 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
     if not files:
         raise InputError(f"--import-vidur {src_dir}: no Vidur CSVs (vidur_<gpu>_<model>_<kind>.csv) in it")
     licence = _licence(src_dir)
+    collectives = [f for f in files if f.stem.lower().endswith(ALL_REDUCE_SUFFIX)]
+    files = [f for f in files if f not in collectives and not f.stem.lower().endswith(SEND_RECV_SUFFIX)]
+    reduced = [read_all_reduce(f) for f in collectives]  # every file read before anything is written
     folders: dict[Path, _Folder] = {}
     kinds: dict[Path, set[str]] = {}
     for path in files:
@@ -334,6 +340,7 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
             raise InputError(f"{folder}: holds a profile from {meta.get('source')!r}; "
                              "refusing to overwrite it with Vidur's (choose another --out)")
         before[folder] = _kept_from_before(folder, meta, kinds[folder])
+    written = [_write_all_reduce(out, slug, rows, licence) for slug, rows in reduced]
     commit, date = git_commit(), utc_now()
     for folder, entry in folders.items():
         kept_names, kept_notes = before[folder]
@@ -351,5 +358,45 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
             cuda=None, torch=None, triton=None, date=date, git_commit=commit, model=entry.model.name, grid="vidur",
             dtype=None, source=f"{SOURCE_PREFIX} (MIT licence): {', '.join(names)}", licence=licence.name,
             kernels=None, notes=" | ".join(notes)))
-    return list(folders)
+    return [*written, *folders]
+
+
+ALL_REDUCE_SUFFIX = "_dgx_all_reduce"  # vidur_<gpu>_dgx_all_reduce.csv: NCCL all-reduce on a DGX node
+SEND_RECV_SUFFIX = "_dgx_send_recv"  # pipeline hand-offs: not imported (no pipeline parallelism here)
+
+
+def read_all_reduce(path: Path) -> tuple[str, list[tuple[int, int, float]]]:
+    """(device slug, [(workers, bytes, median ms)]) of a Vidur all-reduce
+    file: the rows on one node (devices_per_node = num_workers), each
+    size's median over ranks and repeats of Vidur's per-row medians.
+    Vidur's ``size`` is bytes (vidur/profiling/collectives/
+    collectives_wrapper.py writes the fp16 buffer's length x 2)."""
+    gpu = path.stem.split("_")[1].lower()
+    if gpu not in GPU_TOKENS:
+        raise InputError(f"{path}: name must be vidur_<gpu>_dgx_all_reduce.csv with <gpu> one of "
+                         f"{', '.join(sorted(GPU_TOKENS))}")
+    times: dict[tuple[int, int], list[float]] = {}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        _header(path, reader, ("num_workers", "size", "devices_per_node", "time_stats.all_reduce.median"),
+                "a Vidur all-reduce profile")
+        for line, row in enumerate(reader, start=2):
+            workers = _count(path, line, row, "num_workers", 2)
+            if _count(path, line, row, "devices_per_node", 1) != workers:
+                continue  # crosses nodes: a tensor-parallel group stays on one
+            size = _count(path, line, row, "size", 1)
+            times.setdefault((workers, size), []).append(
+                _number(path, line, "time_stats.all_reduce.median", row["time_stats.all_reduce.median"]))
+    if not times:
+        raise InputError(f"{path}: no all-reduce rows within one node")
+    return GPU_TOKENS[gpu], [(w, b, float(np.median(t))) for (w, b), t in sorted(times.items())]
+
+
+def _write_all_reduce(out: Path, slug: str, rows: list[tuple[int, int, float]], licence: Path) -> Path:
+    folder = out / slug / ALL_REDUCE_FILE.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    text = ",".join(ALL_REDUCE_HEADER) + "\n" + "".join(f"{w},{b},{ms:.6g}\n" for w, b, ms in rows)
+    write_text(folder / ALL_REDUCE_FILE.name, text)
+    shutil.copyfile(licence, folder / licence.name)
+    return folder
 

@@ -143,11 +143,16 @@ class EngineConfig:
             return self.kv_cache_tokens
         require(gpu.memory_bytes > 0, f"device {gpu.slug} has no memory size (a host CPU without a profile): "
                                       f"give --kv-cache-tokens")
-        free = self.usable_bytes(gpu) - model.weight_bytes - self.reserve_bytes(model)
+        usable = self.usable_bytes(gpu)
+        free = usable - model.weight_bytes - self.reserve_bytes(model)
         per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)
-        require(tokens > 0, f"model {model.name} does not fit on {gpu.name} at gpu_memory_utilization "
-                            f"{self.gpu_memory_utilization} (weights {model.weight_bytes / GIB:.1f} GiB)")
+        tp = model.tensor_parallel
+        more = [n for n in (2, 4, 8) if n > tp]
+        hint = f"; try --tp {more[0]} or more" if more and model.weight_bytes > usable / 2 else ""
+        require(tokens > 0, f"model {model.name} at tp {tp} does not fit on {gpu.name} at gpu_memory_utilization "
+                            f"{self.gpu_memory_utilization}: weights {model.weight_bytes / 1e9:.1f} GB a GPU, "
+                            f"{usable / 1e9:.1f} GB usable{hint}")
         return tokens
 
     def usable_bytes(self, gpu: "GpuSpec") -> float:
