@@ -27,6 +27,7 @@ from simspec import config as configuration
 from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
+from simspec.costs.specs import TP_DEGREES
 from simspec.policies import POLICIES
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness, read_trace
@@ -56,8 +57,8 @@ class Waiting(Refused):
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def profile_status(device: str, model: str) -> whatif.ProfileStatus:
-    return whatif.profile_status(device, model)
+def profile_status(device: str, model: str, tp: int = 1) -> whatif.ProfileStatus:
+    return whatif.profile_status(device, model, tp)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -120,9 +121,11 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     sb = st.sidebar
     sb.header("Scenario")
     model = sb.selectbox("Model (model)", list(MODELS), index=list(MODELS).index(SIM.model), key="model")
+    tp = sb.selectbox("GPUs per replica (tp)", TP_DEGREES, index=TP_DEGREES.index(SIM.tp), key="tp",
+                      help="tensor parallelism: the model sharded over this many GPUs of one node (docs/models.md)")
     device_names = whatif.devices()
     device = sb.selectbox("Device profile (device)", device_names, index=device_names.index(SIM.device), key="device",
-                          format_func=lambda d: f"{d} · {profile_status(d, model).calibration}")
+                          format_func=lambda d: f"{d} · {profile_status(d, model, tp).calibration}")
     engine = sb.selectbox("Engine (engine)", modes.KINDS, index=modes.KINDS.index(SIM.engine.kind), key="engine",
                           on_change=_engine_policies,
                           help="simspec: every policy on simspec's own engine; vllm / sglang: that engine's "
@@ -194,7 +197,8 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
         raise Refused("policies must name at least one policy (got none)")
     try:
         dash = DashboardConfig(loads=loads, num_requests=int(num_requests), workers=int(workers))
-        config = configuration.from_flags({**flags, "model": model, "device": device, "acceptance": acceptance,
+        config = configuration.from_flags({**flags, "model": model, "tp": int(tp), "device": device,
+                                           "acceptance": acceptance,
                                            "seed": int(seed), "policy": specs, "engine": engine})
     except InputError as err:
         raise Refused(str(err)) from None
@@ -289,7 +293,7 @@ def main() -> None:
         (st.info if isinstance(err, Waiting) else st.error)(str(err))
         st.stop()
     warm(dash.workers)
-    show_status(profile_status(config.device, config.model))
+    show_status(profile_status(config.device, config.model, config.tp))
     st.caption(f"{config.model} on {config.device} · acceptance {config.acceptance} · drafter context "
                f"{config.engine.drafter_context}")
     try:

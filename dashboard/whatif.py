@@ -311,11 +311,11 @@ def validation_for(device: str, root: Path | None = None) -> Validation | None:
     return None
 
 
-def profile_status(device: str, model: str) -> ProfileStatus:
-    """How the ``auto`` cost model of ``model`` on ``device`` is calibrated,
-    and what validation says about the device."""
+def profile_status(device: str, model: str, tp: int = 1) -> ProfileStatus:
+    """How the ``auto`` cost model of ``model`` (sharded over ``tp`` GPUs) on
+    ``device`` is calibrated, and what validation says about the device."""
     try:
-        spec = costs.model_spec(model)
+        spec = costs.model_spec(model, tp=tp)
         found = profiles.find(device, spec)
         cost_model = costs.build("auto", spec, costs.gpu_spec(device))
         calibration, label = cost_model.calibration, cost_model.label

@@ -201,6 +201,17 @@ def test_widgets_update_the_outputs(app):
     ok(app)
 
 
+def test_the_tp_widget_serves_a_70b_model_on_four_gpus(app):
+    app.selectbox(key="model").set_value("Llama-3.1-70B").run()
+    app.slider(key="multimodal_share").set_value(0.0).run()
+    assert any("try --tp 2 or more" in e.value for e in app.error)  # one GPU cannot hold it
+    app.selectbox(key="tp").set_value(4).run()
+    assert not app.exception
+    errors = [e.value for e in app.error]  # what is left: the cost model's status, uncalibrated (no profile of a shard)
+    assert len(errors) == 1 and "tensor parallel 4: all-reduce measured" in errors[0], errors
+    assert list(app.dataframe[0].value.index)[:2] == ["ar", "linear:k=3"]
+
+
 @pytest.mark.slow
 def test_the_engine_widget_runs_the_engines_preset_and_its_policies(app):
     assert any(c.value.startswith("engine: simspec") for c in app.caption)
