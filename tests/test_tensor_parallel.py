@@ -111,3 +111,14 @@ def test_simulate_runs_a_70b_model_on_four_gpus():
     rows = {line.split()[0]: float(line.split()[4]) for line in out.splitlines()
             if line.startswith(("ar ", "linear:k=3"))}
     assert rows["linear:k=3"] < rows["ar"]  # speculation pays on a memory-bound 70B decode
+
+
+def test_a_sweep_runs_every_scenario_at_the_given_degree(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "t.parquet"
+    code, _, err = invoke(["sweep", "--model", "Llama-3.1-70B", "--tp", "4", "--multimodal-share", "0", "--rate", "2",
+                           "--num-requests", "20", "--policy", "ar", "--out", out, "--quiet", "--workers", "1"])
+    assert code == 0, err
+    table = pd.read_parquet(out)
+    assert "tp = 4" in table.config_toml[0] and (table.cost_calibration == "uncalibrated").all()

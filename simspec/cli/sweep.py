@@ -39,13 +39,16 @@ def sweep_from_args(args: argparse.Namespace) -> SweepConfig:
             axes[axis] = [v for text in given for v in _list(text, kind, flag)]
     if args.cost_model:
         axes["cost_model"] = list(args.cost_model)
-    base_flags: dict = {}
+    base: dict = {}
     if args.policy:
         axes["policies"] = list(args.policy)
     if args.num_requests is not None:
         count = _list(args.num_requests, int, "num_requests")
         require(len(count) == 1 and count[0] >= 1, f"--num-requests must be an integer >= 1 (got {args.num_requests})")
-        base_flags = configuration.flag_overrides({"num_requests": count[0]})
+        base["num_requests"] = count[0]
+    if args.tp is not None:
+        base["tp"] = args.tp
+    base_flags = configuration.flag_overrides(base) if base else {}
     seeds = None
     if args.seeds is not None:
         text = args.seeds.strip()
@@ -111,6 +114,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", action="append", metavar="NAME[:k=v,...]", help="policy served in every task (repeat)")
     p.add_argument("--seeds", metavar="N|S,...", help="N seeds (0..N-1) or a comma-separated list")
     p.add_argument("--num-requests", metavar="N", help="requests per simulation")
+    p.add_argument("--tp", type=int, metavar="N", help="tensor-parallel GPUs per replica of every scenario "
+                                                        "(1, 2, 4 or 8; not an axis)")
     p.add_argument("--workers", metavar="N", help="local processes (default: every core; 1 = serial)")
     p.add_argument("--ray", metavar="ADDRESS", help="run on Ray: local, auto, HOST:PORT or ray://HOST:PORT "
                    f"(an address that does not answer fails within {defaults.probe_timeout_s:g} s)")
