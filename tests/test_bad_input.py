@@ -104,8 +104,12 @@ CASES = [
     case("model-config-missing", f"{SIM} --model {{in}}/none/config.json", "model config", "does not exist"),
     case("model-config-type", f"{SIM} --model {{in}}/config.json", "model_type", "llama, mistral, qwen2",
          config__json='{"model_type": "gpt_neox", "hidden_size": 512}'),
-    case("model-config-moe", f"{SIM} --model {{in}}/config.json", "qwen3_moe", "mixture of experts",
-         config__json='{"model_type": "qwen3_moe", "num_experts": 128}'),
+    case("model-config-not-read", f"{SIM} --model {{in}}/config.json", "deepseek_v3", "not read yet",
+         config__json='{"model_type": "deepseek_v3", "n_routed_experts": 256}'),
+    case("model-config-moe-field", f"{SIM} --model {{in}}/config.json", "missing field num_experts",
+         config__json='{"model_type": "qwen3_moe", "hidden_size": 512, "num_attention_heads": 8, '
+                      '"num_hidden_layers": 2, "intermediate_size": 1024, "vocab_size": 100, '
+                      '"max_position_embeddings": 512}'),
     case("model-config-field", f"{SIM} --model {{in}}", "config.json", "missing field num_hidden_layers",
          config__json='{"model_type": "qwen2", "hidden_size": 512, "num_attention_heads": 8}'),
     case("model-config-not-int", f"{SIM} --model {{in}}/config.json", "num_hidden_layers", "integer >= 1",

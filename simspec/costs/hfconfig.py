@@ -8,6 +8,9 @@ simspec.types. DESIGN.md "Cost models".
 Families read (``model_type``):
 
 - dense decoders: ``llama``, ``mistral``, ``qwen2``, ``qwen3``;
+- mixtures of experts: ``mixtral``, ``qwen2_moe``, ``qwen3_moe`` (the
+  experts, how many a token routes to, their width, which layers are
+  sparse, Qwen2-MoE's shared expert);
 - VLMs: ``llava`` (a decoder in ``text_config`` and a CLIP vision tower in
   ``vision_config``: (image_size / patch_size)^2 visual tokens an image,
   one more through the encoder with ``vision_feature_select_strategy``
@@ -16,10 +19,8 @@ Families read (``model_type``):
   tower's in ``vision_config``; images at a fixed 896 x 896 pixels: 64 x 64
   patches of 14, merged 2 x 2 into 1,024 visual tokens).
 
-Mixture-of-experts and multi-head-latent-attention families (``mixtral``,
-``qwen2_moe``, ``qwen3_moe``, ``llama4``, ``deepseek_v3``...) are refused
-by name: their cost is not the dense decoder's, and the cost model does
-not price experts yet. A field the file leaves out takes the default of
+Interleaved-expert and latent-attention families (``llama4``,
+``deepseek_v3``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of
 transformers' config class where the family's configs rely on it (Llama's
 and CLIP's, below); elsewhere it is an error naming the file and the field.
 """
@@ -34,10 +35,10 @@ from simspec.files import read_json
 from simspec.types import InputError, require
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
 VLMS = ("llava", "qwen2_vl", "qwen2_5_vl")
-SUPPORTED = DENSE + VLMS
-EXPERTS = ("mixtral", "qwen2_moe", "qwen3_moe", "llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "dbrx",
-           "olmoe", "jamba", "granitemoe", "phimoe")
+SUPPORTED = DENSE + MOE + VLMS
+EXPERTS = ("llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba", "granitemoe", "phimoe")
 # transformers' LlamaConfig defaults (models/llama/configuration_llama.py): llava-hf's configs leave the
 # Vicuna / Llama decoder's shape to them (e.g. llava-1.5-7b-hf's text_config names only its vocabulary
 # and context).
@@ -110,13 +111,15 @@ def read_model_config(path: str | Path) -> ModelSpec:
     top = _Fields(path, raw, "")
     kind = raw.get("model_type")
     if kind in EXPERTS:
-        raise InputError(f"model config {path}: model_type {kind!r} is a mixture of experts, which simspec does "
-                         f"not price yet; supported: {', '.join(SUPPORTED)}")
+        raise InputError(f"model config {path}: model_type {kind!r} is not read yet (interleaved experts or "
+                         f"latent attention); supported: {', '.join(SUPPORTED)}")
     require(kind in SUPPORTED, f"model config {path}: model_type must be one of {', '.join(SUPPORTED)} "
                                f"(got {kind!r})")
     name = str(raw.get("_name_or_path") or path.parent.name or path.stem)
     if kind in DENSE:
         return ModelSpec(name=name, **_decoder(top), visual_tokens_per_image=0)
+    if kind in MOE:
+        return ModelSpec(name=name, **_decoder(top), **_experts(top, kind), visual_tokens_per_image=0)
     if kind == "llava":
         text = top.sub("text_config", LLAMA_DEFAULTS)
         require(text.table.get("model_type", "llama") in DENSE,
@@ -142,6 +145,27 @@ def read_model_config(path: str | Path) -> ModelSpec:
     return ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=patches // (merge * merge),
                      vision_patches_per_image=patches, vision_layers=vision.int("depth"), vision_hidden=width,
                      vision_mlp_hidden=mlp)
+
+
+def _experts(f: _Fields, kind: str) -> dict:
+    """The mixture-of-experts fields: Mixtral's experts are its intermediate_size
+    wide, in every layer; Qwen's moe_intermediate_size wide, in every
+    decoder_sparse_step-th layer not in mlp_only_layers, with Qwen2-MoE's
+    shared expert beside them."""
+    layers = f.int("num_hidden_layers")
+    if kind == "mixtral":
+        return dict(experts=f.int("num_local_experts"), experts_per_token=f.int("num_experts_per_tok"),
+                    expert_mlp_hidden=f.int("intermediate_size"))
+    step = f.int("decoder_sparse_step", 1)
+    only = f.table.get("mlp_only_layers") or []
+    require(isinstance(only, list) and all(isinstance(i, int) for i in only),
+            f"model config {f.path}: mlp_only_layers must be a list of layer indices (got {only!r})")
+    sparse = sum(1 for i in range(layers) if i not in only and (i + 1) % step == 0)
+    require(sparse > 0, f"model config {f.path}: no sparse layer (decoder_sparse_step {step}, mlp_only_layers {only})")
+    shared = f.int("shared_expert_intermediate_size", low=0) if kind == "qwen2_moe" else 0
+    return dict(experts=f.int("num_experts"), experts_per_token=f.int("num_experts_per_tok"),
+                expert_mlp_hidden=f.int("moe_intermediate_size"), shared_mlp_hidden=shared,
+                dense_layers=layers - sparse)
 
 
 def _decoder(f: _Fields, outer: _Fields | None = None) -> dict:

@@ -210,7 +210,7 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
               f"results{sharded})",
         calibrated=False, overhead_s=fixed.cpu_step_s,
         overhead_s_per_request=fixed.cpu_per_request_s,
-        layers_s=frozen_table(model.layers * (gemm(model.layer_params) + fixed.kernels_per_layer * node)
+        layers_s=frozen_table(_layers(model, gemm, bw, flops, fixed.kernels_per_layer * node)
                               + reduced(TOKENS, model.hidden, model.layers)),
         head_s=frozen_table(head), attention=attention_prior(model, gpu),
         vision_s_table=frozen_table(vision),
@@ -222,6 +222,24 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
         * eager_extra,
         # Selection is memory-bound: each int8 key is read once per voting layer.
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
+
+
+def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float) -> np.ndarray:
+    """The decoder layers' GEMMs and kernels by the step's tokens. A dense layer reads
+    its weights once a step; a sparse (mixture-of-experts) layer reads its
+    attention, shared MLP and router once, and the weights of the experts
+    the step's tokens touch (ModelSpec.experts_touched: more of them the
+    more tokens a step verifies), each token computing through
+    experts_per_token of them (the experts' GEMMs grouped in one kernel, as
+    vLLM's fused MoE runs them: one kernel, the expert term's own node is
+    the layer's MLP kernel)."""
+    if not model.sparse_layers:
+        return model.layers * (gemm(model.layer_params) + kernels_s)
+    dense = model.layers - model.sparse_layers
+    touched = model.experts_touched(TOKENS) * model.expert_params * model.dtype_bytes / bw
+    compute = 2.0 * TOKENS * model.experts_per_token * model.expert_params / flops
+    sparse = gemm(model.sparse_always_params) + blend(touched, compute) + kernels_s
+    return dense * (gemm(model.layer_params) + kernels_s) + model.sparse_layers * sparse
 
 
 def _drafter_comm(model: ModelSpec, reduced, gathered) -> np.ndarray:

@@ -50,6 +50,16 @@ class ModelSpec:
     # least one: fewer KV heads than GPUs are replicated). Every weight,
     # parameter and KV figure below is one GPU's.
     tensor_parallel: int = 1
+    # Mixture of experts: a sparse layer's MLP is ``experts`` routed experts
+    # of ``expert_mlp_hidden`` each (gated), ``experts_per_token`` of them
+    # per token, and a shared MLP of ``shared_mlp_hidden`` every token runs
+    # (0: none); ``dense_layers`` of the layers keep a dense MLP of
+    # ``mlp_hidden``. 0 experts: a dense model.
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_mlp_hidden: int = 0
+    shared_mlp_hidden: int = 0
+    dense_layers: int = 0
 
     def __post_init__(self):
         check_drafter(self.drafter)
@@ -62,6 +72,13 @@ class ModelSpec:
                     f"model {self.name}: {self.kv_heads} KV heads neither divide nor are a multiple of tp {n}")
             require(self.mlp_hidden % n == 0, f"model {self.name}: MLP width {self.mlp_hidden} is not divisible by "
                                               f"tp {n}")
+            require(self.expert_mlp_hidden % n == 0, f"model {self.name}: expert MLP width {self.expert_mlp_hidden} "
+                                                     f"is not divisible by tp {n}")
+        if self.experts:
+            require(1 <= self.experts_per_token <= self.experts and self.expert_mlp_hidden > 0
+                    and 0 <= self.dense_layers < self.layers,
+                    f"model {self.name}: a mixture of experts needs 1 <= experts_per_token <= experts ({self.experts}), "
+                    f"an expert MLP width and fewer dense layers than layers")
 
     @property
     def drafter_kind(self) -> str:
@@ -103,6 +120,36 @@ class ModelSpec:
         """One GPU's weights of one decoder layer (attention projections + gated MLP)."""
         kv = self.kv_heads_per_gpu * self.head_dim
         return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * (self.mlp_hidden // self.tensor_parallel)
+
+    @property
+    def attention_params(self) -> int:
+        """One GPU's attention projections of one layer (Q, K, V, O)."""
+        return self.hidden * (2 * self.q_dim + 2 * self.kv_heads_per_gpu * self.head_dim)
+
+    @property
+    def sparse_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0: a dense model)."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """One GPU's share of one routed expert (each expert sharded N ways, as vLLM shards them without
+        expert parallelism)."""
+        return 3 * self.hidden * (self.expert_mlp_hidden // self.tensor_parallel)
+
+    @property
+    def sparse_always_params(self) -> int:
+        """What a sparse layer runs for every token besides its experts: attention, the shared MLP, the router."""
+        return (self.attention_params + 3 * self.hidden * (self.shared_mlp_hidden // self.tensor_parallel)
+                + self.hidden * self.experts)
+
+    def experts_touched(self, tokens):
+        """Expected distinct experts ``tokens`` tokens route to in one sparse
+        layer, each token choosing experts_per_token of them uniformly and
+        independently: E (1 - (1 - k / E)^T) (MoESD, arXiv 2505.19645, models
+        expert activation the same way)."""
+        e, k = self.experts, self.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens)
 
     @property
     def lm_head_params(self) -> int:
@@ -161,7 +208,8 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> int:
         total = (
-            self.layers * self.layer_params
+            (self.layers - self.sparse_layers) * self.layer_params
+            + self.sparse_layers * (self.sparse_always_params + self.experts * self.expert_params)
             + (1 if self.tied_embeddings else 2) * self.lm_head_params  # embeddings + LM head
             + self.vision_params
         )
@@ -287,6 +335,14 @@ MODELS: dict[str, ModelSpec] = {
                   explicit_head_dim=0, max_context_tokens=40960, visual_tokens_per_image=0),
         ModelSpec(name="Qwen3-32B", layers=64, hidden=5120, heads=64, kv_heads=8, mlp_hidden=25600, vocab=151936,
                   explicit_head_dim=128, max_context_tokens=40960, visual_tokens_per_image=0),
+        # Mixtures of experts (config.json of Qwen/Qwen3-30B-A3B and mistralai/Mixtral-8x7B-v0.1): 30.5B
+        # parameters, 3.3B active; 46.7B, 12.9B active, as their model cards state.
+        ModelSpec(name="Qwen3-30B-A3B", layers=48, hidden=2048, heads=32, kv_heads=4, mlp_hidden=6144,
+                  vocab=151936, explicit_head_dim=128, max_context_tokens=40960, visual_tokens_per_image=0,
+                  experts=128, experts_per_token=8, expert_mlp_hidden=768),
+        ModelSpec(name="Mixtral-8x7B", layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, vocab=32000,
+                  max_context_tokens=32768, visual_tokens_per_image=0, experts=8, experts_per_token=2,
+                  expert_mlp_hidden=14336),
         # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
         # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
         ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,
