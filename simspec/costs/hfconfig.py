@@ -20,9 +20,10 @@ Families read (``model_type``):
   patches of 14, merged 2 x 2 into 1,024 visual tokens).
 
 Interleaved-expert and latent-attention families (``llama4``,
-``deepseek_v3``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of
-transformers' config class where the family's configs rely on it (Llama's
-and CLIP's, below); elsewhere it is an error naming the file and the field.
+``deepseek_v3``...) are refused by name: what they cost is not priced
+yet. A field the file leaves out takes the default of transformers'
+config class where the family's configs rely on it (Llama's and CLIP's,
+below); elsewhere it is an error naming the file and the field.
 """
 
 from __future__ import annotations
