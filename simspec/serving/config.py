@@ -167,7 +167,8 @@ class EngineConfig:
         """Memory besides weights that the KV cache cannot have."""
         if self.memory == "datasheet":
             return self.activation_reserve_gib * GIB
-        per_token = (2 * model.mlp_hidden + 4 * model.hidden) * model.dtype_bytes * ACTIVATION_FACTOR
+        mlp = model.mlp_hidden // model.tensor_parallel  # one GPU's MLP columns under tensor parallelism
+        per_token = (2 * mlp + 4 * model.hidden) * model.dtype_bytes * ACTIVATION_FACTOR
         logits = self.max_num_seqs * model.vocab * 4
         graphs = CUDAGRAPH_GIB * GIB if self.cudagraph_mode != "none" else 0.0
         return self.max_num_batched_tokens * per_token + logits + NON_TORCH_GIB * GIB + graphs
