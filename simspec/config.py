@@ -248,6 +248,9 @@ FLAGS = (
     Flag("--shared-prefix-tokens", ("workload", "shared_prefix_tokens"), int,
          "text requests share their first N prompt tokens (a system prompt; prefix caching)"),
     Flag("--shared-prefixes", ("workload", "shared_prefixes"), int, "distinct shared system prompts (default 1)"),
+    Flag("--image-size", ("workload", "image_size"), str,
+         "every image's size, WIDTHxHEIGHT pixels: a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns it into "
+         "its visual tokens, a fixed-size one keeps its count (default: the model's own, docs/models.md)"),
     Flag("--image-pool", ("workload", "image_pool"), int,
          "multimodal requests show one of N images first (repeats hit the prefix cache; 0: all distinct)"),
     Flag("--prefix-caching", ("engine", "prefix_caching"), bool, "on or off: reuse KV of shared prefixes "

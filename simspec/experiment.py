@@ -60,8 +60,17 @@ class Results:
                        engine=s.config.engine.kind, engine_version=modes.VERSIONS[s.config.engine.kind])
 
 
-def resolve(config: SimConfig) -> Scenario:
+def model_of(config: SimConfig) -> costs.ModelSpec:
+    """The scenario's model: its spec, drafter and tensor-parallel degree,
+    at the workload's image size where one is given."""
     model = costs.model_spec(config.model, config.drafter, config.tp)
+    if config.workload.image_size is not None:
+        model = model.at_image_size(*workloads.image_pixels(config.workload.image_size))
+    return model
+
+
+def resolve(config: SimConfig) -> Scenario:
+    model = model_of(config)
     gpu = costs.gpu_spec(config.device)
     ss = seeds.stream(config.seed, "workload")
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),

@@ -16,8 +16,9 @@ Families read (``model_type``):
   one more through the encoder with ``vision_feature_select_strategy``
   ``default``, which drops the CLS token), ``qwen2_vl`` and ``qwen2_5_vl``
   (the decoder's fields at the top or in ``text_config``, the vision
-  tower's in ``vision_config``; images at a fixed 896 x 896 pixels: 64 x 64
-  patches of 14, merged 2 x 2 into 1,024 visual tokens).
+  tower's in ``vision_config``; images by default 896 x 896 pixels: 64 x
+  64 patches of 14, merged 2 x 2 into 1,024 visual tokens, other sizes
+  through ModelSpec.at_image_size).
 
 Interleaved-expert and latent-attention families (``llama4``,
 ``deepseek_v3``...) are refused by name: what they cost is not priced
@@ -145,7 +146,7 @@ def read_model_config(path: str | Path) -> ModelSpec:
         width, mlp = vision.int("hidden_size"), vision.int("intermediate_size")
     return ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=patches // (merge * merge),
                      vision_patches_per_image=patches, vision_layers=vision.int("depth"), vision_hidden=width,
-                     vision_mlp_hidden=mlp)
+                     vision_mlp_hidden=mlp, image_rule="qwen2_vl" if (patch, merge) == (14, 2) else "")
 
 
 def _experts(f: _Fields, kind: str) -> dict:

@@ -7,6 +7,7 @@ per-layer costs are scaled to whole models from these shapes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from simspec.types import InputError, require
@@ -60,6 +61,11 @@ class ModelSpec:
     expert_mlp_hidden: int = 0
     shared_mlp_hidden: int = 0
     dense_layers: int = 0
+    # How an image's size becomes visual tokens (:meth:`at_image_size`): ""
+    # a fixed count whatever the size (LLaVA-1.5 resizes every image to its
+    # tower's square); "qwen2_vl" as Qwen2-VL's and Qwen2.5-VL's processor
+    # does it (QWEN_VL_*).
+    image_rule: str = ""
 
     def __post_init__(self):
         check_drafter(self.drafter)
@@ -120,6 +126,29 @@ class ModelSpec:
         """One GPU's weights of one decoder layer (attention projections + gated MLP)."""
         kv = self.kv_heads_per_gpu * self.head_dim
         return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * (self.mlp_hidden // self.tensor_parallel)
+
+    def at_image_size(self, width: int, height: int) -> "ModelSpec":
+        """The model serving images of ``width`` x ``height`` pixels. Qwen2-VL's
+        rule (its image processor's smart_resize): each side rounded to a
+        multiple of 28 (14-pixel patches, merged 2 x 2), the area scaled into
+        [QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS] keeping the aspect, one
+        visual token per 28 x 28 pixels, four patches through the encoder
+        for each. A fixed-size model is unchanged."""
+        require(1 <= width <= MAX_IMAGE_SIDE and 1 <= height <= MAX_IMAGE_SIDE,
+                f"image_size must be WIDTHxHEIGHT with each side in 1..{MAX_IMAGE_SIDE} pixels "
+                f"(got {width}x{height})")
+        if self.image_rule != "qwen2_vl":
+            return self
+        f = QWEN_VL_PATCH * QWEN_VL_MERGE
+        h, w = max(f, round(height / f) * f), max(f, round(width / f) * f)
+        if h * w > QWEN_VL_MAX_PIXELS:
+            beta = math.sqrt(height * width / QWEN_VL_MAX_PIXELS)
+            h, w = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
+        elif h * w < QWEN_VL_MIN_PIXELS:
+            beta = math.sqrt(QWEN_VL_MIN_PIXELS / (height * width))
+            h, w = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
+        tokens = (h // f) * (w // f)
+        return replace(self, visual_tokens_per_image=tokens, vision_patches_per_image=tokens * QWEN_VL_MERGE ** 2)
 
     @property
     def attention_params(self) -> int:
@@ -239,6 +268,10 @@ class GpuSpec:
     link_bytes_per_s: float = 0.0
 
 
+# Qwen2-VL / Qwen2.5-VL's image processor (Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json:
+# patch_size 14, merge_size 2, min_pixels 3136, max_pixels 12845056).
+QWEN_VL_PATCH, QWEN_VL_MERGE, QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS = 14, 2, 3136, 12845056
+MAX_IMAGE_SIDE = 16384  # pixels a side an image size may give
 TP_DEGREES = (1, 2, 4, 8)  # tensor-parallel degrees: the GPUs of one node
 DRAFT_MODEL = "draft-model"
 EAGLE_KINDS = ("eagle1", "eagle3")
@@ -294,12 +327,12 @@ MODELS: dict[str, ModelSpec] = {
                   visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336),
         # Dynamic resolution; 1024 visual tokens (a 896x896 image after 2x2 merge).
         ModelSpec(name="Qwen2-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
         ModelSpec(name="Qwen2.5-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
         ModelSpec(name="Qwen2.5-VL-3B", layers=36, hidden=2048, heads=16, kv_heads=2,
                   mlp_hidden=11008, vocab=151936, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT),
+                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
         # Text-only language models (LLaVA-1.5-7B's LM; Vidur's profiled shape).
         ModelSpec(name="Vicuna-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
         ModelSpec(name="Llama-2-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
@@ -330,7 +363,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Qwen2.5-7B", **_QWEN2_7B, max_context_tokens=32768, visual_tokens_per_image=0),
         ModelSpec(name="Qwen2.5-72B", **_QWEN25_72B, max_context_tokens=32768, visual_tokens_per_image=0),
         ModelSpec(name="Qwen2.5-VL-72B", **_QWEN25_72B, max_context_tokens=128000, visual_tokens_per_image=1024,
-                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456),
+                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
+                  image_rule="qwen2_vl"),
         ModelSpec(name="Qwen3-8B", layers=36, hidden=4096, heads=32, kv_heads=8, mlp_hidden=12288, vocab=151936,
                   explicit_head_dim=0, max_context_tokens=40960, visual_tokens_per_image=0),
         ModelSpec(name="Qwen3-32B", layers=64, hidden=5120, heads=64, kv_heads=8, mlp_hidden=25600, vocab=151936,

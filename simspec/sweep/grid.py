@@ -28,7 +28,7 @@ def calibration(sweep: SweepConfig) -> dict[tuple[str, str, str], str]:
     for values in itertools.product(*(a.values for a in axes)):
         config = _apply(sweep.base, list(zip(axes, values)))
         try:
-            model, gpu = costs.model_spec(config.model, config.drafter, config.tp), costs.gpu_spec(config.device)
+            model, gpu = experiment.model_of(config), costs.gpu_spec(config.device)
             built = costs.build(config.cost_model, model, gpu)
             acceptance.build(config.acceptance, model.name)
             config.engine.kv_budget_tokens(model, gpu)

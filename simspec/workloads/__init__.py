@@ -24,10 +24,10 @@ same seed share arrival times and lengths and differ only in what changed
 
 from simspec.workloads.arrivals import arrival_times
 from simspec.workloads.config import (ARRIVALS, BOUNDS, MAX_REQUESTS, OVER_CONTEXT, RESCALES, WorkloadConfig,
-                                      WorkloadStreams, arrival_cv, cv_to_burstiness)
+                                      WorkloadStreams, arrival_cv, cv_to_burstiness, image_pixels)
 from simspec.workloads.mix import Workload, make_requests, make_workload
 from simspec.workloads.traces import MAX_COUNT, Trace, read_trace
 
 __all__ = ["ARRIVALS", "BOUNDS", "MAX_COUNT", "MAX_REQUESTS", "OVER_CONTEXT", "RESCALES", "Trace", "Workload",
-           "WorkloadConfig", "WorkloadStreams", "arrival_cv", "arrival_times", "cv_to_burstiness", "make_requests",
+           "WorkloadConfig", "WorkloadStreams", "arrival_cv", "arrival_times", "cv_to_burstiness", "image_pixels", "make_requests",
            "make_workload", "read_trace"]

@@ -31,6 +31,14 @@ BOUNDS = {
 }
 
 
+def image_pixels(text: str) -> tuple[int, int]:
+    """(width, height) of an image size ``WIDTHxHEIGHT`` (e.g. 1344x896)."""
+    width, sep, height = text.lower().partition("x")
+    ok = sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0
+    require(bool(ok), f"image_size must look like WIDTHxHEIGHT in pixels, each > 0 (got {text!r})")
+    return int(width), int(height)
+
+
 def cv_to_burstiness(cv: float) -> float:
     """Gamma shape (vLLM ``--burstiness``) whose inter-arrival CV is ``cv``."""
     low, high = (1 / math.sqrt(b) for b in reversed(BOUNDS["burstiness"]))
@@ -85,6 +93,11 @@ class WorkloadConfig:
     shared_prefix_tokens: int = 0
     shared_prefixes: int = 1
     image_pool: int = 0
+    # Every image's size, WIDTHxHEIGHT pixels (None: the model's own
+    # default); a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns it
+    # into its visual tokens (simspec.costs.ModelSpec.at_image_size), a
+    # fixed-size one keeps its count.
+    image_size: str | None = None
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
@@ -104,6 +117,8 @@ class WorkloadConfig:
             self.images_max >= self.images_min,
             f"images_max must be >= images_min = {self.images_min} (got {self.images_max})",
         )
+        if self.image_size is not None:
+            image_pixels(self.image_size)
         require(self.arrival_rescale in RESCALES,
                 f"arrival_rescale must be one of {', '.join(RESCALES)} (got {self.arrival_rescale!r})")
         if self.arrival_rescale == "vllm":
