@@ -50,7 +50,7 @@ LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size":
 CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "image_size": 224,
                  "patch_size": 32}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
-QWEN_VL_IMAGE_PX = 896  # the fixed image side simspec gives Qwen2-VL / Qwen2.5-VL (the catalog's 1,024 tokens)
+QWEN_VL_IMAGE_PX = 896  # the default image side of Qwen2-VL / Qwen2.5-VL (the catalog's 1,024 tokens; --image-size)
 
 
 class _Fields:
