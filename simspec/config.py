@@ -103,12 +103,28 @@ def _check_file_types(data: dict, path: Path) -> None:
             checked(f"{path}: {key}", value, top[key])
 
 
+def _model_table(table: dict, path: Path) -> str:
+    """``[model]`` as the model string: ``name = "Qwen3-32B"`` (a catalog
+    name), or ``config = "models/x/config.json"`` (a Hugging Face config,
+    the file or its folder; a relative path is taken from the config
+    file's folder, so the pair travels together)."""
+    keys = sorted(table)
+    require(keys in (["config"], ["name"]) and isinstance(table[keys[0]], str) and table[keys[0]],
+            f"{path}: [model] takes one of name = \"CATALOG NAME\" or config = \"PATH\" (got {table!r})")
+    if keys == ["name"]:
+        return table["name"]
+    given = Path(table["config"]).expanduser()
+    return str(given if given.is_absolute() else (path.parent / given).resolve())
+
+
 def load(path: str | Path) -> dict:
     """Read a config file into keyword overrides of :class:`SimConfig`
     (nested dicts for the tables); validation happens in :func:`build`."""
     path = Path(path)
     data = read_toml(path, "--config")
     _checked(data, SimConfig, str(path))
+    if isinstance(data.get("model"), dict):
+        data["model"] = _model_table(data["model"], path)
     for name, record in _TABLES.items():
         if name in data:
             require(isinstance(data[name], dict), f"{path}: [{name}] must be a table")
