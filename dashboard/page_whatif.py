@@ -121,6 +121,12 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     sb = st.sidebar
     sb.header("Scenario")
     model = sb.selectbox("Model (model)", list(MODELS), index=list(MODELS).index(SIM.model), key="model")
+    model_config = sb.text_input("…or its config.json (model)", value="", key="model_config",
+                                 placeholder="path to a Hugging Face config.json or its folder",
+                                 help="a model from its own config file, read as `--model PATH` reads it "
+                                      "(docs/models.md); when given it replaces the catalog choice")
+    if model_config.strip():
+        model = model_config.strip()
     tp = sb.selectbox("GPUs per replica (tp)", TP_DEGREES, index=TP_DEGREES.index(SIM.tp), key="tp",
                       help="tensor parallelism: the model sharded over this many GPUs of one node (docs/models.md)")
     device_names = whatif.devices()

@@ -212,6 +212,20 @@ def test_the_tp_widget_serves_a_70b_model_on_four_gpus(app):
     assert list(app.dataframe[0].value.index)[:2] == ["ar", "linear:k=3"]
 
 
+def test_a_model_from_its_config_file(app, tmp_path):
+    from test_hfconfig import LLAVA_15_7B  # llava-hf/llava-1.5-7b-hf's config.json: the catalog model's shape
+
+    (tmp_path / "llava").mkdir()
+    (tmp_path / "llava" / "config.json").write_text(json.dumps(LLAVA_15_7B))
+    catalog = app.dataframe[0].value
+    app.text_input(key="model_config").set_value(str(tmp_path / "llava")).run()
+    ok(app)
+    assert app.dataframe[0].value.equals(catalog)  # the same shape serves the same numbers
+    assert any(c.value.startswith(str(tmp_path / "llava")) for c in app.caption)
+    app.text_input(key="model_config").set_value(str(tmp_path / "none")).run()
+    assert not app.exception and any("does not exist" in e.value for e in app.error), [e.value for e in app.error]
+
+
 @pytest.mark.slow
 def test_the_engine_widget_runs_the_engines_preset_and_its_policies(app):
     assert any(c.value.startswith("engine: simspec") for c in app.caption)
