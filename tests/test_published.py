@@ -144,7 +144,12 @@ def test_acceptance_proxies_point_at_reported_lengths(records):
 
 def test_table_reads_into_rows(bench):
     rows = bench.read_rows(TABLE)
-    assert len(rows) >= 30 and all(isinstance(r.batch, float) for r in rows)
+    assert len(rows) >= 30
+    with open(TABLE, newline="", encoding="utf-8") as f:
+        empty = {r["id"] for r in csv.DictReader(f) if not r["batch"].strip()}
+    assert {r.id for r in rows if r.batch is None} == empty  # a batch the source does not give stays None
+    assert all(isinstance(r.batch, float) for r in rows if r.id not in empty)
+    assert {r.tp for r in rows} <= {None, 1, 2, 4, 8}
 
 
 @pytest.mark.parametrize("tau,k", [(1.5, 1), (2.29, 3), (3.61, 5), (3.54, 7)])
