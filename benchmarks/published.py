@@ -104,6 +104,8 @@ from simspec import costs as cost_models
 from simspec import experiment
 from simspec.acceptance import AcceptanceModel, DraftSetting, fit_top1_logit
 from simspec.costs import GPUS, MODELS
+from simspec.costs.specs import TP_DEGREES
+from simspec.types import InputError
 
 prior = importlib.import_module("simspec.costs.roofline")  # the module (simspec.costs.roofline is also its function)
 
@@ -136,11 +138,12 @@ class Row:
     model: str
     gpu: str
     gpu_stated: str
+    tp: int | None = None  # GPUs the model is sharded over; None: one GPU (the rows entered before the column)
     engine: str
     engine_version: str
     method: str
     draft: str
-    batch: float
+    batch: float | None  # None where the source does not give it (the row is skipped)
     temperature: float | None
     dataset: str
     acceptance_length: float | None  # emitted tokens per round, bonus included
@@ -172,6 +175,7 @@ def read_rows(path: Path = TABLE) -> list[Row]:
             values = {name: record[name] for name in COLUMNS}
             for name in NUMERIC:
                 values[name] = float(values[name]) if values[name].strip() else None
+            values["tp"] = int(values["tp"]) if values["tp"].strip() else None
             rows.append(Row(**values))
     return rows
 
@@ -217,8 +221,23 @@ def _acceptance(row: Row, table: dict[str, Row]) -> float | None:
     return proxy.acceptance_length if proxy is not None else None
 
 
+def row_tp(row: Row) -> int:
+    """The row's tensor-parallel degree (one GPU where the row gives none)."""
+    return 1 if row.tp is None else row.tp
+
+
+def is_moe(row: Row) -> bool:
+    """Whether the row's target model is a mixture of experts in simspec's catalog."""
+    spec = {m.lower(): s for m, s in MODELS.items()}.get(row.model.lower())
+    return bool(spec is not None and spec.experts)
+
+
 def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
     """Why simspec cannot predict ``row`` honestly, or None."""
+    if row.batch is None:
+        return "batch (requests in flight) not reported"
+    if row_tp(row) not in TP_DEGREES:
+        return f"tp {row.tp} is not one of simspec's degrees {', '.join(map(str, TP_DEGREES))}"
     if row.model.lower() not in {m.lower() for m in MODELS}:
         return f"model {row.model} has no spec in simspec.costs.specs"
     if row.gpu.lower() not in GPUS:
@@ -239,6 +258,8 @@ def skip_reason(row: Row, table: dict[str, Row]) -> str | None:
         return "acceptance length not reported and no proxy row"
     if not 1.0 < tau < depth + 1:
         return f"acceptance length {tau} out of a {depth}-chain's reach"
+    if not row.dataset.strip():
+        return "dataset not reported"
     if row.dataset not in DATASETS:
         return f"no prompt/output length assumption for dataset {row.dataset!r}"
     return None
@@ -332,7 +353,8 @@ def scenario(row: Row, tau: float, *, speculative: bool, requests_per_seq: int, 
                 "num_requests": max(min_requests, requests_per_seq * batch), "multimodal_share": 0.0,
                 "prompt_mean_tokens": prompt, "prompt_cv": LENGTH_CV,
                 "output_mean_tokens": output, "output_cv": LENGTH_CV}
-    flags = {"model": row.model, "device": row.gpu.lower(), "cost_model": cost_model, "drafter": drafter(row),
+    flags = {"model": row.model, "device": row.gpu.lower(), "tp": row_tp(row), "cost_model": cost_model,
+             "drafter": drafter(row),
              "seed": seed, "policies": [policy_of(draft) if speculative else "ar"], "workload": workload,
              "engine": {"kind": ENGINES[row.engine], "max_num_seqs": batch,
                         "async_scheduling": overlapped(row, speculative)}}
@@ -381,6 +403,12 @@ def predict(rows: list[Row], *, table: list[Row] | None = None, requests_per_seq
             out.append(Prediction(row=row, skipped=reason))
             continue
         tau = _acceptance(row, by_id)
+        try:  # a setting simspec refuses (a model that does not fit at the row's tp) is skipped with its message
+            scenario(row, tau, speculative=False, requests_per_seq=requests_per_seq, min_requests=min_requests,
+                     seed=seed, cost_model=cost_model)
+        except InputError as error:
+            out.append(Prediction(row=row, skipped=str(error)))
+            continue
         runs = {speculative: partial(scenario, row, tau, speculative=speculative, requests_per_seq=requests_per_seq,
                                      min_requests=min_requests, seed=seed, cost_model=cost_model)
                 for speculative in (False, True)}
@@ -413,17 +441,21 @@ def summary(predictions: list[Prediction], split: str) -> str:
 
 
 def table_text(predictions: list[Prediction]) -> str:
-    header = (f"{'id':16s} {'model':12s} {'gpu':9s} {'engine':8s} {'method':11s} {'draft':24s} {'batch':>5s} "
-              f"{'tau':>5s} {'published':>9s} {'predicted':>9s} {'rel.err':>8s} split")
+    header = (f"{'id':20s} {'model':13s} {'gpu':9s} {'tp':>2s} {'engine':8s} {'method':11s} {'draft':26s} "
+              f"{'batch':>5s} {'tau':>5s} {'published':>9s} {'predicted':>9s} {'rel.err':>8s} split")
     lines = [header, "-" * len(header)]
     for p in predictions:
         r = p.row
         tau = f"{p.acceptance_length:5.2f}" if p.acceptance_length else f"{'':5s}"
         pred = f"{p.speedup:9.3f}" if p.speedup is not None else f"{'skip':>9s}"
         err = f"{p.relative_error:+8.1%}" if p.speedup is not None else f"{'':8s}"
-        lines.append(f"{r.id:16s} {r.model:12s} {r.gpu:9s} {r.engine:8s} {r.method:11s} {r.draft[:24]:24s} "
-                     f"{int(r.batch):5d} {tau} {r.speedup:9.3f} {pred} {err} {r.split}")
+        batch = f"{int(r.batch):5d}" if r.batch is not None else f"{'?':>5s}"
+        lines.append(f"{r.id:20s} {r.model:13s} {r.gpu:9s} {row_tp(r):2d} {r.engine:8s} {r.method:11s} "
+                     f"{r.draft[:26]:26s} {batch} {tau} {r.speedup:9.3f} {pred} {err} {r.split}")
     return "\n".join(lines)
+
+
+GROUPS = {"tp > 1": lambda row: row_tp(row) > 1, "mixture of experts": is_moe}  # summarised apart
 
 
 FITTED = ("draft_step_s", "draft_round_s", "draft_round_request_s")  # the prior's terms --fit refits
@@ -463,6 +495,8 @@ def main() -> None:
     parser.add_argument("--cost-model", default="auto", help="simspec cost model (default: auto)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--table", type=Path, default=TABLE, help="the CSV of published measurements")
+    parser.add_argument("--id-prefix", action="append", default=[], metavar="PREFIX",
+                        help="predict only rows whose id starts with PREFIX (repeatable; default: every row)")
     parser.add_argument("--fit", action="store_true", help="refit the prior's speculation-round terms "
                         f"({', '.join(FITTED)}) on the fit split, print them, then predict with them")
     args = parser.parse_args()
@@ -472,7 +506,8 @@ def main() -> None:
         found = fit([r for r in table if r.split == "fit"], table, args.seed, args.cost_model)
         print("fitted on the fit split: " + ", ".join(f"{k} = {v * 1e6:.1f} us" for k, v in found.items()))
         with_fixed(found)
-    rows = [r for r in table if args.split == "all" or r.split == args.split]
+    rows = [r for r in table if (args.split == "all" or r.split == args.split)
+            and (not args.id_prefix or r.id.startswith(tuple(args.id_prefix)))]
     predictions = predict(rows, table=table, seed=args.seed, cost_model=args.cost_model)
     print(table_text(predictions))
     skipped = [p for p in predictions if p.skipped]
@@ -480,10 +515,10 @@ def main() -> None:
         print(f"\nskipped {len(skipped)} of {len(predictions)} rows:")
         for p in skipped:
             print(f"  {p.row.id}: {p.skipped}")
-    pairs = sorted({(p.row.model, p.row.gpu) for p in predictions if p.speedup is not None})
+    pairs = sorted({(p.row.model, p.row.gpu, row_tp(p.row)) for p in predictions if p.speedup is not None})
     print("\ncost models:")
-    for model, gpu in pairs:
-        cfg = configuration.build({}, {"model": model, "device": gpu, "cost_model": args.cost_model,
+    for model, gpu, tp in pairs:
+        cfg = configuration.build({}, {"model": model, "device": gpu, "tp": tp, "cost_model": args.cost_model,
                                        "workload": {"num_requests": 1, "multimodal_share": 0.0}})
         print(f"  {experiment.cost_model_line(experiment.resolve(cfg), width=None)}")
     print()
@@ -491,6 +526,11 @@ def main() -> None:
         print(summary([p for p in predictions if p.row.split == split], split))
     if args.split == "all":
         print(summary(predictions, "all"))
+    for name, keep in GROUPS.items():
+        group = [p for p in predictions if keep(p.row)]
+        if group:
+            for split in (SPLITS if args.split == "all" else (args.split,)):
+                print(summary([p for p in group if p.row.split == split], f"{name}, {split}"))
     sims = sum(p.speedup is not None for p in predictions)
     print(f"\n{sims} rows x 2 simulations (AR, speculative), {REQUESTS_PER_SEQ} requests per running slot "
           f"(at least {MIN_REQUESTS}); {time.perf_counter() - started:.1f} s")

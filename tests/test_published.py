@@ -7,7 +7,9 @@ import csv
 import dataclasses
 import hashlib
 import math
+import re
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -15,11 +17,14 @@ from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "validation" / "published" / "speculative_decoding.csv"
-REQUIRED = ("id", "source_url", "where", "model", "gpu", "engine", "engine_version", "method", "draft", "batch",
+REPORT = ROOT / "benchmarks" / "reports" / "2026-12-03-published-tp-moe.md"
+REQUIRED = ("id", "source_url", "where", "model", "gpu", "tp", "engine", "engine_version", "method", "draft", "batch",
             "temperature", "dataset", "acceptance_length", "speedup", "tpot_ms", "throughput_tok_s", "split", "notes")
 POSITIVE = ("batch", "acceptance_length", "speedup", "tpot_ms", "ar_tpot_ms", "throughput_tok_s",
             "ar_throughput_tok_s")
 METHODS = {"eagle1", "eagle2", "eagle3", "draft_model", "medusa", "ngram"}
+TP_DEGREES = {"1", "2", "4", "8"}  # simspec's tensor-parallel degrees (simspec.costs.specs.TP_DEGREES)
+SPLITS = {"fit", "held_out"}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def bench():
 def test_columns_and_size(records):
     assert set(REQUIRED) <= set(records[0])
     assert len(records) >= 30
-    assert sum(float(r["batch"]) > 1 for r in records) >= 10
+    assert sum(bool(r["batch"]) and float(r["batch"]) > 1 for r in records) >= 10
 
 
 def test_ids_unique_and_sourced(records):
@@ -72,7 +77,48 @@ def test_split_follows_the_stated_rule(records):
     for split in ("fit", "held_out"):
         part = [r for r in records if r["split"] == split]
         assert len(part) >= 0.3 * len(records)
-        assert any(float(r["batch"]) > 1 for r in part), split
+        assert any(r["batch"] and float(r["batch"]) > 1 for r in part), split
+
+
+def test_every_tp_names_a_degree_simspec_has(records):
+    """Empty (one GPU, the rows entered before the column) or 1, 2, 4, 8;
+    the table holds rows above one GPU, and mixtures of experts among them."""
+    for r in records:
+        assert r["tp"] == "" or r["tp"] in TP_DEGREES, (r["id"], r["tp"])
+    multi = [r for r in records if r["tp"] not in ("", "1")]
+    assert len(multi) >= 10
+    assert {"Qwen3-30B-A3B", "Llama-3.3-70B"} <= {r["model"] for r in multi}
+
+
+def test_every_source_url_is_a_url(records):
+    for r in records:
+        url = urlparse(r["source_url"])
+        assert url.scheme == "https" and "." in url.netloc and not any(c.isspace() for c in r["source_url"]), r["id"]
+
+
+def test_split_values_are_fit_or_held_out(records):
+    assert {r["split"] for r in records} == SPLITS
+
+
+def _reported_held_out() -> list[str]:
+    """The held-out ids the dated report lists between its two markers."""
+    text = REPORT.read_text(encoding="utf-8")
+    block = re.search(r"<!-- held-out ids -->(.*?)<!-- end held-out ids -->", text, re.S)
+    assert block, f"{REPORT.name} has no held-out id list"
+    return re.findall(r"`([\w.-]+)`", block.group(1))
+
+
+def test_held_out_rows_of_the_report_stay_held_out(records):
+    """The report of 2026-12-03 lists the held-out rows at tp > 1: each is
+    still in the table and still held out, and no tp > 1 row became held
+    out after the report."""
+    by_id = {r["id"]: r for r in records}
+    listed = _reported_held_out()
+    assert len(listed) >= 5 and len(set(listed)) == len(listed)
+    for row_id in listed:
+        assert row_id in by_id and by_id[row_id]["split"] == "held_out", row_id
+    now = {r["id"] for r in records if r["tp"] not in ("", "1") and r["split"] == "held_out"}
+    assert now == set(listed)
 
 
 def test_derived_speedups_match_their_numbers(records):
@@ -98,7 +144,12 @@ def test_acceptance_proxies_point_at_reported_lengths(records):
 
 def test_table_reads_into_rows(bench):
     rows = bench.read_rows(TABLE)
-    assert len(rows) >= 30 and all(isinstance(r.batch, float) for r in rows)
+    assert len(rows) >= 30
+    with open(TABLE, newline="", encoding="utf-8") as f:
+        empty = {r["id"] for r in csv.DictReader(f) if not r["batch"].strip()}
+    assert {r.id for r in rows if r.batch is None} == empty  # a batch the source does not give stays None
+    assert all(isinstance(r.batch, float) for r in rows if r.id not in empty)
+    assert {r.tp for r in rows} <= {None, 1, 2, 4, 8}
 
 
 @pytest.mark.parametrize("tau,k", [(1.5, 1), (2.29, 3), (3.61, 5), (3.54, 7)])
@@ -115,7 +166,7 @@ def test_iid_alpha_refuses_unreachable_lengths(bench):
 
 def _row(bench, **overrides):
     base = {"id": "t", "source_url": "https://example.org", "where": "test", "model": "Llama-2-7B",
-            "gpu": "a100-80gb", "gpu_stated": "yes", "engine": "vllm", "engine_version": "", "method": "eagle1",
+            "gpu": "a100-80gb", "gpu_stated": "yes", "tp": None, "engine": "vllm", "engine_version": "", "method": "eagle1",
             "draft": "k=3", "batch": 1.0, "temperature": 0.0, "dataset": "mt-bench", "acceptance_length": 2.5,
             "acceptance_includes_bonus": "yes", "acceptance_proxy": "", "speedup": 1.5, "speedup_metric": "tpot",
             "speedup_derived": "no", "tpot_ms": None, "ar_tpot_ms": None, "throughput_tok_s": None,
@@ -147,6 +198,29 @@ def test_rows_simspec_cannot_price_are_skipped_with_a_reason(bench):
             dataclasses.replace(_row(bench, id="proxy", acceptance_length=None), acceptance_proxy="absent")]
     for p in bench.predict(rows):
         assert p.speedup is None and p.skipped, p.row.id
+
+
+def test_rows_without_a_batch_or_dataset_or_with_an_odd_tp_are_skipped(bench):
+    rows = [_row(bench, id="no-batch", batch=None), _row(bench, id="no-dataset", dataset=""),
+            _row(bench, id="tp3", tp=3)]
+    got = bench.predict(rows)
+    assert [p.skipped for p in got] == ["batch (requests in flight) not reported", "dataset not reported",
+                                        "tp 3 is not one of simspec's degrees 1, 2, 4, 8"]
+    assert all(p.speedup is None for p in got)
+    assert "?" in bench.table_text(got)
+
+
+def test_the_rows_tp_reaches_the_simulation(bench):
+    """A row's tp is the scenario's; a 70B model that does not fit on one
+    GPU is skipped with simspec's message, and runs at tp 4."""
+    row = _row(bench, id="tp2", tp=2, gpu="h100-sxm", model="Qwen3-30B-A3B", engine="sglang")
+    assert bench.scenario(row, 2.5, speculative=True, requests_per_seq=1, min_requests=2, seed=0,
+                          cost_model="auto").config.tp == 2
+    assert bench.is_moe(row) and not bench.is_moe(_row(bench))
+    big = _row(bench, id="70b", model="Llama-3.1-70B", gpu="h100-sxm", acceptance_length=2.0)
+    one, four = bench.predict([big, dataclasses.replace(big, id="70b-tp4", tp=4)], min_requests=2)
+    assert one.speedup is None and "does not fit" in one.skipped
+    assert four.skipped is None and math.isfinite(four.speedup) and four.speedup > 0
 
 
 def test_other_drafters_are_predicted_with_their_kinds(bench):
