@@ -94,8 +94,10 @@ def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None 
     profile takes longer than simulating a few hundred requests, so models
     are kept per process, keyed also by the size and time of every file they
     were built from: a new or re-measured profile is refitted. CostModel is
-    frozen (its tables read-only), so sharing one is safe."""
-    return _build(spec, model, gpu, profiles_root, _sources(spec, gpu, profiles_root))
+    frozen (its tables read-only), so sharing one is safe. ``engine`` (an
+    engine mode) decides how a tensor-parallel prior prices its
+    all-reduces (simspec.costs.collectives.for_engine)."""
+    return _build(spec, model, gpu, profiles_root, _sources(spec, gpu, profiles_root), engine)
 
 
 def _sources(spec: str, gpu: GpuSpec, profiles_root: Path | None) -> tuple:
