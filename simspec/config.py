@@ -43,6 +43,10 @@ class SimConfig:
     cost_model: str = "auto"
     drafter: str = "eagle1"  # what the cost model prices as drafting (simspec.costs.specs.DRAFTER_FORMS)
     tp: int = 1  # GPUs a replica's model is sharded over (tensor parallelism): one of TP_DEGREES
+    # GPUs the drafter is sharded over: None the target's degree (vLLM's
+    # and SGLang's default), or 1 (vLLM's draft_tensor_parallel_size=1);
+    # modes.check_draft_tp says what each engine accepts.
+    draft_tp: int | None = None
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -63,6 +67,7 @@ class SimConfig:
         require(self.seed >= 0, f"seed must be >= 0 (got {self.seed})")
         check_drafter(self.drafter)
         require(self.tp in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {self.tp})")
+        modes.check_draft_tp(self.engine.kind, self.tp, self.draft_tp)
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
@@ -164,8 +169,9 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
         if name == "engine":  # an engine mode's preset under the file's and the flags' fields
             kind = overrides.get("kind", start.kind)
             device = merged.get("device", base.device)
+            tp = merged.get("tp", base.tp)
             if isinstance(kind, str) and isinstance(device, str):
-                start = _replace(start, modes.preset(kind, device))
+                start = _replace(start, modes.preset(kind, device, tp if isinstance(tp, int) else 1))
                 if kind in modes.DEFAULT_POLICIES and "policies" not in merged:
                     merged["policies"] = list(modes.DEFAULT_POLICIES[kind])
         try:
@@ -240,6 +246,8 @@ FLAGS = (
          "draft-model:Vicuna-68M)"),
     Flag("--tp", ("tp",), int, "tensor-parallel GPUs per replica: 1, 2, 4 or 8 (weights, KV heads and the vision "
          "tower sharded; two all-reduces a layer, docs/models.md)"),
+    Flag("--draft-tp", ("draft_tp",), int, "GPUs the drafter is sharded over: 1 or the target's --tp (default: "
+         "the target's, as vLLM and SGLang run it; vllm and sglang accept only that, docs/engines.md)"),
     Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),

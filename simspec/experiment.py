@@ -64,6 +64,8 @@ def model_of(config: SimConfig) -> costs.ModelSpec:
     """The scenario's model: its spec, drafter and tensor-parallel degree,
     at the workload's image size where one is given."""
     model = costs.model_spec(config.model, config.drafter, config.tp)
+    if config.draft_tp is not None and config.draft_tp != model.draft_degree:
+        model = replace(model, draft_tensor_parallel=config.draft_tp)
     if config.workload.image_size is not None:
         model = model.at_image_size(*workloads.image_pixels(config.workload.image_size))
     return model
@@ -76,7 +78,7 @@ def resolve(config: SimConfig) -> Scenario:
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
                                        visual_tokens_per_image=model.visual_tokens_per_image,
                                        max_context_tokens=model.max_context_tokens)
-    return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu),
+    return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu, engine=config.engine.kind),
                     acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
 

@@ -58,7 +58,7 @@ __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec
 COST_MODEL_FORMS = "auto, roofline, profile:DIR, steps:FILE, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
-def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> CostModel:
+def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str = "simspec") -> CostModel:
     """The datasheet prior, refused for a device known only from profiles of other models."""
     if gpu.hbm_bytes_per_s <= 0 or gpu.bf16_flops <= 0:
         folder = (profiles_root or profiles.default_root()) / gpu.slug
@@ -68,7 +68,7 @@ def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> Cos
                          f"--model {model.name}` or choose a datasheet GPU: {', '.join(GPUS)})")
     comm = None
     if model.tensor_parallel > 1:
-        comm = collectives.all_reduce(gpu, model.tensor_parallel, profiles_root or profiles.default_root())
+        comm = collectives.all_reduce(gpu, model.tensor_parallel, profiles_root or profiles.default_root(), engine)
     return roofline(model, gpu, all_reduce=comm)
 
 
@@ -88,13 +88,16 @@ def _numbers(text: str, count: int, form: str) -> list[float]:
     return values
 
 
-def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None = None) -> CostModel:
+def build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None = None,
+          engine: str = "simspec") -> CostModel:
     """The cost model named by ``spec`` for ``model`` on ``gpu``. Fitting a
     profile takes longer than simulating a few hundred requests, so models
     are kept per process, keyed also by the size and time of every file they
     were built from: a new or re-measured profile is refitted. CostModel is
-    frozen (its tables read-only), so sharing one is safe."""
-    return _build(spec, model, gpu, profiles_root, _sources(spec, gpu, profiles_root))
+    frozen (its tables read-only), so sharing one is safe. ``engine`` (an
+    engine mode) decides how a tensor-parallel prior prices its
+    all-reduces (simspec.costs.collectives.for_engine)."""
+    return _build(spec, model, gpu, profiles_root, _sources(spec, gpu, profiles_root), engine)
 
 
 def _sources(spec: str, gpu: GpuSpec, profiles_root: Path | None) -> tuple:
@@ -112,8 +115,11 @@ def _sources(spec: str, gpu: GpuSpec, profiles_root: Path | None) -> tuple:
 
 
 @functools.lru_cache(maxsize=64)
-def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple) -> CostModel:
-    return _stored(spec, model, gpu, profiles_root, sources) if sources else _make(spec, model, gpu, profiles_root)
+def _build(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple,
+           engine: str = "simspec") -> CostModel:
+    if sources:
+        return _stored(spec, model, gpu, profiles_root, sources, engine)
+    return _make(spec, model, gpu, profiles_root, engine)
 
 
 STORED_MODELS = 16
@@ -122,7 +128,8 @@ FITTED_BY = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1
 """The code a fit depends on: every module of simspec.costs, and simspec.types."""
 
 
-def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple) -> CostModel:
+def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, sources: tuple,
+            engine: str = "simspec") -> CostModel:
     """:func:`_make`'s model of files (a profile, logged steps), kept between
     processes beside the compiled code (``cache_root()/cost-models``): a fit
     costs ~0.5 s of CPU and imports scipy and pandas (~1.2 s more), which a
@@ -137,7 +144,8 @@ def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | Non
             versions.append(importlib.metadata.version(package))
         except importlib.metadata.PackageNotFoundError:
             versions.append(None)
-    digest = hashlib.sha256(repr((spec, model, gpu, str(profiles_root), versions, _prior_terms())).encode())
+    key = (spec, model, gpu, str(profiles_root), versions, _prior_terms())
+    digest = hashlib.sha256(repr(key if engine == "simspec" else (*key, engine)).encode())
     code = sorted(p for root in FITTED_BY for p in (root.rglob("*.py") if root.is_dir() else [root]))
     for path in [Path(src) for src, _, _ in sources] + code:
         digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -152,7 +160,7 @@ def _stored(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | Non
             return stored
     except Exception:  # absent, unreadable, or written by other code: fit again
         pass
-    made = _make(spec, model, gpu, profiles_root)
+    made = _make(spec, model, gpu, profiles_root, engine)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(path, pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL))
@@ -172,12 +180,13 @@ def _prior_terms() -> str:
     return repr((prior.FIXED, prior.ATTENTION_FIXED))
 
 
-def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None) -> CostModel:
+def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str = "simspec") -> CostModel:
     kind, _, args = spec.partition(":")
     kind = kind.strip().lower()
     if kind == "auto" and not args:
         found = profiles.find(gpu.slug, model, profiles_root)
-        return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu, profiles_root)
+        return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu, profiles_root,
+                                                                                          engine)
     if kind == "profile" and args:
         profile = profiles.load(args)
         profiles.check_fits(profile, model, gpu)
@@ -185,7 +194,7 @@ def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None)
     if kind == "steps" and args:
         return steps.load_step_costs(args, model=model.name, device=gpu.slug)
     if kind == "roofline" and not args:
-        return _roofline(model, gpu, profiles_root)
+        return _roofline(model, gpu, profiles_root, engine)
     if kind == "constant":
         (step_ms,) = _numbers(args, 1, "constant:STEP_MS")
         if not step_ms > 0:

@@ -202,9 +202,13 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
     if model.multimodal:
         patches = TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image
         vision = gemm(model.vision_params, patches) + reduced(patches, model.vision_hidden, model.vision_layers)
-    draft_step, draft_round_s, draft_round_request_s = drafting(model, gpu, fixed, gemm)
-    draft_step = draft_step + _drafter_comm(model, reduced, gathered)
-    sharded = f"; tensor parallel {tp}: {all_reduce.label}" if tp > 1 else ""
+    # A drafter at the target's degree is sharded and pays its all-reduces;
+    # one on a single GPU computes the whole draft there and pays none.
+    draft_step, draft_round_s, draft_round_request_s = drafting(model.drafter_whole, gpu, fixed, gemm)
+    if model.draft_degree == tp:
+        draft_step = draft_step + _drafter_comm(model, reduced, gathered)
+    drafter_on = f", drafter at tp {model.draft_degree}" if model.draft_degree != tp else ""
+    sharded = f"; tensor parallel {tp}{drafter_on}: {all_reduce.label}" if tp > 1 else ""
     return CostModel(
         label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published "
               f"results{sharded})",

@@ -51,6 +51,10 @@ class ModelSpec:
     # least one: fewer KV heads than GPUs are replicated). Every weight,
     # parameter and KV figure below is one GPU's.
     tensor_parallel: int = 1
+    # GPUs the drafter is sharded over: 0 the target's degree (what vLLM
+    # and SGLang do by default), or 1 (vLLM's draft_tensor_parallel_size=1:
+    # the whole drafter on one GPU, no all-reduces of its own).
+    draft_tensor_parallel: int = 0
     # Mixture of experts: a sparse layer's MLP is ``experts`` routed experts
     # of ``expert_mlp_hidden`` each (gated), ``experts_per_token`` of them
     # per token, and a shared MLP of ``shared_mlp_hidden`` every token runs
@@ -80,6 +84,8 @@ class ModelSpec:
                                               f"tp {n}")
             require(self.expert_mlp_hidden % n == 0, f"model {self.name}: expert MLP width {self.expert_mlp_hidden} "
                                                      f"is not divisible by tp {n}")
+        require(self.draft_tensor_parallel in (0, 1, n),
+                f"draft_tp must be 1 or the target's tp {n} (got {self.draft_tensor_parallel})")
         if self.experts:
             require(1 <= self.experts_per_token <= self.experts and self.expert_mlp_hidden > 0
                     and 0 <= self.dense_layers < self.layers,
@@ -90,6 +96,19 @@ class ModelSpec:
     def drafter_kind(self) -> str:
         """The drafter's kind: one of DRAFTERS (``draft-model`` for ``draft-model:NAME``)."""
         return self.drafter.partition(":")[0]
+
+    @property
+    def draft_degree(self) -> int:
+        """GPUs the drafter is sharded over (draft_tensor_parallel, 0 meaning the target's)."""
+        return self.draft_tensor_parallel or self.tensor_parallel
+
+    @property
+    def drafter_whole(self) -> "ModelSpec":
+        """The spec whose drafter figures hold for the drafter's own degree:
+        this one, or, for a drafter on one GPU, the same model unsharded."""
+        if self.draft_degree == self.tensor_parallel:
+            return self
+        return replace(self, tensor_parallel=1, draft_tensor_parallel=0)
 
     @property
     def draft_model(self) -> "ModelSpec | None":
@@ -243,7 +262,8 @@ class ModelSpec:
             + self.vision_params
         )
         draft_bytes = self.draft_model.dtype_bytes if self.draft_model is not None else self.dtype_bytes
-        return total * self.dtype_bytes + self.drafter_weight_params * draft_bytes
+        # A drafter on one GPU holds all its weights there (the GPU the KV budget is bound by).
+        return total * self.dtype_bytes + self.drafter_whole.drafter_weight_params * draft_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:

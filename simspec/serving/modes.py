@@ -59,10 +59,13 @@ DEFAULT_POLICIES = {"vllm": ("ar", "linear:k=3", "linear:k=5"), "sglang": ("ar",
 BIG_GPU_BYTES = 70 * 2**30  # vLLM's ">= 70 GiB, not A100" tier (vllm/engine/arg_utils.py 0.33, l.2983-2996)
 
 
-def preset(kind: str, device: str) -> dict:
+def preset(kind: str, device: str, tp: int = 1) -> dict:
     """The EngineConfig fields engine ``kind`` sets by default on ``device``
     (a device slug; one without a datasheet gets the engine's smaller-GPU
-    defaults)."""
+    defaults) at tensor-parallel degree ``tp``. vLLM's GPU batch defaults
+    do not depend on the degree (vllm/engine/arg_utils.py 0.32
+    get_batch_defaults: by device memory and name only); its CPU defaults
+    are per rank, so they scale with it."""
     device = device.lower()
     gpu = GPUS.get(device)
     memory_bytes = gpu.memory_bytes if gpu else None
@@ -73,7 +76,7 @@ def preset(kind: str, device: str) -> dict:
     cpu = device.startswith("cpu")
     if kind == "vllm":
         if cpu:  # vllm/engine/arg_utils.py l.3029-3037; async off: vllm/platforms/cpu.py l.347-348
-            seqs, tokens = 128, 2048
+            seqs, tokens = 128 * tp, 2048 * tp
         elif memory_bytes is not None and memory_bytes >= BIG_GPU_BYTES and "a100" not in device:
             seqs, tokens = 1024, 8192
         else:  # arg_utils.py l.2997-3006
@@ -103,6 +106,27 @@ def check_policy(kind: str, spec: str) -> None:
                          f"{', '.join(allowed)}); simulate it with --engine simspec")
 
 
+DRAFT_TP = {  # what each engine accepts as the drafter's degree at target degree tp
+    "simspec": lambda tp: (1, tp),
+    # vllm/config/speculative.py (0.32) _verify_and_get_draft_tp accepts 1 or the
+    # target's degree, but V1 runs EAGLE heads on the target's group and its
+    # draft-model proposer refuses any other (vllm/v1/spec_decode/draft_model.py
+    # _raise_if_draft_tp_mismatch).
+    "vllm": lambda tp: (tp,),
+    "sglang": lambda tp: (tp,),  # the draft worker shares the target's tp group
+}
+
+
+def check_draft_tp(kind: str, tp: int, draft_tp: int | None) -> None:
+    """Refuse a drafter degree engine ``kind`` cannot run with a target at ``tp``, in one line."""
+    if draft_tp is None:
+        return
+    allowed = DRAFT_TP.get(kind, DRAFT_TP["simspec"])(tp)
+    if draft_tp not in allowed:
+        what = " or ".join(str(n) for n in sorted(set(allowed)))
+        raise InputError(f"draft_tp must be {what} with engine {kind} at tp {tp} (got {draft_tp})")
+
+
 def describe(engine) -> str:
     """One line for the run header: the mode and what it assumes."""
     follows = f" {VERSIONS[engine.kind]}" if VERSIONS.get(engine.kind) else ""
@@ -114,4 +138,5 @@ def describe(engine) -> str:
             f"{engine.max_num_batched_tokens} tok/step")
 
 
-__all__ = ["KINDS", "VERSIONS", "RUNS", "DEFAULT_POLICIES", "preset", "check_policy", "describe"]
+__all__ = ["KINDS", "VERSIONS", "RUNS", "DEFAULT_POLICIES", "DRAFT_TP", "preset", "check_policy", "check_draft_tp",
+           "describe"]

@@ -29,7 +29,7 @@ def calibration(sweep: SweepConfig) -> dict[tuple[str, str, str], str]:
         config = _apply(sweep.base, list(zip(axes, values)))
         try:
             model, gpu = experiment.model_of(config), costs.gpu_spec(config.device)
-            built = costs.build(config.cost_model, model, gpu)
+            built = costs.build(config.cost_model, model, gpu, engine=config.engine.kind)
             acceptance.build(config.acceptance, model.name)
             config.engine.kv_budget_tokens(model, gpu)
         except InputError as err:
