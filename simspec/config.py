@@ -25,6 +25,7 @@ from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
 from simspec.costs.specs import TP_DEGREES, check_drafter
 from simspec.files import read_toml
+from simspec.fleet import routers
 from simspec.serving.config import EngineConfig
 from simspec.types import InputError, check_types, checked, field_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -47,6 +48,10 @@ class SimConfig:
     # and SGLang's default), or 1 (vLLM's draft_tensor_parallel_size=1);
     # modes.check_draft_tp says what each engine accepts.
     draft_tp: int | None = None
+    # Identical replicas of this setup serving the workload together, and
+    # what sends each request to one (simspec.fleet.routers.ROUTERS).
+    replicas: int = 1
+    router: str = "round_robin"
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -68,6 +73,7 @@ class SimConfig:
         check_drafter(self.drafter)
         require(self.tp in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {self.tp})")
         modes.check_draft_tp(self.engine.kind, self.tp, self.draft_tp)
+        routers.check(self.router, self.replicas)
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
@@ -194,8 +200,9 @@ def _replace(record, overrides: dict):
     return type(record)(**values)
 
 
-ONE_GPU = {"tp": 1}
-"""Keys left out of :func:`to_toml` at these values: a one-GPU config reads (and hashes) as it did before them."""
+LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin"}
+"""Keys left out of :func:`to_toml` at these values: a one-GPU, one-replica config reads (and hashes) as it did
+before them."""
 
 
 def to_toml(config: SimConfig) -> str:
@@ -204,7 +211,7 @@ def to_toml(config: SimConfig) -> str:
     def plain(record) -> dict:
         return {f.name: getattr(record, f.name) for f in fields(record) if getattr(record, f.name) is not None}
 
-    top = {k: v for k, v in plain(config).items() if k not in _TABLES and ONE_GPU.get(k, object()) != v}
+    top = {k: v for k, v in plain(config).items() if k not in _TABLES and LEFT_OUT.get(k, object()) != v}
     top["policies"] = list(config.policies)
     for name in _TABLES:
         top[name] = plain(getattr(config, name))
@@ -248,6 +255,9 @@ FLAGS = (
          "tower sharded; two all-reduces a layer, docs/models.md)"),
     Flag("--draft-tp", ("draft_tp",), int, "GPUs the drafter is sharded over: 1 or the target's --tp (default: "
          "the target's, as vLLM and SGLang run it; vllm and sglang accept only that, docs/engines.md)"),
+    Flag("--replicas", ("replicas",), int, f"identical replicas serving the workload together behind --router "
+         f"(1..{routers.MAX_REPLICAS}; the rate is the fleet's)"),
+    Flag("--router", ("router",), str, f"what sends each request to a replica: {', '.join(routers.ROUTERS)}"),
     Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),

@@ -20,6 +20,7 @@ from simspec import acceptance, compiled, costs, metrics, policies, seeds, workl
 from simspec.serving import modes
 from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
+from simspec.fleet.run import FleetRun, simulate_fleet
 from simspec.sim import simulate
 from simspec.types import Request, RunLog
 
@@ -48,6 +49,7 @@ class Results:
     scenario: Scenario
     logs: tuple[RunLog, ...]
     metrics: dict[str, dict[str, float]]  # {policy: {metric: value}}, metric names as vLLM's
+    fleets: tuple[FleetRun, ...] = ()  # per policy: each replica's log and who served what (logs: the merged ones)
 
     @property
     def meta(self) -> RunMeta:
@@ -94,7 +96,7 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
     ``event_detail`` False: the logs keep no per-chunk and per-round arrays
     (simspec.sim.simulate), which the metrics and run folders never read."""
     config = scenario.config
-    logs = []
+    logs, fleets = [], []
     n = len(scenario.requests)
     compiling = progress and compile_note()
     with tqdm(total=n * len(config.policies), unit="req", disable=not progress, leave=False) as bar:
@@ -108,15 +110,21 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                     bar.reset()
                 bar.update(offset + done - bar.n)
 
-            logs.append(simulate(scenario.requests, policy=policies.parse(spec), label=spec, costs=scenario.costs,
+            run = simulate_fleet(scenario.requests, replicas=config.replicas, router=config.router,
+                                 policy=policies.parse(spec), label=spec, costs=scenario.costs,
                                  acceptance=scenario.acceptance, engine=config.engine,
                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
-                                 progress=advance if progress else None, event_detail=event_detail))
+                                 progress=advance if progress else None, event_detail=event_detail)
+            logs.append(run.log)
+            fleets.append(run)
     table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
                                            slo_e2el_ms=config.slo_e2el_ms,
                                            empty_as_zero=config.engine.kind == "vllm")
              for log in logs}
-    return Results(scenario=scenario, logs=tuple(logs), metrics=table)
+    if config.replicas > 1:  # the merged log's busy time is the replicas'; the fleet's share is their mean
+        for row in table.values():
+            row["gpu_busy_fraction"] /= config.replicas
+    return Results(scenario=scenario, logs=tuple(logs), metrics=table, fleets=tuple(fleets))
 
 
 def compile_note(say=None) -> bool:

@@ -30,6 +30,8 @@ STREAMS = {
     "difficulty": 1,  # the simulator's per-request acceptance difficulty
     "rounds": 2,  # the simulator's per-round acceptance draws
     "timing-examples": 3,  # timing-only live runs: random images and prompts
+    "router": 4,  # a fleet's random router
+    "replicas": 5,  # a fleet's replicas: one child each (simspec.fleet.run)
     "acceptance-replay": 7,  # timing-only live runs: replayed acceptance
 }
 """Spawn key of each purpose's child :class:`numpy.random.SeedSequence`."""

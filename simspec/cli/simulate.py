@@ -9,6 +9,8 @@ from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.cli.scenario import add_scenario_flags, scenario_config
+from simspec.files import write_text
+from simspec.fleet import report as fleet_report
 from simspec.workloads import WorkloadConfig
 
 
@@ -21,7 +23,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = experiment.run(cfg, progress=not args.quiet, event_detail=False)
     wall_s = time.perf_counter() - started
     scenario = results.scenario
-    print(f"simspec {__version__} | {scenario.model.name} on {scenario.gpu.name} | "
+    fleet = f" | {cfg.replicas} replicas ({cfg.router})" if cfg.replicas > 1 else ""
+    print(f"simspec {__version__} | {scenario.model.name} on {scenario.gpu.name}{fleet} | "
           f"{len(scenario.requests)} requests | seed {cfg.seed}")
     print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
@@ -37,10 +40,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(runfolder.compact_table(results.metrics))
     print("\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
     print(runfolder.verdict(results.metrics))
+    extra = {}
+    if cfg.replicas > 1:
+        rows = fleet_report.replica_rows({log.policy: run for log, run in zip(results.logs, results.fleets)},
+                                         empty_as_zero=cfg.engine.kind == "vllm")
+        print(fleet_report.describe(rows, cfg.replicas, cfg.router))
+        extra["replicas.csv"] = lambda path: write_text(path, fleet_report.csv_text(rows))
     print(f"simulated in {wall_s:.1f} s")
     if args.out:
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,
-                            config_toml=configuration.to_toml(cfg), meta=results.meta)
+                            config_toml=configuration.to_toml(cfg), meta=results.meta, extra=extra)
         print(f"run folder: {args.out}" + (f" ({replacing})" if replacing else ""))
     return 0
 

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from simspec import experiment, metrics, policies, pool
 from simspec.config import SimConfig
-from simspec.sim import simulate
+from simspec.fleet.run import simulate_fleet
 from simspec.tune.records import FAMILIES, SPACES, Candidate, Cell, Run, Schedule, Stage, TuneConfig, Tuned
 from simspec.types import RunLog, require
 from simspec.workloads import cv_to_burstiness
@@ -75,9 +75,9 @@ class Bench:
             if seed not in self.scenarios:
                 self.scenarios[seed] = experiment.resolve(replace(self.config, seed=seed))
             s = self.scenarios[seed]
-            log = simulate(s.requests, policy=policies.parse(spec), label=spec, costs=s.costs,
-                           acceptance=s.acceptance, engine=self.config.engine, kv_budget_tokens=s.kv_budget_tokens,
-                           seed=seed)
+            log = simulate_fleet(s.requests, replicas=self.config.replicas, router=self.config.router,
+                                 policy=policies.parse(spec), label=spec, costs=s.costs, acceptance=s.acceptance,
+                                 engine=self.config.engine, kv_budget_tokens=s.kv_budget_tokens, seed=seed).log
             summary = metrics.summarize(log, slo_ttft_ms=self.config.slo_ttft_ms, slo_tpot_ms=self.config.slo_tpot_ms,
                                         slo_e2el_ms=self.config.slo_e2el_ms)
             value, gap = float(summary[self.tc.metric]), _slo_gap(log, self.config)

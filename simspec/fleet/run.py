@@ -1,0 +1,73 @@
+"""Serve one workload on a fleet of identical replicas.
+
+Imports: numpy, simspec.seeds, simspec.sim, simspec.fleet.
+
+The router decides from the arrival order (simspec.fleet.routers), so each
+replica's share is known first and each replica is one simulation of its
+own, at one replica's cost per request; their logs merge into the fleet's
+(simspec.fleet.merge). A fleet of one is :func:`simspec.sim.simulate`
+itself, byte for byte. Replica i draws its acceptance from its own child
+of the run's seed (``seeds.stream(seed, "replicas")``, spawned per
+replica) and the ``random`` router from ``seeds.stream(seed, "router")``;
+neither depends on the policy, so the policies of one run share their
+routing and their draws (common random numbers), as one replica's do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from simspec import seeds
+from simspec.fleet import routers
+from simspec.fleet.merge import merge
+from simspec.sim import simulate
+from simspec.types import Request, RunLog
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRun:
+    """The fleet's merged log, each replica's own (None: it got no request), and who served what."""
+
+    log: RunLog
+    replicas: tuple[RunLog | None, ...]
+    assignment: np.ndarray  # [N] replica of each request, in the workload's order
+
+
+def replica_seeds(seed: int, replicas: int) -> list[int]:
+    """The seed of each replica's simulation (module docstring)."""
+    children = seeds.stream(seed, "replicas").spawn(replicas)
+    return [int(child.generate_state(1)[0]) for child in children]
+
+
+def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, seed: int, label: str,
+                   progress: Callable[[int], None] | None = None, **serve) -> FleetRun:
+    """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
+    ``router``; ``serve`` is :func:`simspec.sim.simulate`'s other arguments."""
+    routers.check(router, replicas)
+    if replicas == 1:
+        log = simulate(requests, label=label, seed=seed, progress=progress, **serve)
+        return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
+    arrival_s = np.array([r.arrival_s for r in requests], dtype=float)
+    assignment = routers.route(arrival_s, replicas=replicas, router=router,
+                               rng=np.random.default_rng(seeds.stream(seed, "router")))
+    done = np.zeros(replicas, dtype=np.int64)
+    logs: list[RunLog | None] = []
+    for i, replica_seed in enumerate(replica_seeds(seed, replicas)):
+        share = [r for r, chosen in zip(requests, assignment) if chosen == i]
+        if not share:
+            logs.append(None)
+            continue
+
+        def advance(count: int, i=i) -> None:
+            done[i] = count
+            progress(int(done.sum()))
+
+        logs.append(simulate(share, label=label, seed=replica_seed, progress=advance if progress else None, **serve))
+    served = [log for log in logs if log is not None]
+    return FleetRun(log=merge(served, label), replicas=tuple(logs), assignment=assignment)
+
+
+__all__ = ["FleetRun", "simulate_fleet", "replica_seeds"]
