@@ -403,6 +403,18 @@ MODELS: dict[str, ModelSpec] = {
                   max_context_tokens=32768, visual_tokens_per_image=0, tied_embeddings=True),
         ModelSpec(name="Llama-3.2-1B", layers=16, hidden=2048, heads=32, kv_heads=8, mlp_hidden=8192, vocab=128256,
                   max_context_tokens=131072, visual_tokens_per_image=0, tied_embeddings=True),
+        # The shapes of Vidur's tensor-parallel MLP profiles (shared data's external_profiles/), as Vidur's own
+        # vidur/config/model_config.py gives them (github.com/microsoft/vidur at 7d47513: Llama2_70BModelConfig,
+        # CodeLlama34BModelConfig, Qwen72BModelConfig, Llama3_70BModelConfig); vocabularies as the models'
+        # config.json (Vidur pads Llama-2's 32000 to 32768). Qwen-72B is the original Qwen (no grouped-query
+        # attention); its config's intermediate_size 49152 is gate and up together, 24576 each.
+        ModelSpec(name="Llama-2-70B", layers=80, hidden=8192, heads=64, kv_heads=8, mlp_hidden=28672, vocab=32000,
+                  max_context_tokens=4096, visual_tokens_per_image=0),
+        ModelSpec(name="CodeLlama-34B", layers=48, hidden=8192, heads=64, kv_heads=8, mlp_hidden=22016, vocab=32000,
+                  max_context_tokens=16384, visual_tokens_per_image=0),
+        ModelSpec(name="Qwen-72B", layers=80, hidden=8192, heads=64, kv_heads=64, mlp_hidden=24576, vocab=152064,
+                  max_context_tokens=32768, visual_tokens_per_image=0),
+        ModelSpec(name="Llama-3-70B", **_LLAMA3_70B, max_context_tokens=8192, visual_tokens_per_image=0),
         # The live engine's own target (simspec.models.vlm.VLMConfig defaults), float32 on CPU.
         ModelSpec(name="simspec-tiny-vlm", layers=3, hidden=128, heads=4, kv_heads=4, mlp_hidden=384, vocab=48,
                   max_context_tokens=256, visual_tokens_per_image=16, vision_patches_per_image=16,

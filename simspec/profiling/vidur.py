@@ -12,6 +12,10 @@ never by position (Vidur's files differ in column order). The importer
 keeps the tensor-parallel-1 rows, checks the model-shape columns against
 the spec the file name names, and writes ``<out>/<device-slug>/<model>/<op>.csv``
 with Vidur's licence file beside them and a meta.json saying what came from where.
+A token-level file's rows of every tensor-parallel degree (1, 2, 4, 8: each
+times one GPU's shard) also go to ``<model>/tp/<op>.csv`` with the degree as
+the first shape column (:data:`SHARD_HEADER`): the one-GPU tables and their
+fits stay as they are, and simspec.costs.shapes fits the shards.
 
 - ``mlp``: the token-level operators of a decoder layer, one row per token
   count: every per-layer operator simspec tables too (``emb`` is not per
@@ -69,6 +73,9 @@ SAMPLE_SUFFIX = "sample"  # vidur_<gpu>_<model>_<kind>_sample.csv: an evenly spa
 SHAPE_COLUMNS = ("num_tokens", "num_tensor_parallel_workers")
 STATS = ("min", "median", "max")
 TP = "num_tensor_parallel_workers"
+SHARD_FOLDER = "tp"  # <model>/tp/<op>.csv: every degree's rows of a token-level operator
+SHARD_HEADER = ("tp", "tokens", "median_ms", "p10_ms", "p90_ms", "samples", "skipped")
+TP_DEGREES = (1, 2, 4, 8)  # the degrees Vidur profiles (and simspec.costs.specs.TP_DEGREES)
 # Vidur's model-shape columns, checked against the spec the file name names.
 SPEC_COLUMNS = {"n_embd": "hidden", "n_expanded_embd": "mlp_hidden", "n_head": "heads", "n_kv_head": "kv_heads"}
 ATTENTION_COLUMNS = ("n_embd", "n_q_head", "n_kv_head", "block_size", TP, "max_model_len", "batch_size",
@@ -78,7 +85,7 @@ ATTENTION_OPS = {True: "attn_prefill", False: "attn_decode"}  # is_prefill -> Vi
 LEFT_OUT = ("attn_input_reshape", "attn_output_reshape", "attn_kv_cache_save")  # module docstring
 COMMON_NOTES = ("imported from Vidur: median_ms is Vidur's median; p10_ms and p90_ms approximate the 10th and 90th "
                 "percentiles by Vidur's min and max (Vidur records no percentiles); samples is unknown (empty); "
-                "tensor-parallel-1 rows only; a shape Vidur measured twice keeps both rows; dtype not recorded by "
+                "tensor-parallel-1 rows only (every degree's rows of the token-level operators in tp/); a shape Vidur measured twice keeps both rows; dtype not recorded by "
                 "Vidur")
 TOKEN_NOTES = "token-level operators (mlp): emb is skipped (not a per-layer operator)"
 ATTENTION_NOTES = ("attention: attn_decode is Vidur's attn_decode (batch requests, context_tokens = kv_cache_size "
@@ -96,6 +103,7 @@ class Imported:
 
     tables: dict[str, list[list[str]]]  # op -> output rows (shape cells, median, p10, p90, samples, skipped)
     notes: str  # what a reader of meta.json must know about this file's tables ("" if nothing more than its kind's)
+    shards: dict[str, list[list[str]]] | None = None  # op -> rows of every tp degree (SHARD_HEADER); token-level only
 
 
 def _fold(text: str) -> str:
@@ -179,9 +187,12 @@ def _read_tokens(path: Path, model: ModelSpec) -> Imported:
             raise InputError(f"{path}: no time_stats.<op>.{{min,median,max}} columns for any of "
                              f"{', '.join(VIDUR_OPS)}")
         tables: dict[str, list[tuple[tuple[int, ...], list[str]]]] = {op: [] for op in ops}
+        shards: dict[str, list[tuple[tuple[int, ...], list[str]]]] = {op: [] for op in ops}
         for line, row in enumerate(reader, start=2):
-            if _number(path, line, TP, row[TP]) != 1:
-                continue
+            degree = _number(path, line, TP, row[TP])
+            if degree not in TP_DEGREES:
+                raise InputError(f"{path} line {line}: {TP} must be one of {', '.join(map(str, TP_DEGREES))} "
+                                 f"(got {row[TP]})")
             _check_spec(path, line, row, model, SPEC_COLUMNS)
             tokens = _number(path, line, "num_tokens", row["num_tokens"])
             if tokens < 1 or tokens != int(tokens):
@@ -189,8 +200,12 @@ def _read_tokens(path: Path, model: ModelSpec) -> Imported:
             for op in ops:
                 low, median, high = (_number(path, line, f"time_stats.{op}.{s}", row[f"time_stats.{op}.{s}"])
                                      for s in STATS)
-                tables[op].append(((int(tokens),), _cells((int(tokens),), (low, median, high))))
-    return Imported(tables=_sorted(path, tables), notes="")
+                shape = (int(degree), int(tokens))
+                shards[op].append((shape, _cells(shape, (low, median, high))))
+                if degree == 1:
+                    tables[op].append(((int(tokens),), _cells((int(tokens),), (low, median, high))))
+    return Imported(tables=_sorted(path, tables), notes="",
+                    shards={op: [cells for _, cells in sorted(rows, key=lambda r: r[0])] for op, rows in shards.items()})
 
 
 def _read_attention(path: Path, model: ModelSpec) -> Imported:
@@ -284,6 +299,7 @@ class _Folder:
     names: list[str]  # the Vidur files it holds
     notes: list[str]
     tables: dict[str, list[list[str]]]
+    shards: dict[str, list[list[str]]]
 
 
 def _kept_from_before(folder: Path, meta: dict | None, kinds: set[str]) -> tuple[list[str], list[str]]:
@@ -324,12 +340,13 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
     for path in files:
         slug, model, kind = _parse_name(path)
         folder = out / slug / model.name
-        entry = folders.setdefault(folder, _Folder(slug, model, [], [], {}))
+        entry = folders.setdefault(folder, _Folder(slug, model, [], [], {}, {}))
         imported = read_vidur(path, model, kind)
         for op, rows in imported.tables.items():
             if op in entry.tables:
                 raise InputError(f"{path}: {op} for {slug}/{model.name} is also in {', '.join(entry.names)}")
             entry.tables[op] = rows
+        entry.shards.update(imported.shards or {})
         entry.names.append(path.name)
         entry.notes.append(imported.notes)
         kinds.setdefault(folder, set()).add(_family(kind))
@@ -347,6 +364,10 @@ def import_vidur(src_dir: Path, out: Path) -> list[Path]:
         folder.mkdir(parents=True, exist_ok=True)
         for op, rows in entry.tables.items():
             write_text(folder / f"{op}.csv", _csv_text(rows, OPS[op].header))
+        if entry.shards:
+            (folder / SHARD_FOLDER).mkdir(exist_ok=True)
+        for op, rows in entry.shards.items():
+            write_text(folder / SHARD_FOLDER / f"{op}.csv", _csv_text(rows, SHARD_HEADER))
         shutil.copyfile(licence, folder / licence.name)
         gpu = GPUS[entry.slug]
         names = sorted({*kept_names, *entry.names})
