@@ -237,7 +237,8 @@ FLAGS = (
     Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
     Flag("--drafter", ("drafter",), str, "what drafts, as priced: eagle1 (EAGLE-1/2, the target's LM head), eagle3 "
          "(EAGLE-3: three-feature fc, its own 32k-token head), medusa (4 heads over the last hidden state, one pass "
-         "a round), ngram (prompt lookup: no GPU work) or draft-model:NAME (a separate draft model, e.g. "
+         "a round), mtp (the model's own multi-token-prediction module: DeepSeek-V3's default), ngram (prompt lookup: "
+         "no GPU work) or draft-model:NAME (a separate draft model, e.g. "
          "draft-model:Vicuna-68M)"),
     Flag("--tp", ("tp",), int, "tensor-parallel GPUs per replica: 1, 2, 4 or 8 (weights, KV heads and the vision "
          "tower sharded; two all-reduces a layer, docs/models.md)"),
