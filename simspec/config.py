@@ -22,7 +22,7 @@ import tomli_w
 
 from simspec.serving import modes
 from simspec.acceptance import DEFAULT_PRESET
-from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS
+from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS, model_spec
 from simspec.costs.specs import TP_DEGREES, check_drafter
 from simspec.files import read_toml
 from simspec.fleet import routers
@@ -186,10 +186,27 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
             raise InputError(f"[{name}]: {err}") from None
     if "policies" in merged:
         merged["policies"] = tuple(merged["policies"])
+    if "drafter" not in merged:  # a model with its own drafter (DeepSeek-V3's MTP module) drafts with it
+        own = own_drafter(merged.get("model", base.model), base.drafter)
+        if own != base.drafter:
+            merged["drafter"] = own
     try:
         return SimConfig(**merged, **tables)
     except TypeError as err:
         raise InputError(f"config: {err}") from None
+
+
+def own_drafter(model, default: str) -> str:
+    """The drafter ``model`` (a catalog name or config path) ships with:
+    ``mtp`` for a model with a multi-token-prediction module, else
+    ``default``. A model that cannot be read keeps ``default``: the run's
+    own reading of it reports the error."""
+    if not isinstance(model, str):
+        return default
+    try:
+        return model_spec(model).drafter
+    except InputError:
+        return default
 
 
 def _replace(record, overrides: dict):
@@ -249,7 +266,8 @@ FLAGS = (
     Flag("--cost-model", ("cost_model",), str, f"cost model: {COST_MODEL_FORMS}"),
     Flag("--drafter", ("drafter",), str, "what drafts, as priced: eagle1 (EAGLE-1/2, the target's LM head), eagle3 "
          "(EAGLE-3: three-feature fc, its own 32k-token head), medusa (4 heads over the last hidden state, one pass "
-         "a round), ngram (prompt lookup: no GPU work) or draft-model:NAME (a separate draft model, e.g. "
+         "a round), mtp (the model's own multi-token-prediction module: DeepSeek-V3's default), ngram (prompt lookup: "
+         "no GPU work) or draft-model:NAME (a separate draft model, e.g. "
          "draft-model:Vicuna-68M)"),
     Flag("--tp", ("tp",), int, "tensor-parallel GPUs per replica: 1, 2, 4 or 8 (weights, KV heads and the vision "
          "tower sharded; two all-reduces a layer, docs/models.md)"),

@@ -10,6 +10,7 @@ whatever it might write lands there and is caught.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,16 @@ from conftest import invoke
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "profiles" / "cpu-intel-xeon-processor"
 STEPS = REPO / "validation" / "cpu" / "step_costs.json"
+
+LLM_CONFIGS = REPO / "tests" / "data" / "llmfam"
+
+
+def _without(name: str, key: str, inside: str | None = None) -> str:
+    """The config file ``name`` of tests/data/llmfam/ without ``key`` (in its ``inside`` object)."""
+    config = json.loads((LLM_CONFIGS / name).read_text())
+    del (config[inside] if inside else config)[key]
+    return json.dumps(config)
+
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"
@@ -111,8 +122,13 @@ CASES = [
     case("model-config-missing", f"{SIM} --model {{in}}/none/config.json", "model config", "does not exist"),
     case("model-config-type", f"{SIM} --model {{in}}/config.json", "model_type", "llama, mistral, qwen2",
          config__json='{"model_type": "gpt_neox", "hidden_size": 512}'),
-    case("model-config-not-read", f"{SIM} --model {{in}}/config.json", "deepseek_v3", "not read yet",
-         config__json='{"model_type": "deepseek_v3", "n_routed_experts": 256}'),
+    case("model-config-not-read", f"{SIM} --model {{in}}/config.json", "deepseek_v2", "not read yet",
+         config__json='{"model_type": "deepseek_v2", "n_routed_experts": 160}'),
+    case("model-config-latent-field", f"{SIM} --model {{in}}/config.json --multimodal-share 0", "config.json",
+         "missing field kv_lora_rank", config__json=_without("deepseek_v3.json", "kv_lora_rank")),
+    case("model-config-llama4-field", f"{SIM} --model {{in}}/config.json", "config.json",
+         "missing field text_config.interleave_moe_layer_step",
+         config__json=_without("llama4_scout.json", "interleave_moe_layer_step", "text_config")),
     case("model-config-moe-field", f"{SIM} --model {{in}}/config.json", "missing field num_experts",
          config__json='{"model_type": "qwen3_moe", "hidden_size": 512, "num_attention_heads": 8, '
                       '"num_hidden_layers": 2, "intermediate_size": 1024, "vocab_size": 100, '

@@ -71,7 +71,7 @@ def test_the_eagle3_head_is_priced_by_its_own_shape():
 
 
 @pytest.mark.parametrize("drafter,message", [
-    ("eagle2", "drafter must be one of eagle1, eagle3, medusa, ngram or draft-model:NAME (got 'eagle2')"),
+    ("eagle2", "drafter must be one of eagle1, eagle3, medusa, mtp, ngram or draft-model:NAME (got 'eagle2')"),
     ("medusa:3", "drafter must be one of"), ("draft-model", "drafter must be one of"),
     ("draft-model:Vicuna-1M", "the draft model must be one of"),
     ("draft-model:LLaVA-1.5-7B", "the draft model must be a text-only model")])

@@ -11,6 +11,12 @@ Families read (``model_type``):
 - mixtures of experts: ``mixtral``, ``qwen2_moe``, ``qwen3_moe`` (the
   experts, how many a token routes to, their width, which layers are
   sparse, Qwen2-MoE's shared expert);
+- DeepSeek-V3 / R1: ``deepseek_v3`` (:func:`_deepseek`: latent attention,
+  first_k_dense_replace dense layers, routed and shared experts, the MTP
+  module as its default drafter, FP8 weights from ``quantization_config``);
+- Llama 4: ``llama4`` (:func:`_llama4`: the decoder in ``text_config``,
+  interleaved MoE layers with a shared expert, a fixed 144 visual tokens a
+  336-pixel tile) and its text-only ``llama4_text``;
 - VLMs: ``llava`` (a decoder in ``text_config`` and a CLIP vision tower in
   ``vision_config``: (image_size / patch_size)^2 visual tokens an image,
   one more through the encoder with ``vision_feature_select_strategy``
@@ -20,9 +26,8 @@ Families read (``model_type``):
   64 patches of 14, merged 2 x 2 into 1,024 visual tokens, other sizes
   through ModelSpec.at_image_size).
 
-Interleaved-expert and latent-attention families (``llama4``,
-``deepseek_v3``...) are refused by name: what they cost is not priced
-yet. A field the file leaves out takes the default of transformers'
+Other expert and latent-attention families (``deepseek_v2``, ``dbrx``,
+``olmoe``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of transformers'
 config class where the family's configs rely on it (Llama's and CLIP's,
 below); elsewhere it is an error naming the file and the field.
 """
@@ -39,8 +44,10 @@ from simspec.types import InputError, require
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
 VLMS = ("llava", "qwen2_vl", "qwen2_5_vl")
-SUPPORTED = DENSE + MOE + VLMS
-EXPERTS = ("llama4", "llama4_text", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "jamba", "granitemoe", "phimoe")
+LATENT = ("deepseek_v3",)
+LLAMA4 = ("llama4", "llama4_text")
+SUPPORTED = DENSE + MOE + VLMS + LATENT + LLAMA4
+EXPERTS = ("deepseek_v2", "dbrx", "olmoe", "jamba", "granitemoe", "phimoe")
 # transformers' LlamaConfig defaults (models/llama/configuration_llama.py): llava-hf's configs leave the
 # Vicuna / Llama decoder's shape to them (e.g. llava-1.5-7b-hf's text_config names only its vocabulary
 # and context).
@@ -118,6 +125,10 @@ def read_model_config(path: str | Path) -> ModelSpec:
     require(kind in SUPPORTED, f"model config {path}: model_type must be one of {', '.join(SUPPORTED)} "
                                f"(got {kind!r})")
     name = str(raw.get("_name_or_path") or path.parent.name or path.stem)
+    if kind in LATENT:
+        return ModelSpec(name=name, **_deepseek(top))
+    if kind in LLAMA4:
+        return ModelSpec(name=name, **_llama4(top, kind))
     if kind in DENSE:
         return ModelSpec(name=name, **_decoder(top), visual_tokens_per_image=0)
     if kind in MOE:
@@ -170,6 +181,81 @@ def _experts(f: _Fields, kind: str) -> dict:
                 dense_layers=layers - sparse)
 
 
+def _deepseek(f: _Fields) -> dict:
+    """DeepSeek-V3's fields (transformers' DeepseekV3Config, the
+    deepseek-ai/DeepSeek-V3 config.json): the decoder's, latent attention's
+    ranks and head widths, experts in every moe_layer_freq-th layer from
+    first_k_dense_replace on (vLLM's deepseek_v2.py: layer_idx >=
+    first_k_dense_replace and layer_idx % moe_layer_freq == 0), shared
+    experts n_shared_experts x moe_intermediate_size wide, the MTP layers
+    (num_nextn_predict_layers: the drafter where there are any), and one
+    byte a decoder weight under an fp8 quantization_config."""
+    layers = f.int("num_hidden_layers")
+    first, freq = f.int("first_k_dense_replace", low=0), f.int("moe_layer_freq", 1)
+    sparse = sum(1 for i in range(layers) if i >= first and i % freq == 0)
+    require(sparse > 0, f"model config {f.path}: no sparse layer (first_k_dense_replace {first}, moe_layer_freq "
+                        f"{freq}, num_hidden_layers {layers})")
+    moe = f.int("moe_intermediate_size")
+    nope, rope = f.int("qk_nope_head_dim"), f.int("qk_rope_head_dim")
+    mtp = f.int("num_nextn_predict_layers", 0, low=0)
+    decoder = _decoder(f)
+    decoder.update(kv_heads=1, explicit_head_dim=nope + rope)  # vLLM's MLA: one latent "head" a token
+    return dict(**decoder, visual_tokens_per_image=0, experts=f.int("n_routed_experts"),
+                experts_per_token=f.int("num_experts_per_tok"), expert_mlp_hidden=moe,
+                shared_mlp_hidden=f.int("n_shared_experts", 0, low=0) * moe, dense_layers=layers - sparse,
+                weight_dtype_bytes=_quantized_bytes(f), q_lora_rank=f.int("q_lora_rank"),
+                kv_lora_rank=f.int("kv_lora_rank"), qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                v_head_dim=f.int("v_head_dim"), mtp_layers=mtp, drafter=specs.MTP if mtp else "eagle1")
+
+
+def _quantized_bytes(f: _Fields) -> int:
+    """Bytes a decoder weight takes under the file's quantization_config:
+    1 for ``quant_method`` fp8, 0 (the dtype's) without one."""
+    quant = f.table.get("quantization_config")
+    if quant is None:
+        return 0
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    require(method == "fp8", f"model config {f.path}: quantization_config.quant_method must be fp8 (got "
+                             f"{method!r}); other quantizations are not read yet")
+    return 1
+
+
+def _llama4(top: _Fields, kind: str) -> dict:
+    """Llama 4's fields (transformers' Llama4TextConfig and Llama4VisionConfig,
+    meta-llama/Llama-4-Scout-17B-16E's config.json): the decoder from
+    ``text_config`` (``llama4``) or the top level (``llama4_text``); layer i
+    sparse where (i + 1) % interleave_moe_layer_step == 0 (as the config
+    class builds moe_layers), each a router over num_local_experts experts
+    intermediate_size wide beside a shared expert of the same width; dense
+    layers intermediate_size_mlp wide. The vision tower: (image_size /
+    patch_size)^2 patches a tile (and a class token through the encoder),
+    pixel_shuffle_ratio^2 of them as visual tokens (144 at 336 / 14 and
+    0.5); one tile an image, a fixed count."""
+    text = top.sub("text_config") if kind == "llama4" else top
+    layers = text.int("num_hidden_layers")
+    step = text.int("interleave_moe_layer_step")
+    sparse = sum(1 for i in range(layers) if (i + 1) % step == 0)
+    require(sparse > 0, f"model config {text.path}: no sparse layer (interleave_moe_layer_step {step}, "
+                        f"num_hidden_layers {layers})")
+    expert = text.int("intermediate_size")
+    decoder = _decoder(text, top)
+    decoder["mlp_hidden"] = text.int("intermediate_size_mlp")
+    spec = dict(**decoder, experts=text.int("num_local_experts"), experts_per_token=text.int("num_experts_per_tok"),
+                expert_mlp_hidden=expert, shared_mlp_hidden=expert, dense_layers=layers - sparse,
+                visual_tokens_per_image=0)
+    if kind == "llama4_text":
+        return spec
+    vision = top.sub("vision_config")
+    side = vision.int("image_size") // vision.int("patch_size")
+    ratio = vision.table.get("pixel_shuffle_ratio")
+    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
+            f"model config {top.path}: vision_config.pixel_shuffle_ratio must be a number in (0, 1] (got {ratio!r})")
+    spec.update(visual_tokens_per_image=max(1, round(side * side * ratio * ratio)),
+                vision_patches_per_image=side * side + 1, vision_layers=vision.int("num_hidden_layers"),
+                vision_hidden=vision.int("hidden_size"), vision_mlp_hidden=vision.int("intermediate_size"))
+    return spec
+
+
 def _decoder(f: _Fields, outer: _Fields | None = None) -> dict:
     """The decoder's ModelSpec fields; ``outer`` (a VLM's top level) may hold its dtype."""
     heads = f.int("num_attention_heads")
@@ -195,4 +281,5 @@ def _decoder(f: _Fields, outer: _Fields | None = None) -> dict:
                 tied_embeddings=f.bool("tie_word_embeddings", False))
 
 
-__all__ = ["model_spec", "read_model_config", "config_path", "SUPPORTED", "DENSE", "VLMS", "EXPERTS"]
+__all__ = ["model_spec", "read_model_config", "config_path", "SUPPORTED", "DENSE", "VLMS", "EXPERTS", "LATENT",
+           "LLAMA4"]

@@ -47,7 +47,7 @@ import numpy as np
 from simspec.costs.base import ATTENTION_KINDS, TOKENS, CostModel, attention_row, attention_table, blend, frozen_table
 from simspec.costs import collectives
 from simspec.costs.collectives import AllReduce
-from simspec.costs.specs import DRAFT_MODEL, EAGLE3_DRAFT_VOCAB, EAGLE_KINDS, GpuSpec, ModelSpec
+from simspec.costs.specs import DRAFT_MODEL, EAGLE3_DRAFT_VOCAB, EAGLE_KINDS, MTP, GpuSpec, ModelSpec
 from simspec.types import require
 
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights (KV: below)
@@ -179,11 +179,11 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
     if tp > 1 and all_reduce is None:
         all_reduce = collectives.prior(gpu, tp)
     bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
-    flops = gpu.bf16_flops * GEMM_EFFICIENCY
+    flops = gemm_flops(gpu, model.weight_bytes_per_param)
     node, eager_extra = fixed.graph_node_s, fixed.launch_s - fixed.graph_node_s
 
-    def gemm(params: float, tokens=TOKENS, dtype_bytes: int = model.dtype_bytes):
-        return blend(params * dtype_bytes / bw, 2.0 * params * tokens / flops)
+    def gemm(params: float, tokens=TOKENS, dtype_bytes: int = model.weight_bytes_per_param):
+        return blend(params * dtype_bytes / bw, 2.0 * params * tokens / gemm_flops(gpu, dtype_bytes))
 
     def reduced(rows, width: int, layers: int = 1):
         """``layers`` x 2 all-reduces of ``rows`` x ``width`` activations, and their kernels (none at tp 1)."""
@@ -197,11 +197,11 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
 
     sampler = (fixed.sampler_kernels * node
                + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
-    head = gemm(model.lm_head_params) + fixed.head_kernels * node + sampler + gathered(TOKENS, model.vocab)
+    head = gemm(model.lm_head_params, dtype_bytes=model.dtype_bytes) + fixed.head_kernels * node + sampler + gathered(TOKENS, model.vocab)
     vision = 0.0 * TOKENS
     if model.multimodal:
         patches = TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image
-        vision = gemm(model.vision_params, patches) + reduced(patches, model.vision_hidden, model.vision_layers)
+        vision = gemm(model.vision_params, patches, model.dtype_bytes) + reduced(patches, model.vision_hidden, model.vision_layers)
     # A drafter at the target's degree is sharded and pays its all-reduces;
     # one on a single GPU computes the whole draft there and pays none.
     draft_step, draft_round_s, draft_round_request_s = drafting(model.drafter_whole, gpu, fixed, gemm)
@@ -228,6 +228,14 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
 
 
+def gemm_flops(gpu: GpuSpec, weight_bytes: int) -> float:
+    """Achievable GEMM FLOP/s for weights of ``weight_bytes`` bytes: the
+    device's dense FP8 throughput for one-byte weights where it has FP8
+    tensor cores (GpuSpec.fp8_flops), else its BF16 throughput."""
+    peak = gpu.fp8_flops if weight_bytes == 1 and gpu.fp8_flops else gpu.bf16_flops
+    return peak * GEMM_EFFICIENCY
+
+
 def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float) -> np.ndarray:
     """The decoder layers' GEMMs and kernels by the step's tokens. A dense layer reads
     its weights once a step; a sparse (mixture-of-experts) layer reads its
@@ -240,10 +248,18 @@ def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float) -
     if not model.sparse_layers:
         return model.layers * (gemm(model.layer_params) + kernels_s)
     dense = model.layers - model.sparse_layers
-    touched = model.experts_touched(TOKENS) * model.expert_params * model.dtype_bytes / bw
-    compute = 2.0 * TOKENS * model.experts_per_token * model.expert_params / flops
-    sparse = gemm(model.sparse_always_params) + blend(touched, compute) + kernels_s
+    sparse = sparse_layer(model, gemm, bw, flops, TOKENS) + kernels_s
     return dense * (gemm(model.layer_params) + kernels_s) + model.sparse_layers * sparse
+
+
+def sparse_layer(model: ModelSpec, gemm, bw: float, flops: float, tokens) -> np.ndarray:
+    """One sparse layer's GEMMs over ``tokens`` rows: what every token runs
+    (attention, the shared MLP, the router) read once, and the touched
+    experts' weights read once, each token computing through
+    experts_per_token of them (:func:`_layers`)."""
+    touched = model.experts_touched(tokens) * model.expert_params * model.weight_bytes_per_param / bw
+    compute = 2.0 * tokens * model.experts_per_token * model.expert_params / flops
+    return gemm(model.sparse_always_params, tokens) + blend(touched, compute)
 
 
 def _drafter_comm(model: ModelSpec, reduced, gathered) -> np.ndarray:
@@ -258,6 +274,8 @@ def _drafter_comm(model: ModelSpec, reduced, gathered) -> np.ndarray:
     if kind == DRAFT_MODEL:
         draft = model.draft_model
         return reduced(TOKENS, draft.hidden, draft.layers) + gathered(TOKENS, draft.vocab)
+    if kind == MTP:
+        return reduced(TOKENS, model.hidden, model.mtp_layers) + gathered(TOKENS, model.vocab)
     return 0.0 * TOKENS
 
 
@@ -280,6 +298,11 @@ def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[n
       (the same weights read), and the proposer's ``draft_step_s`` once a
       round, not per call.
     - n-gram: no GPU work; ``ngram_lookup_s`` per request a round.
+    - MTP (DeepSeek-V3's own module): its projection over [embedding,
+      hidden], its decoder layer priced as the target's (a sparse layer
+      reads the experts its rows touch), the target's LM head, an EAGLE
+      head's kernels and ``draft_step_s``, each call (vLLM runs it through
+      the EAGLE proposer, one call a draft token).
 
     ``gemm(params, tokens, dtype_bytes)`` is the roofline of a GEMM."""
     node, kind = fixed.graph_node_s, model.drafter_kind
@@ -298,6 +321,14 @@ def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[n
         kernels = draft.layers * fixed.kernels_per_layer + fixed.draft_model_kernels
         return (weights + attention + kernels * node + fixed.draft_step_s, fixed.draft_round_s,
                 fixed.draft_round_request_s)
+    if kind == MTP:
+        bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
+        if model.experts:
+            layer = sparse_layer(model, gemm, bw, gemm_flops(gpu, model.weight_bytes_per_param), TOKENS)
+        else:
+            layer = gemm(model.layer_params)
+        arithmetic = (gemm(model.mtp_projection_params) + model.mtp_layers * layer
+                      + gemm(model.drafter_head_params, dtype_bytes=model.dtype_bytes))
     return (arithmetic + fixed.draft_kernels * node + fixed.draft_step_s, fixed.draft_round_s,
             fixed.draft_round_request_s)
 
@@ -310,10 +341,29 @@ def attention_prior(model: ModelSpec, gpu: GpuSpec, fixed: dict[str, AttentionFi
     require(gpu.sms > 0, f"device {gpu.slug}: the roofline prior's attention needs the GPU's SM count (got {gpu.sms})")
     kv_s = model.kv_bytes_per_token / (gpu.hbm_bytes_per_s * bandwidth_efficiency)
     pair_s = 4.0 * model.layers * model.q_dim / (gpu.bf16_flops * ATTENTION_EFFICIENCY)  # QK^T and PV: 2 x 2 flops
+    pairs = {kind: pair_s for kind in ATTENTION_KINDS}
+    if model.latent:
+        pairs = _latent_pairs(model, gpu)
 
-    def row(kind: AttentionFixed) -> np.ndarray:  # one GPU's heads
-        return attention_row(kv_s=kv_s, pair_s=pair_s, floor_s=model.layers * kind.floor_s,
+    def row(name: str) -> np.ndarray:  # one GPU's heads
+        kind = fixed[name]
+        return attention_row(kv_s=kv_s, pair_s=pairs[name], floor_s=model.layers * kind.floor_s,
                              request_s=model.layers * kind.sequence_block_s * model.kv_heads_per_gpu / gpu.sms,
                              query_s=model.layers * kind.query_block_s * model.heads_per_gpu / gpu.sms)
 
-    return attention_table(*(row(fixed[kind]) for kind in ATTENTION_KINDS))
+    return attention_table(*(row(name) for name in ATTENTION_KINDS))
+
+
+def _latent_pairs(model: ModelSpec, gpu: GpuSpec) -> dict[str, float]:
+    """Seconds per query x key pair of latent attention, by kind. Decode and
+    verification run the absorbed form (vLLM's MLA backends: the query
+    folded through kv_b's key half, each head scoring over the cached
+    latent and rotary key, kv_lora_rank + qk_rope_head_dim wide, and summing
+    values over the latent, kv_lora_rank wide); prefill the expanded form
+    (keys qk_nope + qk_rope wide, values v_head_dim wide, per head). The
+    expansion of the cached latent through kv_b in prefill is left out."""
+    rate = gpu.bf16_flops * ATTENTION_EFFICIENCY
+    absorbed = 2.0 * model.layers * model.heads_per_gpu * (2 * model.kv_lora_rank + model.qk_rope_head_dim) / rate
+    expanded = (2.0 * model.layers * model.heads_per_gpu
+                * (model.qk_nope_head_dim + model.qk_rope_head_dim + model.v_head_dim) / rate)
+    return {"prefill": expanded, "decode": absorbed, "verify": absorbed}

@@ -38,7 +38,10 @@ class ModelSpec:
     # LM head over a draft vocabulary of min(vocab, EAGLE3_DRAFT_VOCAB)
     # tokens), "medusa" (MEDUSA_HEADS heads over the target's last hidden
     # state, each a residual block and its own LM head), "ngram" (prompt
-    # lookup: no weights) or "draft-model:NAME" (a separate draft model,
+    # lookup: no weights), "mtp" (the model's own multi-token-prediction
+    # module, DeepSeek-V3's: a projection over [embedding, hidden] and
+    # ``mtp_layers`` decoder layers of the target's shape, sharing its
+    # embedding and LM head) or "draft-model:NAME" (a separate draft model,
     # NAME one of MODELS, run as its own decoder layers and LM head).
     drafter: str = "eagle1"
     # Attention heads' width where the config gives it apart from hidden /
@@ -70,6 +73,25 @@ class ModelSpec:
     # tower's square); "qwen2_vl" as Qwen2-VL's and Qwen2.5-VL's processor
     # does it (QWEN_VL_*).
     image_rule: str = ""
+    # Bytes a decoder weight takes where they differ from dtype_bytes (0: the
+    # same): DeepSeek-V3's FP8 checkpoint holds its decoder's linear layers
+    # in one byte and keeps the embedding, the LM head and the KV cache at
+    # dtype_bytes (arXiv 2412.19437 section 3.3.2: embedding, output head,
+    # gating and attention stay in BF16 or FP32).
+    weight_dtype_bytes: int = 0
+    # Multi-head latent attention (DeepSeek-V2/V3) where kv_lora_rank > 0:
+    # queries through a q_lora_rank-wide low-rank pair (q_a, q_b), keys and
+    # values compressed by kv_a into one latent of kv_lora_rank plus a
+    # shared rotary key of qk_rope_head_dim, expanded per head by kv_b (keys
+    # qk_nope_head_dim, values v_head_dim wide), output from heads x
+    # v_head_dim. The cache holds the latent and the rotary key per token and
+    # layer, whatever the heads (:attr:`kv_bytes_per_token`).
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0  # multi-token-prediction decoder layers the checkpoint ships (the "mtp" drafter)
 
     def __post_init__(self):
         check_drafter(self.drafter)
@@ -91,6 +113,13 @@ class ModelSpec:
                     and 0 <= self.dense_layers < self.layers,
                     f"model {self.name}: a mixture of experts needs 1 <= experts_per_token <= experts ({self.experts}), "
                     f"an expert MLP width and fewer dense layers than layers")
+        if self.kv_lora_rank:
+            require(min(self.q_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim) > 0,
+                    f"model {self.name}: latent attention needs q_lora_rank, qk_nope_head_dim, qk_rope_head_dim and "
+                    f"v_head_dim > 0")
+        require(self.drafter_kind != MTP or self.mtp_layers > 0,
+                f"model {self.name}: drafter mtp needs a model that ships a multi-token-prediction module "
+                f"(num_nextn_predict_layers > 0 in its config, e.g. DeepSeek-V3)")
 
     @property
     def drafter_kind(self) -> str:
@@ -143,8 +172,17 @@ class ModelSpec:
     @property
     def layer_params(self) -> int:
         """One GPU's weights of one decoder layer (attention projections + gated MLP)."""
-        kv = self.kv_heads_per_gpu * self.head_dim
-        return self.hidden * (2 * self.q_dim + 2 * kv) + 3 * self.hidden * (self.mlp_hidden // self.tensor_parallel)
+        return self.attention_params + 3 * self.hidden * (self.mlp_hidden // self.tensor_parallel)
+
+    @property
+    def latent(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        """Bytes a decoder weight takes: weight_dtype_bytes, else dtype_bytes."""
+        return self.weight_dtype_bytes or self.dtype_bytes
 
     def at_image_size(self, width: int, height: int) -> "ModelSpec":
         """The model serving images of ``width`` x ``height`` pixels. Qwen2-VL's
@@ -171,8 +209,26 @@ class ModelSpec:
 
     @property
     def attention_params(self) -> int:
-        """One GPU's attention projections of one layer (Q, K, V, O)."""
+        """One GPU's attention projections of one layer (Q, K, V, O; latent
+        attention: :meth:`_latent_attention_params`)."""
+        if self.latent:
+            return self._latent_attention_params()
         return self.hidden * (2 * self.q_dim + 2 * self.kv_heads_per_gpu * self.head_dim)
+
+    def _latent_attention_params(self) -> int:
+        """Latent attention's projections, one GPU's: q_a (hidden -> q_lora_rank)
+        and kv_a (hidden -> kv_lora_rank + the rotary key) on every GPU, as
+        vLLM runs them (ReplicatedLinear in vllm/model_executor/models/
+        deepseek_v2.py: the latent is not split); q_b (q_lora_rank -> heads x
+        (nope + rope)), kv_b (kv_lora_rank -> heads x (nope + v)) and o
+        (heads x v -> hidden) split by heads. In the absorbed form vLLM
+        decodes with, kv_b's two halves fold into the query and the output:
+        the same weights, read once a step."""
+        heads = self.heads_per_gpu
+        replicated = self.hidden * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
+        q_b = self.q_lora_rank * heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return replicated + q_b + kv_b + heads * self.v_head_dim * self.hidden
 
     @property
     def sparse_layers(self) -> int:
@@ -226,7 +282,25 @@ class ModelSpec:
             return self._shard(self.draft_model.layers * self.draft_model.layer_params)
         if kind == "ngram":
             return 0
+        if kind == MTP:
+            return self.mtp_projection_params + self.mtp_layers * self.mtp_layer_params
         return self._shard(2 * self.hidden * self.hidden) + self.layer_params
+
+    @property
+    def mtp_projection_params(self) -> int:
+        """The MTP module's projection over [embedding, hidden] (eh_proj, 2 x
+        hidden -> hidden): a plain nn.Linear in vLLM's deepseek_mtp.py, held
+        whole on every GPU."""
+        return 2 * self.hidden * self.hidden
+
+    @property
+    def mtp_layer_params(self) -> int:
+        """One GPU's weights of one MTP decoder layer: a sparse layer of the
+        target's shape where the target has experts (DeepSeek-V3's MTP layer
+        is index num_hidden_layers, past first_k_dense_replace), else a dense one."""
+        if self.experts:
+            return self.sparse_always_params + self.experts * self.expert_params
+        return self.layer_params
 
     @property
     def drafter_head_params(self) -> int:
@@ -245,8 +319,11 @@ class ModelSpec:
     def drafter_weight_params(self) -> int:
         """The drafter's weights in GPU memory besides the target's."""
         kind = self.drafter_kind
-        if kind == "eagle1":
-            return self.drafter_params  # the target's LM head is shared
+        if kind in ("eagle1", MTP):
+            # the target's LM head is shared (and for MTP its embedding: vLLM's
+            # v1/spec_decode/eagle.py logs "Detected MTP model. Sharing target
+            # model embedding weights" and the same for lm_head)
+            return self.drafter_params
         if kind == "medusa":
             return MEDUSA_HEADS * (self.drafter_params + self.drafter_head_params)
         if kind == DRAFT_MODEL:
@@ -254,20 +331,37 @@ class ModelSpec:
         return self.drafter_params + self.drafter_head_params
 
     @property
+    def decoder_params(self) -> int:
+        """One GPU's decoder-layer weights (attention, MLPs, every expert, routers)."""
+        return ((self.layers - self.sparse_layers) * self.layer_params
+                + self.sparse_layers * (self.sparse_always_params + self.experts * self.expert_params))
+
+    @property
     def weight_bytes(self) -> int:
+        """One GPU's weights in memory: the decoder at weight_bytes_per_param,
+        embeddings, LM head and vision tower at dtype_bytes, the drafter's own."""
         total = (
-            (self.layers - self.sparse_layers) * self.layer_params
-            + self.sparse_layers * (self.sparse_always_params + self.experts * self.expert_params)
-            + (1 if self.tied_embeddings else 2) * self.lm_head_params  # embeddings + LM head
+            (1 if self.tied_embeddings else 2) * self.lm_head_params  # embeddings + LM head
             + self.vision_params
         )
-        draft_bytes = self.draft_model.dtype_bytes if self.draft_model is not None else self.dtype_bytes
+        if self.draft_model is not None:
+            draft_bytes = self.draft_model.dtype_bytes
+        else:
+            draft_bytes = self.weight_bytes_per_param if self.drafter_kind == MTP else self.dtype_bytes
         # A drafter on one GPU holds all its weights there (the GPU the KV budget is bound by).
-        return total * self.dtype_bytes + self.drafter_whole.drafter_weight_params * draft_bytes
+        return (self.decoder_params * self.weight_bytes_per_param + total * self.dtype_bytes
+                + self.drafter_whole.drafter_weight_params * draft_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """One GPU's KV cache bytes per token."""
+        """One GPU's KV cache bytes per token. Latent attention caches one
+        latent of kv_lora_rank plus the rotary key per layer, and every GPU
+        holds all of it (vLLM: MLA runs with one KV head, "MLA is always
+        replicated as the hidden dim can't be split",
+        vllm/distributed/kv_transfer/kv_connector/utils.py, quoted in
+        github.com/vllm-project/vllm/issues/47929)."""
+        if self.latent:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
         return 2 * self.layers * self.kv_heads_per_gpu * self.head_dim * self.dtype_bytes
 
 
@@ -286,6 +380,9 @@ class GpuSpec:
     # One GPU's link to the others, each direction, bytes/s: what a tensor-parallel all-reduce's bandwidth
     # term divides by (simspec.costs.collectives); 0 when unknown.
     link_bytes_per_s: float = 0.0
+    # Dense FP8 tensor throughput, FLOP/s (0: none, or unknown): what a model with one-byte weights computes
+    # its GEMMs at (simspec.costs.roofline).
+    fp8_flops: float = 0.0
 
 
 # Qwen2-VL / Qwen2.5-VL's image processor (Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json:
@@ -294,9 +391,10 @@ QWEN_VL_PATCH, QWEN_VL_MERGE, QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS = 14, 2, 31
 MAX_IMAGE_SIDE = 16384  # pixels a side an image size may give
 TP_DEGREES = (1, 2, 4, 8)  # tensor-parallel degrees: the GPUs of one node
 DRAFT_MODEL = "draft-model"
+MTP = "mtp"
 EAGLE_KINDS = ("eagle1", "eagle3")
-DRAFTERS = (*EAGLE_KINDS, "medusa", "ngram", DRAFT_MODEL)
-DRAFTER_FORMS = "eagle1, eagle3, medusa, ngram or draft-model:NAME"
+DRAFTERS = (*EAGLE_KINDS, "medusa", MTP, "ngram", DRAFT_MODEL)
+DRAFTER_FORMS = "eagle1, eagle3, medusa, mtp, ngram or draft-model:NAME"
 # EAGLE-3 heads predict over the 32,000 most frequent target tokens
 # (draft_vocab_size 32000 in the released Llama-3.1-8B EAGLE-3 head's config,
 # EAGLE-3 paper arXiv 2503.01840).
@@ -397,6 +495,28 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Mixtral-8x7B", layers=32, hidden=4096, heads=32, kv_heads=8, mlp_hidden=14336, vocab=32000,
                   max_context_tokens=32768, visual_tokens_per_image=0, experts=8, experts_per_token=2,
                   expert_mlp_hidden=14336),
+        # DeepSeek-V3 and DeepSeek-R1 (one shape: the config.json of deepseek-ai/DeepSeek-V3 and -R1, the
+        # defaults of transformers' models/deepseek_v3/configuration_deepseek_v3.py; arXiv 2412.19437):
+        # latent attention, 3 dense layers then 58 of 256 routed experts (8 a token) and one shared, one MTP
+        # layer, FP8 decoder weights (quantization_config fp8, e4m3, 128 x 128 blocks) with BF16 embeddings,
+        # head and KV cache (vLLM's kv_cache_dtype "auto": the model's dtype). 670.9B parameters here, 37.5B
+        # active a token, against the paper's 671B and 37B (tests/test_deepseek_llama4.py); mtp drafts.
+        *(ModelSpec(name=name, layers=61, hidden=7168, heads=128, kv_heads=1, mlp_hidden=18432, vocab=129280,
+                    explicit_head_dim=192, max_context_tokens=163840, visual_tokens_per_image=0, experts=256,
+                    experts_per_token=8, expert_mlp_hidden=2048, shared_mlp_hidden=2048, dense_layers=3,
+                    weight_dtype_bytes=1, q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128,
+                    qk_rope_head_dim=64, v_head_dim=128, mtp_layers=1, drafter="mtp")
+          for name in ("DeepSeek-V3", "DeepSeek-R1")),
+        # Llama 4 Scout (meta-llama/Llama-4-Scout-17B-16E config.json, transformers' models/llama4/
+        # configuration_llama4.py): every layer sparse (interleave_moe_layer_step 1), 16 experts of 8192, one a
+        # token, and a shared expert of 8192; bf16. Its vision tower (34 layers, 1408 wide, MLP 5632) turns one
+        # 336-pixel tile of 14-pixel patches (576, plus a class token through the encoder) into 144 tokens
+        # through a 0.5 pixel shuffle; one tile an image here (its processor tiles larger images). 108.6B
+        # parameters, 17.2B active, against the model card's 109B and 17B.
+        ModelSpec(name="Llama-4-Scout-17B-16E", layers=48, hidden=5120, heads=40, kv_heads=8, mlp_hidden=16384,
+                  vocab=202048, max_context_tokens=10485760, visual_tokens_per_image=144,
+                  vision_patches_per_image=577, vision_layers=34, vision_hidden=1408, vision_mlp_hidden=5632,
+                  experts=16, experts_per_token=1, expert_mlp_hidden=8192, shared_mlp_hidden=8192),
         # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
         # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
         ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,
@@ -426,23 +546,31 @@ MODELS: dict[str, ModelSpec] = {
 # NVIDIA's H100 and A100 architecture whitepapers and the L40S and A40 datasheets. Links: NVLink 900 GB/s
 # per GPU on H100 SXM and H200 (the H100 and H200 datasheets; 450 GB/s each way), 600 GB/s on A100 SXM
 # (the A100 datasheet; 300 each way); L40S and A40 talk over PCIe Gen4 x16, 64 GB/s bidirectional on their
-# datasheets (32 each way; A40's NVLink bridge joins pairs only).
+# datasheets (32 each way; A40's NVLink bridge joins pairs only). Dense FP8 tensor throughput: H100 SXM and
+# H200 1,979 TFLOPS (3,958 with sparsity on their datasheets), L40S 733 (1,466 with sparsity); A100 and A40
+# have none. B200 (HGX B200, 1,000 W): 1.44 TB HBM3e for 8 GPUs (180 GB each; nvidia-smi shows 179 GB,
+# docs.vultr.com/inference-cookbook/cuda/getting-started/hardware-overview), 8 TB/s, dense BF16 2.25 and
+# FP8 4.5 PFLOPS (4.5 and 9 with sparsity; NVIDIA's HGX B200 figures as tabulated at
+# glennklockwood.com/garden/processors/B200), NVLink 5 at 1.8 TB/s per GPU (900 GB/s each way), 148 SMs
+# (74 enabled on each of its two dies: Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling").
 GPUS: dict[str, GpuSpec] = {
     spec.slug: spec
     for spec in (
         GpuSpec(name="NVIDIA H100 80GB HBM3 (SXM)", slug="h100-sxm", memory_bytes=80 * _GB,
-                hbm_bytes_per_s=3.35e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9),
+                hbm_bytes_per_s=3.35e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9, fp8_flops=1979e12),
         GpuSpec(name="NVIDIA H200 141GB HBM3e", slug="h200", memory_bytes=141 * _GB,
-                hbm_bytes_per_s=4.8e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9),
+                hbm_bytes_per_s=4.8e12, bf16_flops=989e12, sms=132, link_bytes_per_s=450e9, fp8_flops=1979e12),
         GpuSpec(name="NVIDIA A100 80GB (SXM)", slug="a100-80gb", memory_bytes=80 * _GB,
                 hbm_bytes_per_s=2.039e12, bf16_flops=312e12, sms=108, link_bytes_per_s=300e9),
         GpuSpec(name="NVIDIA L40S 48GB", slug="l40s", memory_bytes=48 * _GB,
-                hbm_bytes_per_s=0.864e12, bf16_flops=362e12, sms=142, link_bytes_per_s=32e9),
+                hbm_bytes_per_s=0.864e12, bf16_flops=362e12, sms=142, link_bytes_per_s=32e9, fp8_flops=733e12),
         # NVIDIA A40 product brief (PB-09976-001_v04, January 2021) and datasheet: 48 GB GDDR6 with ECC,
         # 696 GB/s; BF16 / FP16 tensor 149.7 TFLOPS dense (299.4 with sparsity), as tabulated at
         # https://hmc-tech.com/gpu/nvidia-a100-vs-nvidia-a40 (84 SMs, 6 MB L2). Vidur's A40 profiles.
         GpuSpec(name="NVIDIA A40", slug="a40", memory_bytes=48 * _GB,
                 hbm_bytes_per_s=0.696e12, bf16_flops=149.7e12, sms=84, link_bytes_per_s=32e9),
+        GpuSpec(name="NVIDIA B200 180GB HBM3e (HGX)", slug="b200", memory_bytes=180 * _GB,
+                hbm_bytes_per_s=8.0e12, bf16_flops=2250e12, sms=148, link_bytes_per_s=900e9, fp8_flops=4500e12),
     )
 }
 

@@ -148,8 +148,7 @@ class EngineConfig:
         per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)
         tp = model.tensor_parallel
-        more = [n for n in (2, 4, 8) if n > tp]
-        hint = f"; try --tp {more[0]} or more" if more and model.weight_bytes > usable / 2 else ""
+        hint = _fit_hint(model, usable)
         require(tokens > 0, f"model {model.name} at tp {tp} does not fit on {gpu.name} at gpu_memory_utilization "
                             f"{self.gpu_memory_utilization}: weights {model.weight_bytes / 1e9:.1f} GB a GPU, "
                             f"{usable / 1e9:.1f} GB usable{hint}")
@@ -172,6 +171,25 @@ class EngineConfig:
         logits = self.max_num_seqs * model.vocab * 4
         graphs = CUDAGRAPH_GIB * GIB if self.cudagraph_mode != "none" else 0.0
         return self.max_num_batched_tokens * per_token + logits + NON_TORCH_GIB * GIB + graphs
+
+
+def _fit_hint(model: "ModelSpec", usable: float) -> str:
+    """What to try when a model's weights leave no KV cache: the least
+    higher tensor-parallel degree whose share of the weights (this
+    degree's weights x tp / N, the replicated parts ignored) fits in
+    ``usable``, or, where not even a node's 8 GPUs hold it, a GPU with more
+    memory; nothing when the weights take under half the memory."""
+    tp = model.tensor_parallel
+    if model.weight_bytes <= usable / 2:
+        return ""
+    more = [n for n in (2, 4, 8) if n > tp]
+    fits = [n for n in more if model.weight_bytes * tp / n < usable]
+    if fits:
+        return f"; try --tp {fits[0]} or more"
+    if not more:
+        return "; tp 8 is one node's most: try a device with more memory (--device)"
+    return (f"; even tp 8 leaves about {model.weight_bytes * tp / 8 / 1e9:.1f} GB of weights a GPU: try a device "
+            f"with more memory (--device)")
 
 
 __all__ = ["EngineConfig", "GIB", "MAX_NUM_SEQS", "MAX_BATCHED_TOKENS", "MAX_BLOCK_SIZE", "MAX_KV_TOKENS", "ENGINE_KINDS",
