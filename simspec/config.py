@@ -128,6 +128,18 @@ def _model_table(table: dict, path: Path) -> str:
     return str(given if given.is_absolute() else (path.parent / given).resolve())
 
 
+def _image_size_list(data: dict, where: str) -> None:
+    """``[workload] image_size`` given as a TOML list of sizes
+    (``["448x448:0.5", "1920x1080:0.5"]``) becomes the one string the field
+    holds (``"448x448:0.5,1920x1080:0.5"``), in place."""
+    table = data.get("workload")
+    value = table.get("image_size") if isinstance(table, dict) else None
+    if isinstance(value, list):
+        require(value and all(isinstance(v, str) and v.strip() and "," not in v for v in value),
+                f"{where}: workload.image_size as a list holds sizes like \"448x448:0.5\", one an entry (got {value!r})")
+        table["image_size"] = ",".join(v.strip() for v in value)
+
+
 def load(path: str | Path) -> dict:
     """Read a config file into keyword overrides of :class:`SimConfig`
     (nested dicts for the tables); validation happens in :func:`build`."""
@@ -140,6 +152,7 @@ def load(path: str | Path) -> dict:
         if name in data:
             require(isinstance(data[name], dict), f"{path}: [{name}] must be a table")
             _checked(data[name], record, f"{path} [{name}]")
+    _image_size_list(data, str(path))
     _check_file_types(data, path)
     if "policies" in data:
         require(isinstance(data["policies"], list), f"{path}: policies must be a list")
@@ -301,8 +314,10 @@ FLAGS = (
          "text requests share their first N prompt tokens (a system prompt; prefix caching)"),
     Flag("--shared-prefixes", ("workload", "shared_prefixes"), int, "distinct shared system prompts (default 1)"),
     Flag("--image-size", ("workload", "image_size"), str,
-         "every image's size, WIDTHxHEIGHT pixels: a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns it into "
-         "its visual tokens, a fixed-size one keeps its count (default: the model's own, docs/models.md)"),
+         "every image's size, WIDTHxHEIGHT pixels, or a distribution each image draws from, WxH:WEIGHT,... (e.g. "
+         "448x448:0.5,1920x1080:0.5): a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns each image's size into "
+         "its visual tokens, a fixed-size one keeps its count; a trace's image_width/image_height or image_size "
+         "column wins (default: the model's own, docs/models.md)"),
     Flag("--image-pool", ("workload", "image_pool"), int,
          "multimodal requests show one of N images first (repeats hit the prefix cache; 0: all distinct)"),
     Flag("--prefix-caching", ("engine", "prefix_caching"), bool, "on or off: reuse KV of shared prefixes "

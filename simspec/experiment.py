@@ -22,7 +22,7 @@ from simspec.config import SimConfig
 from simspec.runfolder import RunMeta
 from simspec.fleet.run import FleetRun, simulate_fleet
 from simspec.sim import simulate
-from simspec.types import Request, RunLog
+from simspec.types import Request, RunLog, require
 
 TABLE_COLUMNS = (
     [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p95", "p99")]
@@ -64,13 +64,38 @@ class Results:
 
 def model_of(config: SimConfig) -> costs.ModelSpec:
     """The scenario's model: its spec, drafter and tensor-parallel degree,
-    at the workload's image size where one is given."""
+    at the workload's image size where it gives one size. With a
+    distribution of sizes the model keeps its own default size; each image
+    then gets its visual tokens from :func:`image_rule`."""
     model = costs.model_spec(config.model, config.drafter, config.tp)
     if config.draft_tp is not None and config.draft_tp != model.draft_degree:
         model = replace(model, draft_tensor_parallel=config.draft_tp)
     if config.workload.image_size is not None:
-        model = model.at_image_size(*workloads.image_pixels(config.workload.image_size))
+        sizes = workloads.image_sizes(config.workload.image_size)
+        for width, height in sizes.sizes:  # every size is checked against the model's bounds
+            sized = model.at_image_size(width, height)
+        if len(sizes.sizes) == 1:
+            model = sized
     return model
+
+
+def image_rule(model: costs.ModelSpec) -> workloads.ImageRule:
+    """``model``'s visual tokens for one image of (width, height) pixels
+    (costs.ModelSpec.at_image_size). The cost model prices the vision
+    encoder per visual token at ``model``'s patches per token, so an image
+    size whose rule gives another ratio is refused rather than mispriced
+    (Qwen2-VL's rule gives 4 patches a token at every size)."""
+
+    def tokens(width: int, height: int) -> int:
+        sized = model.at_image_size(width, height)
+        require(sized.vision_patches_per_image * model.visual_tokens_per_image
+                == sized.visual_tokens_per_image * model.vision_patches_per_image,
+                f"image_size {width}x{height}: {model.name} gives {sized.vision_patches_per_image} encoder patches for "
+                f"{sized.visual_tokens_per_image} visual tokens, another ratio than the "
+                f"{model.vision_patches_per_image}:{model.visual_tokens_per_image} its vision encoder is priced at")
+        return sized.visual_tokens_per_image
+
+    return tokens
 
 
 def resolve(config: SimConfig) -> Scenario:
@@ -79,7 +104,8 @@ def resolve(config: SimConfig) -> Scenario:
     ss = seeds.stream(config.seed, "workload")
     workload = workloads.make_workload(config.workload, workloads.WorkloadStreams.from_seed_sequence(ss),
                                        visual_tokens_per_image=model.visual_tokens_per_image,
-                                       max_context_tokens=model.max_context_tokens)
+                                       max_context_tokens=model.max_context_tokens,
+                                       image_tokens=image_rule(model))
     return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu, engine=config.engine.kind),
                     acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))

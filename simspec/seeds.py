@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 STREAMS = {
-    "workload": 0,  # arrivals, lengths, images, shared content (WorkloadStreams spawns four from it)
+    "workload": 0,  # arrivals, lengths, images, shared content, image sizes (WorkloadStreams spawns five)
     "difficulty": 1,  # the simulator's per-request acceptance difficulty
     "rounds": 2,  # the simulator's per-round acceptance draws
     "timing-examples": 3,  # timing-only live runs: random images and prompts

@@ -11,7 +11,7 @@ from simspec.acceptance import PRESETS
 from simspec.cli.scenario import add_scenario_flags, scenario_config
 from simspec.files import write_text
 from simspec.fleet import report as fleet_report
-from simspec.workloads import WorkloadConfig
+from simspec.workloads import WorkloadConfig, image_sizes
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -55,10 +55,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _describe(w: WorkloadConfig) -> str:
+    sizes = f", images {image_sizes(w.image_size).describe()}" if w.image_size is not None else ""
     if w.arrival == "trace":
-        return f"trace {w.trace_path} x{w.trace_speedup:g}"
+        return f"trace {w.trace_path} x{w.trace_speedup:g}{sizes}"
     shape = {"gamma": f" CV {w.burstiness ** -0.5:.2g}", "onoff": f" on {w.on_s:g}s/off {w.off_s:g}s"}
-    return f"{w.arrival}{shape.get(w.arrival, '')} at {w.rate_per_s:g} req/s, {w.multimodal_share:.0%} multimodal"
+    return (f"{w.arrival}{shape.get(w.arrival, '')} at {w.rate_per_s:g} req/s, {w.multimodal_share:.0%} multimodal"
+            f"{sizes}")
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from simspec.cli.scenario import add_scenario_flags
 from simspec.files import check_writable, write_text
 from simspec.tune import FAMILIES, OBJECTIVES, TuneConfig, dumps, notes, table_csv, table_markdown, tune
 from simspec.types import InputError, require
+from simspec.workloads import image_sizes
 
 
 def _floats(flag: str):
@@ -66,7 +67,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     metric = OBJECTIVES[tc.objective][0]
     print(f"simspec {__version__} | tune {metric} ({OBJECTIVES[tc.objective][1]}) | {base.model} on {base.device} | "
           f"AR saturation {tuned.saturation_rate_per_s:.3g} req/s | {tc.trials} trials/family, "
-          f"{tc.search_seeds} search + {tc.confirm_seeds} confirm seeds")
+          f"{tc.search_seeds} search + {tc.confirm_seeds} confirm seeds"
+          + (f" | images {image_sizes(base.workload.image_size).describe()}" if base.workload.image_size else ""))
     print()
     print(table_markdown(tuned), end="")
     print()

@@ -13,6 +13,7 @@ from simspec.files import read_toml
 from simspec.sweep.grid import _apply, calibration, size
 from simspec.sweep.records import _TABLES, EXCLUSIVE, NAMED_AXES, Axis, SweepConfig
 from simspec.types import InputError, require
+from simspec.workloads import image_sizes
 
 
 def load(path: str | Path) -> dict:
@@ -64,6 +65,7 @@ def _checked_base(values: dict, where: str) -> dict:
         if name in values:
             require(isinstance(values[name], dict), f"{where}: [{name}] must be a table")
             configuration._checked(values[name], record, f"{where} [{name}]")
+    configuration._image_size_list(values, where)
     values = dict(values)
     if "policies" in values:
         require(isinstance(values["policies"], list), f"{where}: policies must be a list")
@@ -179,7 +181,8 @@ def describe(sweep: SweepConfig) -> list[str]:
                       for a in sweep.axes) or "none (one point: the base)"
     return [f"sweep: {points} grid point{'s' * (points != 1)} x {seeds} seed{'s' * (seeds != 1)} = "
             f"{points * seeds} tasks of {stop}, each serving {', '.join(sweep.base.policies)}",
-            f"axes: {axes}; seeds {_seed_text(sweep.seed_list)}"]
+            f"axes: {axes}; seeds {_seed_text(sweep.seed_list)}"
+            + (f"; images {image_sizes(w.image_size).describe()}" if w.image_size is not None else "")]
 
 
 def _seed_text(seeds) -> str:

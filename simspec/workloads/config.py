@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simspec.types import check_types, require
-from simspec.workloads.traces import MAX_COUNT
+from simspec.types import InputError, check_types, require
+from simspec.workloads.traces import MAX_COUNT, MAX_IMAGE_SIDE
 
 ARRIVALS = ("poisson", "gamma", "onoff", "trace")
 OVER_CONTEXT = ("clip", "error")
@@ -33,10 +33,60 @@ BOUNDS = {
 
 def image_pixels(text: str) -> tuple[int, int]:
     """(width, height) of an image size ``WIDTHxHEIGHT`` (e.g. 1344x896)."""
-    width, sep, height = text.lower().partition("x")
+    width, sep, height = text.strip().lower().partition("x")
     ok = sep and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0
     require(bool(ok), f"image_size must look like WIDTHxHEIGHT in pixels, each > 0 (got {text!r})")
     return int(width), int(height)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImageSizes:
+    """A distribution of image sizes: each image of a request is one of
+    ``sizes`` with probability ``weights`` (summing to 1)."""
+
+    sizes: tuple[tuple[int, int], ...]  # [S] (width, height) pixels, distinct
+    weights: tuple[float, ...]  # [S] > 0, normalised
+
+    def describe(self) -> str:
+        """``448x448`` for one size, ``448x448 50% / 1920x1080 50%`` for a distribution."""
+        if len(self.sizes) == 1:
+            return "{}x{}".format(*self.sizes[0])
+        return " / ".join(f"{w}x{h} {p:.0%}" for (w, h), p in zip(self.sizes, self.weights))
+
+    def draw(self, u: np.ndarray) -> np.ndarray:
+        """Indices into ``sizes`` [M] of uniforms ``u`` [M] in [0, 1)."""
+        edges = np.cumsum(self.weights)[:-1]  # [S - 1] the last edge is 1
+        return np.searchsorted(edges, u, side="right")
+
+
+def image_sizes(text: str) -> ImageSizes:
+    """The distribution ``WxH[:WEIGHT],...`` (e.g.
+    ``448x448:0.5,1280x720:0.3,1920x1080:0.2``): one size alone is every
+    image's; weights are normalised, and with none given every size is
+    equally likely."""
+    entries = [e.strip() for e in text.split(",")]
+    form = "WIDTHxHEIGHT or a list WIDTHxHEIGHT:WEIGHT,... (e.g. 448x448:0.5,1920x1080:0.5)"
+    require(all(entries), f"image_size must be {form} (got {text!r}: an empty entry)")
+    sizes, weights = [], []
+    for entry in entries:
+        size, sep, weight = entry.partition(":")
+        width, height = image_pixels(size)
+        require(width <= MAX_IMAGE_SIDE and height <= MAX_IMAGE_SIDE,
+                f"image_size must be WIDTHxHEIGHT with each side in 1..{MAX_IMAGE_SIDE} pixels (got {width}x{height})")
+        require((width, height) not in sizes, f"image_size lists {width}x{height} twice (got {text!r})")
+        sizes.append((width, height))
+        if sep:
+            try:
+                weights.append(float(weight))
+            except ValueError:
+                raise InputError(f"image_size weights must be numbers > 0 (got {weight!r} in {text!r})") from None
+            require(math.isfinite(weights[-1]) and weights[-1] > 0,
+                    f"image_size weights must be numbers > 0 (got {weight!r} in {text!r})")
+    require(len(weights) in (0, len(sizes)),
+            f"image_size: give a weight to every size or to none (got {text!r}; as {form})")
+    weights = weights or [1.0] * len(sizes)
+    total = math.fsum(weights)
+    return ImageSizes(sizes=tuple(sizes), weights=tuple(w / total for w in weights))
 
 
 def cv_to_burstiness(cv: float) -> float:
@@ -93,10 +143,12 @@ class WorkloadConfig:
     shared_prefix_tokens: int = 0
     shared_prefixes: int = 1
     image_pool: int = 0
-    # Every image's size, WIDTHxHEIGHT pixels (None: the model's own
-    # default); a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns it
-    # into its visual tokens (simspec.costs.ModelSpec.at_image_size), a
-    # fixed-size one keeps its count.
+    # Every image's size, WIDTHxHEIGHT pixels, or a distribution of sizes
+    # WxH:WEIGHT,... each image draws from (image_sizes; None: the model's
+    # own default); a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns
+    # each image's size into its visual tokens
+    # (simspec.costs.ModelSpec.at_image_size), a fixed-size one keeps its
+    # count. A trace's image-size columns, where a row has them, win.
     image_size: str | None = None
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
@@ -118,7 +170,7 @@ class WorkloadConfig:
             f"images_max must be >= images_min = {self.images_min} (got {self.images_max})",
         )
         if self.image_size is not None:
-            image_pixels(self.image_size)
+            image_sizes(self.image_size)
         require(self.arrival_rescale in RESCALES,
                 f"arrival_rescale must be one of {', '.join(RESCALES)} (got {self.arrival_rescale!r})")
         if self.arrival_rescale == "vllm":
@@ -169,8 +221,10 @@ class WorkloadStreams:
     lengths: np.random.Generator
     images: np.random.Generator
     prefixes: np.random.Generator  # which system prompt, which image (shared content)
+    sizes: np.random.Generator  # each image's size, from a distribution of them (image_size)
 
     @classmethod
     def from_seed_sequence(cls, ss: np.random.SeedSequence) -> WorkloadStreams:
-        arrivals, lengths, images, prefixes = (np.random.default_rng(s) for s in ss.spawn(4))
-        return cls(arrivals=arrivals, lengths=lengths, images=images, prefixes=prefixes)
+        # The fifth child came last: spawning five leaves the first four as they were.
+        arrivals, lengths, images, prefixes, sizes = (np.random.default_rng(s) for s in ss.spawn(5))
+        return cls(arrivals=arrivals, lengths=lengths, images=images, prefixes=prefixes, sizes=sizes)

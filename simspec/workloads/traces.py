@@ -10,6 +10,11 @@ rows a run replays are kept (``limit``: the earliest ``limit`` arrivals;
 ``within_s``: those within that many seconds of the first). Errors name the
 file and the row (CSV, counted from 1 after the header) or line (JSONL).
 Equal times keep file order.
+
+Any schema may also give each request's image size, in pixels: columns
+(CSV) or keys (JSONL) ``image_width`` and ``image_height``, or
+``image_size`` as ``WIDTHxHEIGHT``; an empty cell or a missing key gives
+none (the request's images then follow the workload's ``image_size``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import csv
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -28,6 +33,7 @@ from simspec.types import InputError, require
 
 BLOCK_ROWS = 1 << 16  # rows parsed at a time
 MAX_COUNT = 1 << 31  # tokens or images of one request at most: far beyond any context
+MAX_IMAGE_SIDE = 16384  # pixels a side of an image size, the bound simspec.costs.ModelSpec.at_image_size checks
 NS = 1_000_000_000
 
 CSV_SCHEMAS = {
@@ -37,6 +43,7 @@ CSV_SCHEMAS = {
 }
 JSONL_KEYS = ("timestamp", "input_length", "output_length")
 JSONL_IMAGE_KEYS = ("num_images", "images")
+SIZE_COLUMNS = ("image_width", "image_height", "image_size")  # optional in every schema (module docstring)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +54,10 @@ class Trace:
     prompt_tokens: np.ndarray  # [N] int >= 1
     output_tokens: np.ndarray  # [N] int >= 1
     images: np.ndarray | None  # [N] int >= 0, None when the schema has no image column
+    # [N] int pixels of each request's images, 0 where a row gives no size;
+    # None when the file has no image-size column.
+    image_width: np.ndarray | None = None
+    image_height: np.ndarray | None = None
     source: str  # schema name: "azure-llm-2023", "azure-lmm-2025", "mooncake-jsonl"
 
 
@@ -60,6 +71,16 @@ class _Block:
     prompt: np.ndarray
     output: np.ndarray
     images: np.ndarray  # 0 where a row gives none
+    width: np.ndarray  # image size, pixels; 0 where a row gives none
+    height: np.ndarray
+
+    def take(self, keep: np.ndarray) -> "_Block":
+        """The rows ``keep`` [k] (indices) of this block."""
+        return _Block(*(getattr(self, f.name)[keep] for f in fields(self)))
+
+    def join(self, other: "_Block") -> "_Block":
+        """This block's rows, then ``other``'s."""
+        return _Block(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)]) for f in fields(self)))
 
 
 def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: float | None = None) -> Trace:
@@ -73,12 +94,13 @@ def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: f
         with path.open("r", encoding="utf-8") as f:
             first = next((line.strip() for line in f if line.strip()), "")
         require(first != "", f"trace {path}: the file is empty (no rows)")
-        seen = {"images": False}  # does any row give an image count?
+        seen = {"images": False, "sizes": False}  # does any row give an image count, an image size?
         if path.suffix.lower() in (".jsonl", ".json") or first.startswith("{"):
             blocks, scale, source = _jsonl_blocks(path, seen), 1000.0, "mooncake-jsonl"
         else:
             source = _csv_schema(path)
             seen["images"] = "NumImages" in CSV_SCHEMAS[source]
+            seen["sizes"] = bool(_size_columns(path, _csv_header(path)))
             blocks, scale = _csv_blocks(path, source), float(NS)
         kept = _select(blocks, limit, within_s, scale)
     except UnicodeDecodeError as err:
@@ -87,34 +109,36 @@ def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: f
     order = np.lexsort((kept.order, kept.time))  # by time, equal times in file order
     time = kept.time[order]
     seconds = (time - time[0]).astype(np.float64) / scale
+    sized = seen["sizes"]
     return Trace(arrival_s=seconds, prompt_tokens=kept.prompt[order], output_tokens=kept.output[order],
-                 images=kept.images[order] if seen["images"] else None, source=source)
+                 images=kept.images[order] if seen["images"] else None, source=source,
+                 image_width=kept.width[order] if sized else None, image_height=kept.height[order] if sized else None)
 
 
 def _select(blocks: Iterator[_Block], limit: int | None, within_s: float | None, scale: float) -> _Block | None:
     """The rows of every block that a run keeps (module docstring)."""
     kept = None
     for block in blocks:
-        kept = block if kept is None else _Block(
-            np.concatenate([kept.time, block.time]), np.concatenate([kept.order, block.order]),
-            np.concatenate([kept.prompt, block.prompt]), np.concatenate([kept.output, block.output]),
-            np.concatenate([kept.images, block.images]))
+        kept = block if kept is None else kept.join(block)
         keep = None
         if limit is not None and len(kept.order) > limit:
             keep = np.lexsort((kept.order, kept.time))[:limit]
         elif within_s is not None:
             keep = np.flatnonzero(kept.time - kept.time.min() < within_s * scale)
         if keep is not None:
-            keep = np.sort(keep)
-            kept = _Block(kept.time[keep], kept.order[keep], kept.prompt[keep], kept.output[keep], kept.images[keep])
+            kept = kept.take(np.sort(keep))
     return kept
 
 
 # -- CSV -------------------------------------------------------------------------------
 
-def _csv_schema(path: Path) -> str:
+def _csv_header(path: Path) -> list[str]:
     with path.open("r", encoding="utf-8", newline="") as f:
-        header = [c.strip() for c in next(csv.reader(f), [])]
+        return [c.strip() for c in next(csv.reader(f), [])]
+
+
+def _csv_schema(path: Path) -> str:
+    header = _csv_header(path)
     source = next((name for name, cols in CSV_SCHEMAS.items() if set(header).issuperset(cols)), None)
     expected = " or ".join(",".join(cols) for cols in reversed(CSV_SCHEMAS.values()))
     require(source is not None, f"trace {path}: columns {','.join(header)} match no known schema (expected {expected})")
@@ -126,7 +150,7 @@ def _csv_blocks(path: Path, source: str) -> Iterator[_Block]:
         reader = csv.reader(f, skipinitialspace=True)
         header = [c.strip() for c in next(reader)]
         width = len(header)
-        where = {name: header.index(name) for name in CSV_SCHEMAS[source]}
+        where = {name: header.index(name) for name in CSV_SCHEMAS[source] + _size_columns(path, header)}
         rows: list[list[str]] = []
         first = 1
         for number, row in enumerate(reader, start=1):
@@ -160,10 +184,11 @@ def _csv_block(path: Path, rows: list[list[str]], first: int, where: dict[str, i
         time_ns = stamp.dt.tz_localize(None).to_numpy("datetime64[ns]").astype(np.int64)
     images = (_counts(path, "NumImages", column["NumImages"], 0, "row", numbers) if "NumImages" in column
               else np.zeros(len(rows), np.int64))
+    width, height = _sizes(path, column, "row", numbers)
     return _Block(time=time_ns, order=numbers,
                   prompt=_counts(path, "ContextTokens", column["ContextTokens"], 1, "row", numbers),
                   output=_counts(path, "GeneratedTokens", column["GeneratedTokens"], 1, "row", numbers),
-                  images=images)
+                  images=images, width=width, height=height)
 
 
 _PLAIN_STAMP = re.compile(r"(19|20)\d\d-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d{1,9})?Z?")
@@ -202,6 +227,7 @@ def _jsonl_blocks(path: Path, seen: dict) -> Iterator[_Block]:
             require(not missing, f"trace {path}: line {number} lacks {', '.join(missing)} "
                                  f"(expected timestamp, input_length, output_length, optional num_images)")
             seen["images"] |= any(k in row for k in JSONL_IMAGE_KEYS)
+            seen["sizes"] |= any(row.get(k) is not None for k in SIZE_COLUMNS)
             rows.append((number, row))
             if len(rows) == BLOCK_ROWS:
                 yield _jsonl_block(path, rows)
@@ -220,10 +246,14 @@ def _jsonl_block(path: Path, rows: list[tuple[int, dict]]) -> _Block:
     raw = [next((r[k] for k in JSONL_IMAGE_KEYS if k in r), 0) for _, r in rows]
     images = _counts(path, "num_images", np.array([len(v) if isinstance(v, list) else v for v in raw], dtype=object),
                      0, "line", numbers)
+    given = [k for k in SIZE_COLUMNS if any(r.get(k) is not None for _, r in rows)]
+    _size_columns(path, given, "keys")
+    width, height = _sizes(path, {k: np.array([r.get(k) for _, r in rows], dtype=object) for k in given}, "line",
+                           numbers)
     return _Block(time=_numbers(path, "timestamp", values("timestamp"), numbers, "line"), order=numbers,
                   prompt=_counts(path, "input_length", values("input_length"), 1, "line", numbers),
                   output=_counts(path, "output_length", values("output_length"), 1, "line", numbers),
-                  images=images)
+                  images=images, width=width, height=height)
 
 
 # -- values ----------------------------------------------------------------------------
@@ -258,4 +288,57 @@ def _counts(path: Path, name: str, raw: np.ndarray, minimum: int, unit: str, row
     return values.astype(np.int64)
 
 
-__all__ = ["Trace", "read_trace", "CSV_SCHEMAS", "MAX_COUNT"]
+def _size_columns(path: Path, names, what: str = "columns") -> tuple[str, ...]:
+    """The image-size columns among ``names``: image_size alone, or
+    image_width with image_height; () for none."""
+    width, height, size = (name in names for name in SIZE_COLUMNS)
+    require(not (size and (width or height)),
+            f"trace {path}: give image_size or image_width and image_height, not both ({what})")
+    require(width == height, f"trace {path}: image_width and image_height come together (the {what} have only "
+                             f"{'image_width' if width else 'image_height'})")
+    return ("image_size",) if size else ("image_width", "image_height") if width else ()
+
+
+def _blank(v) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip())
+
+
+def _sizes(path: Path, column: dict[str, np.ndarray], unit: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's image (width, height) [N] in pixels from its size columns
+    (``column`` by name, only those the file has); 0, 0 where a row gives
+    none. A side outside 1..MAX_IMAGE_SIDE is an error naming the row."""
+    width, height = np.zeros(len(rows), np.int64), np.zeros(len(rows), np.int64)
+    if "image_size" in column:
+        for i, v in enumerate(column["image_size"]):
+            if _blank(v):
+                continue
+            w, sep, h = str(v).strip().lower().partition("x")
+            require(bool(sep) and w.isdigit() and h.isdigit(),
+                    f"trace {path}: image_size must be WIDTHxHEIGHT in pixels ({unit} {rows[i]} has {v!r})")
+            width[i] = _side(path, "image_size", int(w), v, unit, rows[i])
+            height[i] = _side(path, "image_size", int(h), v, unit, rows[i])
+    elif "image_width" in column:
+        for name, out in (("image_width", width), ("image_height", height)):
+            raw = column[name]
+            given = np.array([not _blank(v) for v in raw], dtype=bool)
+            other = "image_height" if name == "image_width" else "image_width"
+            lone = given & np.array([_blank(v) for v in column[other]], dtype=bool)
+            if lone.any():
+                i = int(np.argmax(lone))
+                raise InputError(f"trace {path}: {name} without {other} ({unit} {rows[i]} has {raw[i]!r})")
+            if given.any():
+                values = _numbers(path, name, raw[given], rows[given], unit)
+                for value, v, row in zip(values, raw[given], rows[given]):
+                    _side(path, name, value, v, unit, row)
+                out[given] = values.astype(np.int64)
+    return width, height
+
+
+def _side(path: Path, name: str, value: float, raw, unit: str, row: int) -> int:
+    """One side of an image, pixels: an integer in 1..MAX_IMAGE_SIDE."""
+    require(value == int(value) and 1 <= value <= MAX_IMAGE_SIDE,
+            f"trace {path}: {name} must be an integer in 1..{MAX_IMAGE_SIDE} pixels a side ({unit} {row} has {raw!r})")
+    return int(value)
+
+
+__all__ = ["Trace", "read_trace", "CSV_SCHEMAS", "MAX_COUNT", "MAX_IMAGE_SIDE"]
