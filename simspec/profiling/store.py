@@ -92,6 +92,8 @@ def gpu_slug(name: str) -> str:
     upper = name.upper()
     if "H200" in upper:
         return "h200"
+    if "B200" in upper:
+        return "b200"
     if "H100" in upper and "PCIE" not in upper:  # H100 PCIe has other bandwidth than the SXM part
         return "h100-sxm"
     if "A100" in upper and "80G" in upper:
