@@ -35,6 +35,7 @@ def _without(name: str, key: str, inside: str | None = None) -> str:
 
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"
+AZURE_SIZED = "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens,image_width,image_height\n"
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,26 @@ CASES = [
     case("image-size-0", f"{SIM} --image-size 0x448", "image_size", "each > 0"),
     case("image-size-word", f"{SIM} --image-size large", "image_size", "WIDTHxHEIGHT"),
     case("image-size-huge", f"{SIM} --model Qwen2.5-VL-7B --image-size 20000x500", "image_size", "1..16384"),
+    case("image-sizes-weight-0", f"{SIM} --image-size 448x448:0,896x896:1", "image_size weights", "> 0"),
+    case("image-sizes-weight-negative", f"{SIM} --image-size 448x448:-0.5,896x896:1.5", "image_size weights", "> 0"),
+    case("image-sizes-weight-word", f"{SIM} --image-size 448x448:half,896x896:1", "image_size weights", "'half'"),
+    case("image-sizes-side-0", f"{SIM} --image-size 448x448:0.5,0x448:0.5", "image_size", "each > 0", "'0x448'"),
+    case("image-sizes-empty-entry", f"{SIM} --image-size 448x448:0.5,,896x896:0.5", "image_size", "empty entry"),
+    case("image-sizes-some-weights", f"{SIM} --image-size 448x448:0.5,896x896", "image_size", "every size or to none"),
+    case("image-sizes-twice", f"{SIM} --image-size 448x448:0.5,448x448:0.5", "image_size lists 448x448 twice"),
+    case("image-sizes-huge", f"{SIM} --image-size 448x448:0.5,448x20000:0.5", "image_size", "1..16384"),
+    case("image-sizes-toml-list", f"{SIM} --config {{in}}/c.toml", "c.toml", "workload.image_size",
+         c__toml='[workload]\nimage_size = ["448x448:0.5", 7]\n'),
+    case("trace-image-width-0", f"{SIM} --model Qwen2.5-VL-7B --arrival trace --trace {{in}}/t.csv", "t.csv",
+         "image_width", "1..16384", "row 1", t__csv=AZURE_SIZED + "2024-10-15T12:00:00Z,1,300,20,0,448\n"),
+    case("trace-image-height-word", f"{SIM} --model Qwen2.5-VL-7B --arrival trace --trace {{in}}/t.csv", "t.csv",
+         "image_height", "row 2", t__csv=AZURE_SIZED + "2024-10-15T12:00:00Z,1,300,20,448,448\n"
+                                                      "2024-10-15T12:00:01Z,1,300,20,448,tall\n"),
+    case("trace-image-width-alone", f"{SIM} --model Qwen2.5-VL-7B --arrival trace --trace {{in}}/t.csv", "t.csv",
+         "image_width without image_height", "row 1", t__csv=AZURE_SIZED + "2024-10-15T12:00:00Z,1,300,20,448,\n"),
+    case("trace-image-size-form", f"{SIM} --model Qwen2.5-VL-7B --arrival trace --trace {{in}}/t.jsonl", "t.jsonl",
+         "image_size", "WIDTHxHEIGHT", "line 1",
+         t__jsonl='{"timestamp": 0, "input_length": 9, "output_length": 4, "num_images": 1, "image_size": "big"}\n'),
     case("tp-heads", f"{SIM} --model Qwen2-VL-7B --tp 8", "28 attention heads", "not divisible by tp 8"),
     case("tp-does-not-fit", f"{SIM} --model Llama-3.1-70B --multimodal-share 0", "does not fit", "try --tp 2"),
     case("model-config-missing", f"{SIM} --model {{in}}/none/config.json", "model config", "does not exist"),

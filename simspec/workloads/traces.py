@@ -326,18 +326,20 @@ def _sizes(path: Path, column: dict[str, np.ndarray], unit: str, rows: np.ndarra
             if lone.any():
                 i = int(np.argmax(lone))
                 raise InputError(f"trace {path}: {name} without {other} ({unit} {rows[i]} has {raw[i]!r})")
-            if given.any():
-                values = _numbers(path, name, raw[given], rows[given], unit)
-                for value, v, row in zip(values, raw[given], rows[given]):
-                    _side(path, name, value, v, unit, row)
-                out[given] = values.astype(np.int64)
+            for i in np.flatnonzero(given):
+                out[i] = _side(path, name, raw[i], raw[i], unit, rows[i])
     return width, height
 
 
-def _side(path: Path, name: str, value: float, raw, unit: str, row: int) -> int:
-    """One side of an image, pixels: an integer in 1..MAX_IMAGE_SIDE."""
-    require(value == int(value) and 1 <= value <= MAX_IMAGE_SIDE,
-            f"trace {path}: {name} must be an integer in 1..{MAX_IMAGE_SIDE} pixels a side ({unit} {row} has {raw!r})")
+def _side(path: Path, name: str, value, raw, unit: str, row: int) -> int:
+    """One side of an image, pixels: an integer in 1..MAX_IMAGE_SIDE (an
+    int, an integral float, or digits)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not nan
+          and 1 <= value <= MAX_IMAGE_SIDE and value == int(value))
+    require(ok, f"trace {path}: {name} must be an integer in 1..{MAX_IMAGE_SIDE} pixels a side ({unit} {row} has "
+                f"{raw!r})")
     return int(value)
 
 
