@@ -534,6 +534,10 @@ MODELS: dict[str, ModelSpec] = {
         #   (Qwen2-7B / Qwen2-72B, context 32768, SigLIP-so400m); the 1152 x 1152 pinpoint (3 x 3 tiles,
         #   81 x 81 features, under the anyres_max_9 cap), 81 newlines and the base view: 7,371 tokens,
         #   10 x 729 through SigLIP.
+        # Read from stored sources: the InternViT towers, InternVL3-78B's decoder and vocabulary, the Qwen2.5-32B
+        # decoder's layers and heads (its model card). Taken from those configs as published but not found in a
+        # stored copy: Qwen2.5-VL-32B's hidden 5120, MLP 27648 and tower MLP 3456; LLaVA-OneVision's vocabulary
+        # (Qwen2's 152064) and SigLIP's 26 layers.
         ModelSpec(name="Qwen2.5-VL-32B", layers=64, hidden=5120, heads=40, kv_heads=8, mlp_hidden=27648,
                   vocab=152064, max_context_tokens=128000, visual_tokens_per_image=1024,
                   vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
