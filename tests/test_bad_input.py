@@ -159,6 +159,14 @@ CASES = [
     case("model-config-not-int", f"{SIM} --model {{in}}/config.json", "num_hidden_layers", "integer >= 1",
          config__json='{"model_type": "qwen2", "hidden_size": 512, "num_attention_heads": 8, '
                       '"num_hidden_layers": 2.5}'),
+    case("model-config-internvl-downsample", f"{SIM} --model {{in}}/config.json", "config.json",
+         "missing field downsample_ratio",
+         config__json='{"model_type": "internvl_chat", "llm_config": {"model_type": "qwen2"}, '
+                      '"vision_config": {"image_size": 448, "patch_size": 14}}'),
+    case("model-config-llava-next-pinpoints", f"{SIM} --model {{in}}/config.json", "config.json",
+         "missing field image_grid_pinpoints",
+         config__json='{"model_type": "llava_next", "text_config": {"model_type": "llama"}, '
+                      '"vision_config": {"image_size": 336, "patch_size": 14}}'),
     case("model-config-json", f"{SIM} --model {{in}}/config.json", "config.json", "not valid JSON",
          config__json='{"model_type": '),
     case("device", f"{SIM} --device tpu-v9", "device", "h100-sxm"),

@@ -24,7 +24,15 @@ Families read (``model_type``):
   (the decoder's fields at the top or in ``text_config``, the vision
   tower's in ``vision_config``; images by default 896 x 896 pixels: 64 x
   64 patches of 14, merged 2 x 2 into 1,024 visual tokens, other sizes
-  through ModelSpec.at_image_size).
+  through ModelSpec.at_image_size); the tiling families ``llava_next``
+  (LLaVA's decoder and CLIP tower, AnyRes over ``image_grid_pinpoints``),
+  ``llava_onevision`` (a SigLIP tower, AnyRes with the
+  ``vision_aspect_ratio`` cap) and InternVL, ``internvl_chat`` (OpenGVLab's:
+  ``llm_config``, ``force_image_size``, ``downsample_ratio``,
+  ``min_dynamic_patch``, ``max_dynamic_patch``, ``use_thumbnail``) and
+  ``internvl`` (transformers': ``text_config``, ``downsample_ratio``, the
+  tiling its processor's defaults), each with its image rule
+  (simspec.costs.specs.IMAGE_RULES).
 
 Other expert and latent-attention families (``deepseek_v2``, ``dbrx``,
 ``olmoe``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of transformers'
@@ -43,7 +51,7 @@ from simspec.types import InputError, require
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
-VLMS = ("llava", "qwen2_vl", "qwen2_5_vl")
+VLMS = ("llava", "qwen2_vl", "qwen2_5_vl", "llava_next", "llava_onevision", "internvl_chat", "internvl")
 LATENT = ("deepseek_v3",)
 LLAMA4 = ("llama4", "llama4_text")
 SUPPORTED = DENSE + MOE + VLMS + LATENT + LLAMA4
@@ -58,6 +66,12 @@ CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_laye
                  "patch_size": 32}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 QWEN_VL_IMAGE_PX = 896  # the default image side of Qwen2-VL / Qwen2.5-VL (the catalog's 1,024 tokens; --image-size)
+TILED_IMAGE_PX = 896  # the default image side of LLaVA-OneVision and InternVL (as the catalog's; --image-size)
+# InternVL's tiling where a config leaves it out: the transformers-native ``internvl`` configs keep it in
+# preprocessor_config.json (GotOcr2ImageProcessor: min_patches 1, max_patches 12, crop_to_patches), the
+# internvl_chat ones in config.json (OpenGVLab/InternVL3-8B: min_dynamic_patch 1, max_dynamic_patch 12,
+# use_thumbnail true).
+INTERNVL_MIN_TILES, INTERNVL_MAX_TILES = 1, 12
 
 
 class _Fields:
@@ -133,6 +147,8 @@ def read_model_config(path: str | Path) -> ModelSpec:
         return ModelSpec(name=name, **_decoder(top), visual_tokens_per_image=0)
     if kind in MOE:
         return ModelSpec(name=name, **_decoder(top), **_experts(top, kind), visual_tokens_per_image=0)
+    if kind in TILED:
+        return TILED[kind](top, name)
     if kind == "llava":
         text = top.sub("text_config", LLAMA_DEFAULTS)
         require(text.table.get("model_type", "llama") in DENSE,
@@ -158,6 +174,118 @@ def read_model_config(path: str | Path) -> ModelSpec:
     return ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=patches // (merge * merge),
                      vision_patches_per_image=patches, vision_layers=vision.int("depth"), vision_hidden=width,
                      vision_mlp_hidden=mlp, image_rule="qwen2_vl" if (patch, merge) == (14, 2) else "")
+
+
+def _llava_text(top: _Fields) -> _Fields:
+    """A LLaVA-family config's decoder: ``text_config`` (Llama's defaults
+    where it leaves fields out), a dense decoder."""
+    text = top.sub("text_config", LLAMA_DEFAULTS)
+    kind = text.table.get("model_type", "llama")
+    require(kind in DENSE, f"model config {top.path}: text_config.model_type must be one of {', '.join(DENSE)} "
+                           f"(got {kind!r})")
+    return text
+
+
+def _pinpoints(top: _Fields, tile_px: int) -> tuple[tuple[int, int], ...]:
+    """``image_grid_pinpoints``: (height, width) pixel sizes, each a multiple of the tile."""
+    value = top.table.get("image_grid_pinpoints")
+    require(value is not None, f"model config {top.path}: missing field image_grid_pinpoints")
+    ok = isinstance(value, list) and value and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                    and x % tile_px == 0 for x in p) for p in value)
+    require(ok, f"model config {top.path}: image_grid_pinpoints must be a list of [height, width] pairs, "
+                f"multiples of vision_config.image_size {tile_px} (got {value!r})")
+    return tuple((h, w) for h, w in value)
+
+
+def _anyres_tiling(top: _Fields, vision: _Fields, max_tiles: int = 0) -> specs.ImageTiling:
+    """LLaVA-NeXT's and OneVision's tiles: the tower's image_size and patch,
+    its CLS (CLIP has one, SigLIP none), the pinpoints, the select strategy."""
+    tile = vision.int("image_size")
+    strategy = top.table.get("vision_feature_select_strategy", "default")
+    require(strategy in ("default", "full"), f"model config {top.path}: vision_feature_select_strategy must be "
+                                             f"default or full (got {strategy!r})")
+    cls = 0 if "siglip" in str(vision.table.get("model_type", "")) else 1
+    return specs.ImageTiling(tile_px=tile, patch_px=vision.int("patch_size"), encoder_extra_tokens=cls,
+                             keep_cls=strategy == "full", pinpoints=_pinpoints(top, tile), max_tiles=max_tiles)
+
+
+def _vision_tower(vision: _Fields) -> dict:
+    return dict(vision_layers=vision.int("num_hidden_layers"), vision_hidden=vision.int("hidden_size"),
+                vision_mlp_hidden=vision.int("intermediate_size"))
+
+
+def _at_default_image(spec: ModelSpec) -> ModelSpec:
+    """``spec`` with the visual tokens of a TILED_IMAGE_PX square image, by its own rule."""
+    return spec.at_image_size(TILED_IMAGE_PX, TILED_IMAGE_PX)
+
+
+def _llava_next(top: _Fields, name: str) -> ModelSpec:
+    """LLaVA-NeXT (LLaVA-1.6): LLaVA's decoder and CLIP tower, AnyRes over
+    ``image_grid_pinpoints``. By default the catalog's count: the base view
+    and the most tiles a pinpoint holds, a tower's square each (2,880 for
+    LLaVA-1.6's pinpoints); --image-size gives the processor's count."""
+    vision = top.sub("vision_config", CLIP_DEFAULTS)
+    tiling = _anyres_tiling(top, vision)
+    views = 1 + max(h * w for h, w in tiling.pinpoints) // (tiling.tile_px * tiling.tile_px)
+    n = tiling.side_patches
+    return ModelSpec(name=name, **_decoder(_llava_text(top), top), visual_tokens_per_image=views * n * n,
+                     vision_patches_per_image=views * (n * n + tiling.encoder_extra_tokens), **_vision_tower(vision),
+                     image_rule="llava_next", image_tiling=tiling)
+
+
+def _onevision(top: _Fields, name: str) -> ModelSpec:
+    """LLaVA-OneVision: a Qwen2 decoder in ``text_config``, a SigLIP tower,
+    AnyRes with the ``vision_aspect_ratio`` cap (anyres_max_N, 9 where left
+    out); visual tokens of a TILED_IMAGE_PX square image by default."""
+    vision = top.sub("vision_config")
+    cap = top.table.get("vision_aspect_ratio", "anyres_max_9")
+    require(isinstance(cap, str) and cap.startswith("anyres_max_") and cap[11:].isdigit() and int(cap[11:]) > 0,
+            f"model config {top.path}: vision_aspect_ratio must be anyres_max_N, N >= 1 (got {cap!r})")
+    tiling = _anyres_tiling(top, vision, max_tiles=int(cap[11:]))
+    spec = ModelSpec(name=name, **_decoder(_llava_text(top), top), visual_tokens_per_image=1,
+                     **_vision_tower(vision), image_rule="llava_onevision", image_tiling=tiling)
+    return _at_default_image(spec)
+
+
+def _side(f: _Fields, key: str) -> int:
+    """An image or patch side: an integer, or the [height, width] pair of a square (transformers' internvl)."""
+    value = f.table.get(key)
+    if isinstance(value, list) and len(value) == 2 and value[0] == value[1]:
+        return _Fields(f.path, {key: value[0]}, f.where).int(key)
+    return f.int(key)
+
+
+def _internvl(top: _Fields, name: str) -> ModelSpec:
+    """InternVL (``internvl_chat``: ``llm_config``, tiling fields at the top;
+    ``internvl``: ``text_config``, the tiling its processor's defaults): an
+    InternViT tower, 448-pixel tiles, pixel shuffle by ``downsample_ratio``;
+    visual tokens of a TILED_IMAGE_PX square image by default."""
+    chat = top.table.get("model_type") == "internvl_chat"
+    text = top.sub("llm_config" if chat else "text_config")
+    require(text.table.get("model_type") in DENSE,
+            f"model config {top.path}: {text.where}.model_type must be one of {', '.join(DENSE)} "
+            f"(got {text.table.get('model_type')!r})")
+    vision = top.sub("vision_config")
+    ratio = top.table.get("downsample_ratio")
+    require(ratio is not None, f"model config {top.path}: missing field downsample_ratio")
+    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
+            f"model config {top.path}: downsample_ratio must be a number in (0, 1] (got {ratio!r})")
+    tile = top.int("force_image_size", _side(vision, "image_size")) if chat else _side(vision, "image_size")
+    lo = top.int("min_dynamic_patch", INTERNVL_MIN_TILES) if chat else INTERNVL_MIN_TILES
+    hi = top.int("max_dynamic_patch", INTERNVL_MAX_TILES) if chat else INTERNVL_MAX_TILES
+    if chat and not top.bool("dynamic_image_size", True):
+        lo = hi = 1
+    require(lo <= hi, f"model config {top.path}: min_dynamic_patch {lo} exceeds max_dynamic_patch {hi}")
+    tiling = specs.ImageTiling(tile_px=tile, patch_px=_side(vision, "patch_size"), encoder_extra_tokens=1,
+                               min_tiles=lo, max_tiles=hi, thumbnail=top.bool("use_thumbnail", True) if chat else True,
+                               downsample=float(ratio))
+    spec = ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=1, **_vision_tower(vision),
+                     image_rule="internvl", image_tiling=tiling)
+    return _at_default_image(spec)
+
+
+TILED = {"llava_next": _llava_next, "llava_onevision": _onevision, "internvl_chat": _internvl, "internvl": _internvl}
 
 
 def _experts(f: _Fields, kind: str) -> dict:

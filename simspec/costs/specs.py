@@ -14,6 +14,28 @@ from simspec.types import InputError, require
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ImageTiling:
+    """How a tiling VLM cuts an image into tiles of its vision tower
+    (:meth:`ModelSpec.at_image_size`, rules "llava_next", "llava_onevision",
+    "internvl")."""
+
+    tile_px: int  # a tile's side: the tower's image_size (LLaVA) or force_image_size (InternVL)
+    patch_px: int  # the tower's patch side
+    encoder_extra_tokens: int = 0  # CLS tokens a tile adds through the encoder (CLIP, InternViT 1; SigLIP 0)
+    keep_cls: bool = False  # LLaVA's vision_feature_select_strategy "full": the LM sees the base view's CLS too
+    pinpoints: tuple[tuple[int, int], ...] = ()  # LLaVA's image_grid_pinpoints, (height, width) pixels
+    max_tiles: int = 0  # OneVision: the anyres_max_N cap (in base views); InternVL: max_dynamic_patch
+    min_tiles: int = 1  # InternVL: min_dynamic_patch
+    thumbnail: bool = True  # InternVL: use_thumbnail (a global view when there is more than one tile)
+    downsample: float = 1.0  # InternVL: downsample_ratio (pixel shuffle 0.5: a quarter of the patches)
+
+    @property
+    def side_patches(self) -> int:
+        """Patches along a tile's side."""
+        return self.tile_px // self.patch_px
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """Shape of a VLM: decoder LM, vision encoder, and its EAGLE-style drafter."""
 
@@ -71,7 +93,8 @@ class ModelSpec:
     # How an image's size becomes visual tokens (:meth:`at_image_size`): ""
     # a fixed count whatever the size (LLaVA-1.5 resizes every image to its
     # tower's square); "qwen2_vl" as Qwen2-VL's and Qwen2.5-VL's processor
-    # does it (QWEN_VL_*).
+    # does it (QWEN_VL_*); "llava_next", "llava_onevision" and "internvl"
+    # tile the image as ``image_tiling`` says (IMAGE_RULES).
     image_rule: str = ""
     # Bytes a decoder weight takes where they differ from dtype_bytes (0: the
     # same): DeepSeek-V3's FP8 checkpoint holds its decoder's linear layers
@@ -92,6 +115,7 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mtp_layers: int = 0  # multi-token-prediction decoder layers the checkpoint ships (the "mtp" drafter)
+    image_tiling: ImageTiling | None = None
 
     def __post_init__(self):
         check_drafter(self.drafter)
@@ -185,27 +209,18 @@ class ModelSpec:
         return self.weight_dtype_bytes or self.dtype_bytes
 
     def at_image_size(self, width: int, height: int) -> "ModelSpec":
-        """The model serving images of ``width`` x ``height`` pixels. Qwen2-VL's
-        rule (its image processor's smart_resize): each side rounded to a
-        multiple of 28 (14-pixel patches, merged 2 x 2), the area scaled into
-        [QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS] keeping the aspect, one
-        visual token per 28 x 28 pixels, four patches through the encoder
-        for each. A fixed-size model is unchanged."""
+        """The model serving images of ``width`` x ``height`` pixels: its
+        visual tokens (what the LM sees) and vision-encoder tokens (every
+        tile through the tower) by its image rule (IMAGE_RULES). A
+        fixed-size model is unchanged."""
         require(1 <= width <= MAX_IMAGE_SIDE and 1 <= height <= MAX_IMAGE_SIDE,
                 f"image_size must be WIDTHxHEIGHT with each side in 1..{MAX_IMAGE_SIDE} pixels "
                 f"(got {width}x{height})")
-        if self.image_rule != "qwen2_vl":
+        rule = IMAGE_RULES.get(self.image_rule)
+        if rule is None:
             return self
-        f = QWEN_VL_PATCH * QWEN_VL_MERGE
-        h, w = max(f, round(height / f) * f), max(f, round(width / f) * f)
-        if h * w > QWEN_VL_MAX_PIXELS:
-            beta = math.sqrt(height * width / QWEN_VL_MAX_PIXELS)
-            h, w = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
-        elif h * w < QWEN_VL_MIN_PIXELS:
-            beta = math.sqrt(QWEN_VL_MIN_PIXELS / (height * width))
-            h, w = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
-        tokens = (h // f) * (w // f)
-        return replace(self, visual_tokens_per_image=tokens, vision_patches_per_image=tokens * QWEN_VL_MERGE ** 2)
+        tokens, patches = rule(self, width, height)
+        return replace(self, visual_tokens_per_image=tokens, vision_patches_per_image=patches)
 
     @property
     def attention_params(self) -> int:
@@ -365,6 +380,128 @@ class ModelSpec:
         return 2 * self.layers * self.kv_heads_per_gpu * self.head_dim * self.dtype_bytes
 
 
+def _qwen2_vl_image(model: ModelSpec, width: int, height: int) -> tuple[int, int]:
+    """Qwen2-VL's rule (its image processor's smart_resize): each side
+    rounded to a multiple of 28 (14-pixel patches, merged 2 x 2), the area
+    scaled into [QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS] keeping the aspect,
+    one visual token per 28 x 28 pixels, four patches through the encoder
+    for each."""
+    f = QWEN_VL_PATCH * QWEN_VL_MERGE
+    h, w = max(f, round(height / f) * f), max(f, round(width / f) * f)
+    if h * w > QWEN_VL_MAX_PIXELS:
+        beta = math.sqrt(height * width / QWEN_VL_MAX_PIXELS)
+        h, w = max(f, math.floor(height / beta / f) * f), max(f, math.floor(width / beta / f) * f)
+    elif h * w < QWEN_VL_MIN_PIXELS:
+        beta = math.sqrt(QWEN_VL_MIN_PIXELS / (height * width))
+        h, w = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
+    tokens = (h // f) * (w // f)
+    return tokens, tokens * QWEN_VL_MERGE ** 2
+
+
+def best_pinpoint(width: int, height: int, pinpoints) -> tuple[int, int]:
+    """The (height, width) of ``pinpoints`` an image is resized into, as
+    transformers' ``select_best_resolution`` picks it: the most image
+    pixels kept after fitting the image inside (capped at its own area),
+    then the fewest wasted pixels; the first such in list order."""
+    best, kept_best, waste_best = pinpoints[0], -1, math.inf
+    for ph, pw in pinpoints:
+        scale = min(pw / width, ph / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        waste = pw * ph - kept
+        if kept > kept_best or (kept == kept_best and waste < waste_best):
+            best, kept_best, waste_best = (ph, pw), kept, waste
+    return best
+
+
+def _unpadded_grid(width: int, height: int, rows: int, cols: int) -> tuple[int, int]:
+    """The feature grid (rows, cols) left once LLaVA-NeXT strips the padding
+    the resize to the pinpoint added (transformers' ``unpad_image``; the
+    processors' ``_get_unpadded_features``): the side the image did not
+    fill loses its padding, floor(side x the image's scale) kept, the
+    padding split evenly. Integer floor division is exact here and agrees
+    with the processors' ``int(round(x, 7))`` at every integer image size."""
+    if width * rows > height * cols:  # wider than the grid: rows were padded
+        padding = (rows - height * cols // width) // 2
+        return rows - 2 * padding, cols
+    padding = (cols - width * rows // height) // 2
+    return rows, cols - 2 * padding
+
+
+def _llava_next_image(model: ModelSpec, width: int, height: int) -> tuple[int, int]:
+    """LLaVA-NeXT's AnyRes (transformers' LlavaNextProcessor
+    ``_get_number_of_features``; vLLM's llava_next.py ``get_num_image_tokens``):
+    the image is fitted to the best pinpoint, cut into tiles of the tower's
+    side plus one base view of the whole image; the LM sees the base view's
+    n x n features, the unpadded grid of the tiles' features and one
+    newline token a grid row. Every tile and the base view run through the
+    tower (n x n patches and the CLS each)."""
+    t = model.image_tiling
+    n = t.side_patches
+    best_h, best_w = best_pinpoint(width, height, t.pinpoints)
+    tiles_h, tiles_w = best_h // t.tile_px, best_w // t.tile_px
+    rows, cols = _unpadded_grid(width, height, n * tiles_h, n * tiles_w)
+    base = n * n + (t.encoder_extra_tokens if t.keep_cls else 0)
+    return rows * cols + rows + base, (1 + tiles_h * tiles_w) * (n * n + t.encoder_extra_tokens)
+
+
+def _onevision_image(model: ModelSpec, width: int, height: int) -> tuple[int, int]:
+    """LLaVA-OneVision's anyres_max_N (transformers' LlavaOnevisionProcessor
+    ``_get_unpadded_features``, vLLM's llava_onevision.py): LLaVA-NeXT's
+    count, and where the unpadded grid holds more than 1.1 x N base views'
+    features (ratio = sqrt(rows x cols / (N n^2)) > 1.1) it is bilinearly
+    downscaled to floor(rows / ratio) x floor(cols / ratio), its newlines
+    with it. The encoder still runs every tile."""
+    t = model.image_tiling
+    n = t.side_patches
+    best_h, best_w = best_pinpoint(width, height, t.pinpoints)
+    tiles_h, tiles_w = best_h // t.tile_px, best_w // t.tile_px
+    rows, cols = _unpadded_grid(width, height, n * tiles_h, n * tiles_w)
+    ratio = math.sqrt(rows * cols / (t.max_tiles * n * n))
+    if ratio > 1.1:
+        rows, cols = int(rows // ratio), int(cols // ratio)
+    base = n * n + (t.encoder_extra_tokens if t.keep_cls else 0)
+    return rows * cols + rows + base, (1 + tiles_h * tiles_w) * (n * n + t.encoder_extra_tokens)
+
+
+def internvl_grid(width: int, height: int, tiling: ImageTiling) -> tuple[int, int]:
+    """The (columns, rows) of tiles InternVL cuts an image into (its
+    ``dynamic_preprocess`` / ``find_closest_aspect_ratio``; vLLM's
+    internvl.py ``calculate_internvl_targets``): of the grids with
+    min_tiles <= columns x rows <= max_tiles, in order of tile count, the
+    one whose aspect is closest to the image's; on a tie a later (larger)
+    grid wins while the image's area exceeds half the grid's pixels."""
+    lo, hi, side = tiling.min_tiles, tiling.max_tiles, tiling.tile_px
+    grids = sorted({(i, j) for n in range(lo, hi + 1) for i in range(1, n + 1) for j in range(1, n + 1)
+                    if lo <= i * j <= hi}, key=lambda g: g[0] * g[1])
+    aspect, area = width / height, width * height
+    best, best_diff = (1, 1), math.inf
+    for cols, rows in grids:
+        diff = abs(aspect - cols / rows)
+        if diff < best_diff:
+            best, best_diff = (cols, rows), diff
+        elif diff == best_diff and area > 0.5 * side * side * cols * rows:
+            best = (cols, rows)
+    return best
+
+
+def _internvl_image(model: ModelSpec, width: int, height: int) -> tuple[int, int]:
+    """InternVL's dynamic tiling: the grid internvl_grid picks, plus a
+    thumbnail (the whole image at one tile) when there is more than one
+    tile; each tile's n x n patches (and the CLS) through InternViT, pixel
+    shuffle keeping (n x downsample)^2 tokens a tile (256 at 448 / 14, 0.5)
+    for the LM (vLLM's ``get_num_image_tokens``: tiles x tokens a tile)."""
+    t = model.image_tiling
+    cols, rows = internvl_grid(width, height, t)
+    tiles = cols * rows + (1 if t.thumbnail and cols * rows != 1 else 0)
+    n = t.side_patches
+    return tiles * int(n * n * t.downsample * t.downsample), tiles * (n * n + t.encoder_extra_tokens)
+
+
+# How each image rule turns an image's size into (visual tokens, vision-encoder tokens).
+IMAGE_RULES = {"qwen2_vl": _qwen2_vl_image, "llava_next": _llava_next_image,
+               "llava_onevision": _onevision_image, "internvl": _internvl_image}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
     """Datasheet numbers of one accelerator (dense, no sparsity)."""
@@ -430,6 +567,23 @@ _LLAMA_68M = dict(layers=2, hidden=768, heads=12, kv_heads=12, mlp_hidden=3072, 
 _QWEN2_7B = dict(layers=28, hidden=3584, heads=28, kv_heads=4, mlp_hidden=18944, vocab=152064)
 _LLAMA3_70B = dict(layers=80, hidden=8192, heads=64, kv_heads=8, mlp_hidden=28672, vocab=128256)
 _QWEN25_72B = dict(layers=80, hidden=8192, heads=64, kv_heads=8, mlp_hidden=29568, vocab=152064)
+# LLaVA-1.6's AnyRes over CLIP-L/14 at 336 (llava-hf/llava-v1.6-vicuna-7b-hf's config.json: image_grid_pinpoints,
+# vision_feature_select_strategy "default").
+_LLAVA_16_TILES = ImageTiling(tile_px=336, patch_px=14, encoder_extra_tokens=1,
+                              pinpoints=((336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008)))
+# LLaVA-OneVision's anyres_max_9 over SigLIP-so400m/14 at 384 (llava-hf/llava-onevision-qwen2-7b-ov-hf's
+# config.json: 384 x 384 up to 2304 x 2304 in steps of 384, vision_feature_select_strategy "full"; SigLIP has
+# no CLS). The tower as that config gives it: 26 layers, 1152 wide, MLP 4304.
+_ONEVISION_TILES = ImageTiling(tile_px=384, patch_px=14, max_tiles=9, keep_cls=True,
+                               pinpoints=tuple((384 * i, 384 * j) for i in range(1, 7) for j in range(1, 7)))
+_SIGLIP_SO400M = dict(vision_layers=26, vision_hidden=1152, vision_mlp_hidden=4304)
+# InternVL's dynamic tiling (OpenGVLab/InternVL3-8B's config.json: force_image_size 448, patch 14,
+# downsample_ratio 0.5, min_dynamic_patch 1, max_dynamic_patch 12, use_thumbnail true; InternViT has a CLS).
+_INTERNVL_TILES = ImageTiling(tile_px=448, patch_px=14, encoder_extra_tokens=1, max_tiles=12, downsample=0.5)
+# InternViT-300M-448px-V2_5 (24 layers, 1024 wide, MLP 4096) and InternViT-6B-448px-V2_5 (45 layers, 3200 wide,
+# MLP 12800), as OpenGVLab's InternVL conversion tools give their vision_config.
+_INTERNVIT_300M = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
+_INTERNVIT_6B = dict(vision_layers=45, vision_hidden=3200, vision_mlp_hidden=12800)
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -438,11 +592,14 @@ MODELS: dict[str, ModelSpec] = {
                   visual_tokens_per_image=576, vision_patches_per_image=577, **_CLIP_L_336),
         ModelSpec(name="LLaVA-1.5-13B", **_VICUNA_13B, max_context_tokens=4096,
                   visual_tokens_per_image=576, vision_patches_per_image=577, **_CLIP_L_336),
-        # AnyRes: up to 4 tiles + one global view, 576 tokens each.
+        # AnyRes: by default up to 4 tiles + one global view, 576 tokens each; --image-size gives the count
+        # its processor gives a size (rule "llava_next": 2,928 at 672 x 672).
         ModelSpec(name="LLaVA-1.6-7B", **_VICUNA_7B, max_context_tokens=4096,
-                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336),
+                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336,
+                  image_rule="llava_next", image_tiling=_LLAVA_16_TILES),
         ModelSpec(name="LLaVA-1.6-13B", **_VICUNA_13B, max_context_tokens=4096,
-                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336),
+                  visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336,
+                  image_rule="llava_next", image_tiling=_LLAVA_16_TILES),
         # Dynamic resolution; 1024 visual tokens (a 896x896 image after 2x2 merge).
         ModelSpec(name="Qwen2-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
                   visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
@@ -483,6 +640,38 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Qwen2.5-VL-72B", **_QWEN25_72B, max_context_tokens=128000, visual_tokens_per_image=1024,
                   vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
                   image_rule="qwen2_vl"),
+        # Tiling and dynamic-resolution VLMs serving engineers run, each at an 896 x 896 image by default
+        # (as the Qwen-VL entries; --image-size for others), tokens and encoder work by its rule:
+        # - Qwen2.5-VL-32B: Qwen/Qwen2.5-VL-32B-Instruct's config.json (the Qwen2.5-32B decoder: 64 layers,
+        #   40 query / 8 KV heads, its model card; hidden 5120, MLP 27648) with Qwen2.5-VL-72B's tower;
+        #   1,024 tokens.
+        # - InternVL3-8B / -78B: OpenGVLab/InternVL3-8B and -78B's config.json (llm_config Qwen2.5-7B /
+        #   Qwen2.5-72B with 151,674 tokens, context 32768; InternViT-300M / InternViT-6B); 2 x 2 tiles and
+        #   the thumbnail, 1,280 tokens, 5 x 1,025 through InternViT.
+        # - LLaVA-OneVision-7B / -72B: llava-hf/llava-onevision-qwen2-7b-ov-hf and -72b-ov-hf's config.json
+        #   (Qwen2-7B / Qwen2-72B, context 32768, SigLIP-so400m); the 1152 x 1152 pinpoint (3 x 3 tiles,
+        #   81 x 81 features, under the anyres_max_9 cap), 81 newlines and the base view: 7,371 tokens,
+        #   10 x 729 through SigLIP.
+        # Read from stored sources: the InternViT towers, InternVL3-78B's decoder and vocabulary, the Qwen2.5-32B
+        # decoder's layers and heads (its model card). Taken from those configs as published but not found in a
+        # stored copy: Qwen2.5-VL-32B's hidden 5120, MLP 27648 and tower MLP 3456; LLaVA-OneVision's vocabulary
+        # (Qwen2's 152064) and SigLIP's 26 layers.
+        ModelSpec(name="Qwen2.5-VL-32B", layers=64, hidden=5120, heads=40, kv_heads=8, mlp_hidden=27648,
+                  vocab=152064, max_context_tokens=128000, visual_tokens_per_image=1024,
+                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
+                  image_rule="qwen2_vl"),
+        ModelSpec(name="InternVL3-8B", **{**_QWEN2_7B, "vocab": 151674}, max_context_tokens=32768,
+                  visual_tokens_per_image=1280, vision_patches_per_image=5 * 1025, **_INTERNVIT_300M,
+                  image_rule="internvl", image_tiling=_INTERNVL_TILES),
+        ModelSpec(name="InternVL3-78B", **{**_QWEN25_72B, "vocab": 151674}, max_context_tokens=32768,
+                  visual_tokens_per_image=1280, vision_patches_per_image=5 * 1025, **_INTERNVIT_6B,
+                  image_rule="internvl", image_tiling=_INTERNVL_TILES),
+        ModelSpec(name="LLaVA-OneVision-7B", **_QWEN2_7B, max_context_tokens=32768,
+                  visual_tokens_per_image=7371, vision_patches_per_image=10 * 729, **_SIGLIP_SO400M,
+                  image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
+        ModelSpec(name="LLaVA-OneVision-72B", **_QWEN25_72B, max_context_tokens=32768,
+                  visual_tokens_per_image=7371, vision_patches_per_image=10 * 729, **_SIGLIP_SO400M,
+                  image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
         ModelSpec(name="Qwen3-8B", layers=36, hidden=4096, heads=32, kv_heads=8, mlp_hidden=12288, vocab=151936,
                   explicit_head_dim=0, max_context_tokens=40960, visual_tokens_per_image=0),
         ModelSpec(name="Qwen3-32B", layers=64, hidden=5120, heads=64, kv_heads=8, mlp_hidden=25600, vocab=151936,
