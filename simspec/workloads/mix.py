@@ -8,6 +8,7 @@ Imports: numpy, simspec.workloads.config, .arrivals, .traces, simspec.types.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -59,95 +60,37 @@ def make_workload(
     request order); an image with neither has ``visual_tokens_per_image``.
     Without it, or with one size for every image, every image has the same
     count (the rule's for that size).
+
+    The streams are drawn in one order whatever the settings (arrivals,
+    lengths, image counts, shared content, sizes), so lengths and images do
+    not move when other settings change.
     """
     require(
         visual_tokens_per_image >= 0, f"visual_tokens_per_image must be >= 0 (got {visual_tokens_per_image})"
     )
     require(max_context_tokens >= 2, f"max_context_tokens must be >= 2 (got {max_context_tokens})")
-
-    trace = None
-    if cfg.arrival == "trace":  # only the rows the run replays are kept (the cut below is exact)
-        within_s = cfg.duration_s * cfg.trace_speedup * (1 + 1e-9) + 1e-6 if cfg.duration_s is not None else None
-        trace = read_trace(cfg.trace_path, limit=cfg.num_requests, within_s=within_s)
-    if trace is None:
-        arrival_s = arrival_times(cfg, streams.arrivals)
-    else:
-        arrival_s = trace.arrival_s / cfg.trace_speedup
-        keep = arrival_s.size
-        if cfg.num_requests is not None:
-            keep = min(keep, cfg.num_requests)
-        elif cfg.duration_s is not None:
-            keep = int(np.searchsorted(arrival_s, cfg.duration_s, side="left"))
-        arrival_s = arrival_s[:keep]
+    trace, arrival_s = _arrivals(cfg, streams)
     n = arrival_s.size
-
-    # Drawn for every request (two numbers per request per stream), so
-    # lengths and images do not move when the other settings change.
-    z = streams.lengths.standard_normal((n, 2))  # [n, 2] prompt, output
-    u = streams.images.random((n, 2))  # [n, 2] has-images, how many
-    if trace is None:
-        prompt = _lognormal(z[:, 0], cfg.prompt_mean_tokens, cfg.prompt_cv)
-        output = _lognormal(z[:, 1], cfg.output_mean_tokens, cfg.output_cv)
-    else:
-        prompt, output = trace.prompt_tokens[:n], trace.output_tokens[:n]
+    prompt, output, u = _lengths(cfg, streams, trace, n)
 
     sizes = image_sizes(cfg.image_size) if cfg.image_size is not None and image_tokens is not None else None
     sized = trace is not None and trace.image_width is not None and image_tokens is not None
     if sizes is not None and len(sizes.sizes) == 1:
         visual_tokens_per_image = image_tokens(*sizes.sizes[0])  # one size: every image's count, as one number
-    # The most visual tokens one image can have, for the check below.
+    # The most visual tokens one image can have, for the images_max check.
     largest = visual_tokens_per_image if sizes is None else max(image_tokens(*wh) for wh in sizes.sizes)
+    images = _image_counts(cfg, trace, u, n, visual_tokens_per_image, largest, max_context_tokens)
 
-    if trace is not None and trace.images is not None:
-        images = trace.images[:n]
-        if visual_tokens_per_image == 0 and images.any():
-            i = int(np.argmax(images > 0))
-            raise InputError(
-                f"NumImages must be 0 for a text-only model (visual_tokens_per_image is 0; "
-                f"trace {cfg.trace_path} request {i} has {images[i]})"
-            )
-    else:
-        require(
-            visual_tokens_per_image > 0 or cfg.multimodal_share == 0,
-            f"multimodal_share must be 0 for a text-only model "
-            f"(visual_tokens_per_image is 0; got {cfg.multimodal_share})",
-        )
-        # Checked on the config, not the draws, so a seed cannot decide it.
-        most = (max_context_tokens - 2) // max(largest, 1)
-        require(
-            cfg.multimodal_share == 0 or cfg.images_max <= most,
-            f"images_max must be <= {most} for this model ({cfg.images_max} images x "
-            f"{largest} visual tokens leave no room for text and output "
-            f"in max_context_tokens = {max_context_tokens})",
-        )
-        span = cfg.images_max - cfg.images_min + 1
-        count = cfg.images_min + np.minimum((u[:, 1] * span).astype(np.int64), span - 1)
-        images = np.where(u[:, 0] < cfg.multimodal_share, count, 0)
-
-    prompt, output = np.asarray(prompt, np.int64), np.asarray(output, np.int64)
     prompt = prompt + np.where(images == 0, cfg.shared_prefix_tokens, 0)  # the system prompt, before the user's
     picks = streams.prefixes.random((n, 2))  # [n, 2] which system prompt, which image (shared content)
     pool = _pool_images(cfg, picks[:, 1], images, visual_tokens_per_image)
     per_image = None  # [sum(images)] each image's visual tokens; None: all visual_tokens_per_image
+    first = np.cumsum(images) - images  # [n] each request's first image in per_image
     if sized or (sizes is not None and len(sizes.sizes) > 1):
         per_image = _image_tokens(sizes, trace if sized else None, streams.sizes, images, image_tokens,
                                   visual_tokens_per_image)
-        first = np.cumsum(images) - images  # [n] each request's first image in per_image
         _share_pool_images(per_image, first, pool)
-        ends = np.concatenate([[0], np.cumsum(per_image)])
-        visual = ends[first + images] - ends[first]
-        first_tokens = np.zeros(n, np.int64)
-        first_tokens[images > 0] = per_image[first[images > 0]]
-    else:
-        visual, first_tokens = images * visual_tokens_per_image, np.full(n, visual_tokens_per_image, np.int64)
-
-    def shown(i: int) -> str:
-        """Request i's images and their visual tokens, for messages."""
-        each = (visual_tokens_per_image,) * int(images[i]) if per_image is None else \
-            tuple(per_image[first[i]:first[i] + images[i]].tolist())
-        if len(set(each)) <= 1:
-            return f"{images[i]} images x {each[0] if each else 0} visual tokens"
-        return f"{images[i]} images of {' + '.join(map(str, each))} visual tokens"
+    visual, first_tokens = _visual(per_image, first, images, visual_tokens_per_image)
 
     over = prompt + output + visual > max_context_tokens
     if over.any() and cfg.over_context == "error":
@@ -156,6 +99,8 @@ def make_workload(
                          f"tokens ({prompt[i]} prompt, {output[i]} output, {images[i]} images), more than the "
                          f"model's context of {max_context_tokens:,} ({int(over.sum())} requests do; over_context = "
                          f"'clip' cuts them to fit)")
+    shown = functools.partial(_shown, images=images, per_image=per_image, first=first,
+                              default=visual_tokens_per_image)
     prompt, output = _fit_context(prompt, output, visual, shown, max_context_tokens)
     prefix_id, prefix_tokens = _shared_prefixes(cfg, picks[:, 0], pool, prompt, images, first_tokens)
     if per_image is None:  # small tuples shared between requests with the same image count
@@ -170,6 +115,88 @@ def make_workload(
                 prefix_tokens.tolist())
         )
     ))
+
+
+def _arrivals(cfg: WorkloadConfig, streams: WorkloadStreams) -> tuple[Trace | None, np.ndarray]:
+    """The trace the run replays (None: a synthetic workload) and every request's arrival, seconds."""
+    if cfg.arrival != "trace":
+        return None, arrival_times(cfg, streams.arrivals)
+    within_s = cfg.duration_s * cfg.trace_speedup * (1 + 1e-9) + 1e-6 if cfg.duration_s is not None else None
+    trace = read_trace(cfg.trace_path, limit=cfg.num_requests, within_s=within_s)  # only the rows replayed
+    arrival_s = trace.arrival_s / cfg.trace_speedup
+    keep = arrival_s.size
+    if cfg.num_requests is not None:
+        keep = min(keep, cfg.num_requests)
+    elif cfg.duration_s is not None:
+        keep = int(np.searchsorted(arrival_s, cfg.duration_s, side="left"))
+    return trace, arrival_s[:keep]
+
+
+def _lengths(cfg: WorkloadConfig, streams: WorkloadStreams, trace: Trace | None,
+             n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Prompt and output tokens [n] (drawn, or the trace's), and the image
+    draws [n, 2] (has images, how many): two numbers per request from each
+    stream whatever the trace gives."""
+    z = streams.lengths.standard_normal((n, 2))  # [n, 2] prompt, output
+    u = streams.images.random((n, 2))  # [n, 2] has-images, how many
+    if trace is None:
+        prompt = _lognormal(z[:, 0], cfg.prompt_mean_tokens, cfg.prompt_cv)
+        output = _lognormal(z[:, 1], cfg.output_mean_tokens, cfg.output_cv)
+    else:
+        prompt, output = trace.prompt_tokens[:n], trace.output_tokens[:n]
+    return np.asarray(prompt, np.int64), np.asarray(output, np.int64), u
+
+
+def _image_counts(cfg: WorkloadConfig, trace: Trace | None, u: np.ndarray, n: int, visual_tokens_per_image: int,
+                  largest: int, max_context_tokens: int) -> np.ndarray:
+    """Images of each request [n]: the trace's, or drawn; a text-only model
+    (``visual_tokens_per_image`` 0) takes none, and images_max must leave
+    room in the context at ``largest`` tokens an image (checked on the
+    config, not the draws, so a seed cannot decide it)."""
+    if trace is not None and trace.images is not None:
+        images = trace.images[:n]
+        if visual_tokens_per_image == 0 and images.any():
+            i = int(np.argmax(images > 0))
+            raise InputError(
+                f"NumImages must be 0 for a text-only model (visual_tokens_per_image is 0; "
+                f"trace {cfg.trace_path} request {i} has {images[i]})"
+            )
+        return images
+    require(
+        visual_tokens_per_image > 0 or cfg.multimodal_share == 0,
+        f"multimodal_share must be 0 for a text-only model "
+        f"(visual_tokens_per_image is 0; got {cfg.multimodal_share})",
+    )
+    most = (max_context_tokens - 2) // max(largest, 1)
+    require(
+        cfg.multimodal_share == 0 or cfg.images_max <= most,
+        f"images_max must be <= {most} for this model ({cfg.images_max} images x "
+        f"{largest} visual tokens leave no room for text and output "
+        f"in max_context_tokens = {max_context_tokens})",
+    )
+    span = cfg.images_max - cfg.images_min + 1
+    count = cfg.images_min + np.minimum((u[:, 1] * span).astype(np.int64), span - 1)
+    return np.where(u[:, 0] < cfg.multimodal_share, count, 0)
+
+
+def _visual(per_image: np.ndarray | None, first: np.ndarray, images: np.ndarray,
+            default: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's visual tokens [n] and its first image's [n] (``default`` an image where per_image is None)."""
+    n = images.size
+    if per_image is None:
+        return images * default, np.full(n, default, np.int64)
+    ends = np.concatenate([[0], np.cumsum(per_image)])
+    first_tokens = np.zeros(n, np.int64)
+    first_tokens[images > 0] = per_image[first[images > 0]]
+    return ends[first + images] - ends[first], first_tokens
+
+
+def _shown(i: int, *, images: np.ndarray, per_image: np.ndarray | None, first: np.ndarray, default: int) -> str:
+    """Request i's images and their visual tokens, for messages."""
+    each = (default,) * int(images[i]) if per_image is None else tuple(per_image[first[i]:first[i] + images[i]].tolist())
+    if len(set(each)) <= 1:
+        return f"{images[i]} images x {each[0] if each else 0} visual tokens"
+    return f"{images[i]} images of {' + '.join(map(str, each))} visual tokens"
 
 
 def _image_tokens(sizes, trace: Trace | None, rng: np.random.Generator, images: np.ndarray, rule: ImageRule,
