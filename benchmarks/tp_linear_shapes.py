@@ -22,7 +22,8 @@ import numpy as np
 from simspec.costs import profiles, shapes
 from simspec.costs.base import blend
 from simspec.costs.roofline import BANDWIDTH_EFFICIENCY, GEMM_EFFICIENCY
-from simspec.costs.specs import GPUS, MODELS
+from simspec.costs.catalog import MODELS
+from simspec.costs.gpus import GPUS
 
 
 def roofline_errors(device: str, points: shapes.Points) -> np.ndarray:

@@ -23,7 +23,8 @@ import tomli_w
 from simspec.serving import modes
 from simspec.acceptance import DEFAULT_PRESET
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS, model_spec
-from simspec.costs.specs import TP_DEGREES, check_drafter
+from simspec.costs.catalog import check_drafter
+from simspec.costs.specs import TP_DEGREES
 from simspec.files import read_toml
 from simspec.fleet import routers
 from simspec.serving.config import EngineConfig

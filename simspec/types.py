@@ -53,6 +53,8 @@ MAX_RANK = (1 << RANK_BITS) - 1
 """Largest candidate rank a plan can name (15)."""
 MAX_DEPTH = 15
 """Deepest draft node a plan can name (15 x 4 bits fit an int64)."""
+MAX_IMAGE_SIDE = 16384
+"""Pixels a side an image size may give (workloads, traces and the models' image rules)."""
 
 
 INT64_MAX = (1 << 63) - 1

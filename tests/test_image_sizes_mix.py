@@ -9,14 +9,12 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import invoke
 from simspec import config, costs, experiment, seeds
-from simspec.costs import specs
 from simspec.types import InputError
-from simspec.workloads import MAX_IMAGE_SIDE, WorkloadConfig, WorkloadStreams, image_sizes, make_requests
+from simspec.workloads import WorkloadConfig, WorkloadStreams, image_sizes, make_requests
 
 QWEN = "Qwen2.5-VL-7B"
 SIGMAS = 5.0
@@ -31,10 +29,6 @@ def requests(cfg: WorkloadConfig, model: str = QWEN, seed: int = 0):
     streams = WorkloadStreams.from_seed_sequence(seeds.stream(seed, "workload"))
     return make_requests(cfg, streams, visual_tokens_per_image=spec.visual_tokens_per_image,
                          max_context_tokens=spec.max_context_tokens, image_tokens=experiment.image_rule(spec))
-
-
-def test_the_bound_on_a_side_is_the_models():
-    assert MAX_IMAGE_SIDE == specs.MAX_IMAGE_SIDE
 
 
 @pytest.mark.parametrize("text, sizes, weights", [

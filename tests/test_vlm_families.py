@@ -15,7 +15,7 @@ import pytest
 
 from conftest import invoke
 from simspec import costs
-from simspec.costs import specs
+from simspec.costs import images
 from simspec.costs.hfconfig import read_model_config
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
@@ -87,7 +87,7 @@ def test_onevision_caps_a_large_image_at_nine_base_views():
     (5000, 100, (12, 1)),
 ])
 def test_internvl_picks_the_closest_grid(width, height, grid):
-    assert specs.internvl_grid(width, height, costs.model_spec("InternVL3-8B").image_tiling) == grid
+    assert images.internvl_grid(width, height, costs.model_spec("InternVL3-8B").image_tiling) == grid
 
 
 @pytest.mark.parametrize("width, height, tiles", [

@@ -30,10 +30,12 @@ from simspec.compiled import cache_root
 from simspec.costs import collectives, fitted, profiles, steps
 from simspec.costs.base import CostModel, CostTables
 from simspec.costs.closed_form import affine, constant
-from simspec.costs import specs
+from simspec.costs import gpus
 from simspec.costs.roofline import roofline
 from simspec.costs.hfconfig import model_spec
-from simspec.costs.specs import GPUS, MODELS, GpuSpec, ModelSpec
+from simspec.costs.catalog import MODELS
+from simspec.costs.gpus import GPUS, GpuSpec
+from simspec.costs.specs import ModelSpec
 from simspec.files import write_bytes
 from simspec.types import InputError
 
@@ -50,7 +52,7 @@ def gpu_spec(slug: str, profiles_root: Path | None = None) -> GpuSpec:
     if slug.lower() == "cpu" or slug.lower().startswith("cpu-"):
         return GpuSpec(name=f"host CPU ({slug.lower()})", slug=slug.lower(), memory_bytes=0.0, hbm_bytes_per_s=0.0,
                        bf16_flops=0.0)
-    return specs.gpu_spec(slug)  # raises the error that lists the known devices
+    return gpus.gpu_spec(slug)  # raises the error that lists the known devices
 
 __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec", "ModelSpec",
            "GPUS", "MODELS", "gpu_spec", "model_spec", "build", "COST_MODEL_FORMS"]

@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simspec.costs.specs import GpuSpec
+from simspec.costs.gpus import GpuSpec
 from simspec.types import InputError, require
 
 PRIOR_ALPHA_S = 10e-6

@@ -38,7 +38,8 @@ from simspec.costs.base import TOKENS, CostModel, frozen_table
 from simspec.costs.curves import OpFit, _ape, _split, _terms, fit_curve, fit_line
 from simspec.costs.profiles import CALLS_PER_LAYER, LAYER_OPS, Profile
 from simspec.costs.roofline import FIXED, roofline
-from simspec.costs.specs import EAGLE_KINDS, GpuSpec, ModelSpec
+from simspec.costs.gpus import GpuSpec
+from simspec.costs.specs import EAGLE_KINDS, ModelSpec
 from simspec.types import InputError
 
 MS = 1e-3

@@ -32,7 +32,7 @@ Families read (``model_type``):
   ``min_dynamic_patch``, ``max_dynamic_patch``, ``use_thumbnail``) and
   ``internvl`` (transformers': ``text_config``, ``downsample_ratio``, the
   tiling its processor's defaults), each with its image rule
-  (simspec.costs.specs.IMAGE_RULES).
+  (simspec.costs.images.IMAGE_RULES).
 
 Other expert and latent-attention families (``deepseek_v2``, ``dbrx``,
 ``olmoe``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of transformers'
@@ -44,8 +44,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simspec.costs import specs
-from simspec.costs.specs import MODELS_BY_KEY, ModelSpec
+from simspec.costs import catalog, specs
+from simspec.costs.catalog import MODELS_BY_KEY
+from simspec.costs.images import ImageTiling
+from simspec.costs.specs import ModelSpec
 from simspec.files import read_json
 from simspec.types import InputError, require
 
@@ -109,8 +111,8 @@ def model_spec(name: str, drafter: str | None = None, tp: int = 1) -> ModelSpec:
     Face ``config.json`` (the file or its folder), with ``drafter`` as its
     draft head where given, sharded over ``tp`` GPUs."""
     if name.lower() in MODELS_BY_KEY or not _is_path(name):
-        return specs.model_spec(name, drafter, tp)
-    return specs.deployed(read_model_config(name), drafter, tp)
+        return catalog.model_spec(name, drafter, tp)
+    return catalog.deployed(read_model_config(name), drafter, tp)
 
 
 def _is_path(name: str) -> bool:
@@ -198,7 +200,7 @@ def _pinpoints(top: _Fields, tile_px: int) -> tuple[tuple[int, int], ...]:
     return tuple((h, w) for h, w in value)
 
 
-def _anyres_tiling(top: _Fields, vision: _Fields, max_tiles: int = 0) -> specs.ImageTiling:
+def _anyres_tiling(top: _Fields, vision: _Fields, max_tiles: int = 0) -> ImageTiling:
     """LLaVA-NeXT's and OneVision's tiles: the tower's image_size and patch,
     its CLS (CLIP has one, SigLIP none), the pinpoints, the select strategy."""
     tile = vision.int("image_size")
@@ -206,7 +208,7 @@ def _anyres_tiling(top: _Fields, vision: _Fields, max_tiles: int = 0) -> specs.I
     require(strategy in ("default", "full"), f"model config {top.path}: vision_feature_select_strategy must be "
                                              f"default or full (got {strategy!r})")
     cls = 0 if "siglip" in str(vision.table.get("model_type", "")) else 1
-    return specs.ImageTiling(tile_px=tile, patch_px=vision.int("patch_size"), encoder_extra_tokens=cls,
+    return ImageTiling(tile_px=tile, patch_px=vision.int("patch_size"), encoder_extra_tokens=cls,
                              keep_cls=strategy == "full", pinpoints=_pinpoints(top, tile), max_tiles=max_tiles)
 
 
@@ -277,7 +279,7 @@ def _internvl(top: _Fields, name: str) -> ModelSpec:
     if chat and not top.bool("dynamic_image_size", True):
         lo = hi = 1
     require(lo <= hi, f"model config {top.path}: min_dynamic_patch {lo} exceeds max_dynamic_patch {hi}")
-    tiling = specs.ImageTiling(tile_px=tile, patch_px=_side(vision, "patch_size"), encoder_extra_tokens=1,
+    tiling = ImageTiling(tile_px=tile, patch_px=_side(vision, "patch_size"), encoder_extra_tokens=1,
                                min_tiles=lo, max_tiles=hi, thumbnail=top.bool("use_thumbnail", True) if chat else True,
                                downsample=float(ratio))
     spec = ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=1, **_vision_tower(vision),

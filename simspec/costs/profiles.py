@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simspec.costs.specs import GPUS, GpuSpec, ModelSpec
+from simspec.costs.gpus import GPUS, GpuSpec
+from simspec.costs.specs import ModelSpec
 from simspec.types import InputError, require
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def check_fits(profile: Profile, model: ModelSpec, gpu: GpuSpec) -> None:
     """Refuse a profile (``--cost-model profile:DIR``) of another device, or
     of a model whose decoder layers (or, where it times them, vision encoder
     and visual tokens) differ from ``model``'s, saying which."""
-    from simspec.costs.specs import MODELS
+    from simspec.costs.catalog import MODELS
 
     where = f"profile {profile.folder}"
     require(model.tensor_parallel == 1, f"{where} times the whole model on one GPU; a tp {model.tensor_parallel} "
@@ -163,7 +164,7 @@ def find(device_slug: str, model: ModelSpec, root: Path | None = None) -> list[P
     """Profiles that describe ``model`` on ``device_slug``: the model's own
     first, then profiles of models whose decoder layers have the same
     shape (LLaVA-1.5-7B's language model is Llama-2-7B's)."""
-    from simspec.costs.specs import MODELS  # the catalogue, to compare shapes
+    from simspec.costs.catalog import MODELS  # the catalogue, to compare shapes
 
     if model.tensor_parallel > 1:  # profiles time one GPU running the whole model
         return []

@@ -21,7 +21,9 @@ from matplotlib.figure import Figure
 
 from simspec.costs import attention, curves, fitted, profiles
 from simspec.costs.roofline import roofline
-from simspec.costs.specs import MODELS, GpuSpec, ModelSpec
+from simspec.costs.catalog import MODELS
+from simspec.costs.gpus import GpuSpec
+from simspec.costs.specs import ModelSpec
 from simspec.types import InputError
 
 X_COLUMN = {"lm_head": "tokens", "drafter_step": "tokens", "vision_encoder": "images",

@@ -47,7 +47,8 @@ import numpy as np
 from simspec.costs.base import ATTENTION_KINDS, TOKENS, CostModel, attention_row, attention_table, blend, frozen_table
 from simspec.costs import collectives
 from simspec.costs.collectives import AllReduce
-from simspec.costs.specs import DRAFT_MODEL, EAGLE3_DRAFT_VOCAB, EAGLE_KINDS, MTP, GpuSpec, ModelSpec
+from simspec.costs.gpus import GpuSpec
+from simspec.costs.specs import DRAFT_MODEL, EAGLE3_DRAFT_VOCAB, EAGLE_KINDS, MTP, ModelSpec
 from simspec.types import require
 
 BANDWIDTH_EFFICIENCY = 0.80  # achievable share of HBM bandwidth for streaming weights (KV: below)

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simspec.costs.specs import MODELS, ModelSpec
+from simspec.costs.catalog import MODELS
+from simspec.costs.specs import ModelSpec
 from simspec.types import InputError
 
 SHARD_FOLDER = "tp"  # as simspec.profiling.vidur writes it

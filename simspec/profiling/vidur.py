@@ -60,6 +60,7 @@ from pathlib import Path
 
 from simspec.costs.collectives import ALL_REDUCE_FILE, HEADER as ALL_REDUCE_HEADER
 from simspec.costs import GPUS, MODELS, ModelSpec
+from simspec.costs.specs import TP_DEGREES  # the degrees Vidur profiles, and simspec's
 from simspec.profiling.grid import OPS, VIDUR_OPS
 from simspec.files import write_text
 from simspec.profiling.store import ProfileMeta, git_commit, read_meta, utc_now, write_meta
@@ -75,7 +76,6 @@ STATS = ("min", "median", "max")
 TP = "num_tensor_parallel_workers"
 SHARD_FOLDER = "tp"  # <model>/tp/<op>.csv: every degree's rows of a token-level operator
 SHARD_HEADER = ("tp", "tokens", "median_ms", "p10_ms", "p90_ms", "samples", "skipped")
-TP_DEGREES = (1, 2, 4, 8)  # the degrees Vidur profiles (and simspec.costs.specs.TP_DEGREES)
 # Vidur's model-shape columns, checked against the spec the file name names.
 SPEC_COLUMNS = {"n_embd": "hidden", "n_expanded_embd": "mlp_hidden", "n_head": "heads", "n_kv_head": "kv_heads"}
 ATTENTION_COLUMNS = ("n_embd", "n_q_head", "n_kv_head", "block_size", TP, "max_model_len", "batch_size",

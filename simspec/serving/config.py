@@ -14,7 +14,8 @@ from simspec.acceptance.context import DraftContext
 from simspec.types import check_types, require
 
 if TYPE_CHECKING:
-    from simspec.costs.specs import GpuSpec, ModelSpec
+    from simspec.costs.gpus import GpuSpec
+    from simspec.costs.specs import ModelSpec
 
 GIB = 1024**3
 MAX_NUM_SEQS = 65536  # running requests per replica at most (vLLM's default is 256)

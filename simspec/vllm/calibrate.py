@@ -80,7 +80,7 @@ class CalibrateVllmConfig:
     log: str  # the `vllm serve` log with --enable-logging-iteration-details
     metrics: str  # a /metrics scrape of the same server, after its traffic
     benches: tuple[str, ...] = ()  # `vllm bench serve --save-result` files of the served model
-    model: str  # the model spec `simspec simulate --model` will name (simspec.costs.specs.MODELS)
+    model: str  # the model spec `simspec simulate --model` will name (simspec.costs.catalog.MODELS)
     device: str  # the device slug `simspec simulate --device` will name
     warmup_steps: int = 1  # first engine steps left out of the fit
     hold_out_every: int = 5  # every k-th remaining step held out of the fit

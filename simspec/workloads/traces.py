@@ -29,11 +29,10 @@ from typing import Iterator
 
 import numpy as np
 
-from simspec.types import InputError, require
+from simspec.types import MAX_IMAGE_SIDE, InputError, require
 
 BLOCK_ROWS = 1 << 16  # rows parsed at a time
 MAX_COUNT = 1 << 31  # tokens or images of one request at most: far beyond any context
-MAX_IMAGE_SIDE = 16384  # pixels a side of an image size, the bound simspec.costs.ModelSpec.at_image_size checks
 NS = 1_000_000_000
 
 CSV_SCHEMAS = {
