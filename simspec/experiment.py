@@ -71,11 +71,9 @@ def model_of(config: SimConfig) -> costs.ModelSpec:
     if config.draft_tp is not None and config.draft_tp != model.draft_degree:
         model = replace(model, draft_tensor_parallel=config.draft_tp)
     if config.workload.image_size is not None:
-        sizes = workloads.image_sizes(config.workload.image_size)
-        for width, height in sizes.sizes:  # every size is checked against the model's bounds
-            sized = model.at_image_size(width, height)
+        sizes = workloads.image_sizes(config.workload.image_size)  # each side already checked by WorkloadConfig
         if len(sizes.sizes) == 1:
-            model = sized
+            model = model.at_image_size(*sizes.sizes[0])
     return model
 
 
@@ -106,7 +104,8 @@ def resolve(config: SimConfig) -> Scenario:
                                        visual_tokens_per_image=model.visual_tokens_per_image,
                                        max_context_tokens=model.max_context_tokens,
                                        image_tokens=image_rule(model))
-    return Scenario(config=config, model=model, gpu=gpu, costs=costs.build(config.cost_model, model, gpu, engine=config.engine.kind),
+    cost_model = costs.build(config.cost_model, model, gpu, engine=config.engine.kind)
+    return Scenario(config=config, model=model, gpu=gpu, costs=cost_model,
                     acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simspec.costs.images import ImageTiling
-from simspec.costs.specs import DRAFT_MODEL, ModelSpec, check_drafter_form
+from simspec.costs.specs import DRAFT_MODEL, ModelSpec, at_default_image, check_drafter_form
 from simspec.types import require
 
 _CLIP_L_336 = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
 _QWEN2_VIT = dict(vision_layers=32, vision_hidden=1280, vision_mlp_hidden=5120)
+_QWEN25_VIT = dict(vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456)  # Qwen2.5-VL-72B's config.json
 _VICUNA_7B = dict(layers=32, hidden=4096, heads=32, kv_heads=32, mlp_hidden=11008, vocab=32000)
 _VICUNA_13B = dict(layers=40, hidden=5120, heads=40, kv_heads=40, mlp_hidden=13824, vocab=32000)
 # Meta's Llama 3 8B shapes (config.json of meta-llama/Meta-Llama-3-8B and Llama-3.1-8B).
@@ -56,14 +57,14 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="LLaVA-1.6-13B", **_VICUNA_13B, max_context_tokens=4096,
                   visual_tokens_per_image=2880, vision_patches_per_image=5 * 577, **_CLIP_L_336,
                   image_rule="llava_next", image_tiling=_LLAVA_16_TILES),
-        # Dynamic resolution; 1024 visual tokens (a 896x896 image after 2x2 merge).
-        ModelSpec(name="Qwen2-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
-        ModelSpec(name="Qwen2.5-VL-7B", **_QWEN2_7B, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
-        ModelSpec(name="Qwen2.5-VL-3B", layers=36, hidden=2048, heads=16, kv_heads=2,
-                  mlp_hidden=11008, vocab=151936, max_context_tokens=32768,
-                  visual_tokens_per_image=1024, vision_patches_per_image=4096, **_QWEN2_VIT, image_rule="qwen2_vl"),
+        # Dynamic resolution; by default an 896 x 896 image: 1,024 visual tokens after the 2 x 2 merge.
+        at_default_image(name="Qwen2-VL-7B", **_QWEN2_7B, max_context_tokens=32768, **_QWEN2_VIT,
+                         image_rule="qwen2_vl"),
+        at_default_image(name="Qwen2.5-VL-7B", **_QWEN2_7B, max_context_tokens=32768, **_QWEN2_VIT,
+                         image_rule="qwen2_vl"),
+        at_default_image(name="Qwen2.5-VL-3B", layers=36, hidden=2048, heads=16, kv_heads=2,
+                         mlp_hidden=11008, vocab=151936, max_context_tokens=32768, **_QWEN2_VIT,
+                         image_rule="qwen2_vl"),
         # Text-only language models (LLaVA-1.5-7B's LM; Vidur's profiled shape).
         ModelSpec(name="Vicuna-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
         ModelSpec(name="Llama-2-7B", **_VICUNA_7B, max_context_tokens=4096, visual_tokens_per_image=0),
@@ -93,9 +94,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(name="Llama-3.3-70B", **_LLAMA3_70B, max_context_tokens=131072, visual_tokens_per_image=0),
         ModelSpec(name="Qwen2.5-7B", **_QWEN2_7B, max_context_tokens=32768, visual_tokens_per_image=0),
         ModelSpec(name="Qwen2.5-72B", **_QWEN25_72B, max_context_tokens=32768, visual_tokens_per_image=0),
-        ModelSpec(name="Qwen2.5-VL-72B", **_QWEN25_72B, max_context_tokens=128000, visual_tokens_per_image=1024,
-                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
-                  image_rule="qwen2_vl"),
+        at_default_image(name="Qwen2.5-VL-72B", **_QWEN25_72B, max_context_tokens=128000, **_QWEN25_VIT,
+                         image_rule="qwen2_vl"),
         # Tiling and dynamic-resolution VLMs serving engineers run, each at an 896 x 896 image by default
         # (as the Qwen-VL entries; --image-size for others), tokens and encoder work by its rule:
         # - Qwen2.5-VL-32B: Qwen/Qwen2.5-VL-32B-Instruct's config.json (the Qwen2.5-32B decoder: 64 layers,
@@ -112,22 +112,16 @@ MODELS: dict[str, ModelSpec] = {
         # decoder's layers and heads (its model card). Taken from those configs as published but not found in a
         # stored copy: Qwen2.5-VL-32B's hidden 5120, MLP 27648 and tower MLP 3456; LLaVA-OneVision's vocabulary
         # (Qwen2's 152064) and SigLIP's 26 layers.
-        ModelSpec(name="Qwen2.5-VL-32B", layers=64, hidden=5120, heads=40, kv_heads=8, mlp_hidden=27648,
-                  vocab=152064, max_context_tokens=128000, visual_tokens_per_image=1024,
-                  vision_patches_per_image=4096, vision_layers=32, vision_hidden=1280, vision_mlp_hidden=3456,
-                  image_rule="qwen2_vl"),
-        ModelSpec(name="InternVL3-8B", **{**_QWEN2_7B, "vocab": 151674}, max_context_tokens=32768,
-                  visual_tokens_per_image=1280, vision_patches_per_image=5 * 1025, **_INTERNVIT_300M,
-                  image_rule="internvl", image_tiling=_INTERNVL_TILES),
-        ModelSpec(name="InternVL3-78B", **{**_QWEN25_72B, "vocab": 151674}, max_context_tokens=32768,
-                  visual_tokens_per_image=1280, vision_patches_per_image=5 * 1025, **_INTERNVIT_6B,
-                  image_rule="internvl", image_tiling=_INTERNVL_TILES),
-        ModelSpec(name="LLaVA-OneVision-7B", **_QWEN2_7B, max_context_tokens=32768,
-                  visual_tokens_per_image=7371, vision_patches_per_image=10 * 729, **_SIGLIP_SO400M,
-                  image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
-        ModelSpec(name="LLaVA-OneVision-72B", **_QWEN25_72B, max_context_tokens=32768,
-                  visual_tokens_per_image=7371, vision_patches_per_image=10 * 729, **_SIGLIP_SO400M,
-                  image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
+        at_default_image(name="Qwen2.5-VL-32B", layers=64, hidden=5120, heads=40, kv_heads=8, mlp_hidden=27648,
+                         vocab=152064, max_context_tokens=128000, **_QWEN25_VIT, image_rule="qwen2_vl"),
+        at_default_image(name="InternVL3-8B", **{**_QWEN2_7B, "vocab": 151674}, max_context_tokens=32768,
+                         **_INTERNVIT_300M, image_rule="internvl", image_tiling=_INTERNVL_TILES),
+        at_default_image(name="InternVL3-78B", **{**_QWEN25_72B, "vocab": 151674}, max_context_tokens=32768,
+                         **_INTERNVIT_6B, image_rule="internvl", image_tiling=_INTERNVL_TILES),
+        at_default_image(name="LLaVA-OneVision-7B", **_QWEN2_7B, max_context_tokens=32768, **_SIGLIP_SO400M,
+                         image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
+        at_default_image(name="LLaVA-OneVision-72B", **_QWEN25_72B, max_context_tokens=32768, **_SIGLIP_SO400M,
+                         image_rule="llava_onevision", image_tiling=_ONEVISION_TILES),
         ModelSpec(name="Qwen3-8B", layers=36, hidden=4096, heads=32, kv_heads=8, mlp_hidden=12288, vocab=151936,
                   explicit_head_dim=0, max_context_tokens=40960, visual_tokens_per_image=0),
         ModelSpec(name="Qwen3-32B", layers=64, hidden=5120, heads=64, kv_heads=8, mlp_hidden=25600, vocab=151936,

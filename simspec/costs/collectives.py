@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simspec.costs.gpus import GpuSpec
+from simspec.costs.gpus import GPUS, GpuSpec
 from simspec.types import InputError, require
 
 PRIOR_ALPHA_S = 10e-6
@@ -105,6 +105,11 @@ class AllReduce:
     # custom_s plus the ring traffic (0: none, every message as above).
     custom_limit_bytes: float = 0.0
     custom_s: float = 0.0
+    source: str = ""  # the measured table (<device>/collectives/all_reduce.csv); "": the prior
+
+    def _ring_s(self, nbytes: np.ndarray) -> np.ndarray:
+        """The ring's traffic, 2 (N - 1) / N x bytes, over the bandwidth."""
+        return 2.0 * (self.workers - 1) / self.workers * nbytes / self.bandwidth
 
     def seconds(self, nbytes: np.ndarray) -> np.ndarray:
         """Seconds of an all-reduce of each of ``nbytes``: the custom
@@ -113,25 +118,25 @@ class AllReduce:
         general = self._general(nbytes)
         if self.custom_limit_bytes <= 0:
             return general
-        custom = self.custom_s + 2.0 * (self.workers - 1) / self.workers * nbytes / self.bandwidth
+        custom = self.custom_s + self._ring_s(nbytes)
         return np.where((nbytes > 0) & (nbytes < self.custom_limit_bytes), custom, general)
 
     def _general(self, nbytes: np.ndarray) -> np.ndarray:
         """NCCL's seconds: the measured table interpolated, else the prior."""
-        traffic = 2.0 * (self.workers - 1) / self.workers * nbytes
-        prior = self.alpha_s + traffic / self.bandwidth
+        prior = self.alpha_s + self._ring_s(nbytes)
         if not self.sizes:
             return np.where(nbytes > 0, prior, 0.0)
         sizes, times = np.log(self.sizes), np.log(self.seconds_at)
         clipped = np.clip(nbytes, self.sizes[0], self.sizes[-1])
         measured = np.exp(np.interp(np.log(np.maximum(clipped, 1.0)), sizes, times))
-        beyond = np.maximum(nbytes - self.sizes[-1], 0.0) * 2.0 * (self.workers - 1) / self.workers / self.bandwidth
+        beyond = self._ring_s(np.maximum(nbytes - self.sizes[-1], 0.0))
         return np.where(nbytes > 0, measured + beyond, 0.0)
 
 
 def prior(gpu: GpuSpec, workers: int) -> AllReduce:
+    linked = ", ".join(slug for slug, spec in GPUS.items() if spec.link_bytes_per_s)
     require(gpu.link_bytes_per_s > 0, f"device {gpu.slug}: no link bandwidth for a tensor-parallel prior "
-                                      f"(datasheet GPUs: h100-sxm, h200, a100-80gb, l40s, a40)")
+                                      f"(datasheet GPUs: {linked})")
     return AllReduce(workers=workers, label=f"all-reduce prior ({PRIOR_ALPHA_S * 1e6:.0f} us + ring traffic at "
                                             f"{PRIOR_ETA:.0%} of {gpu.link_bytes_per_s / 1e9:.0f} GB/s)",
                      alpha_s=PRIOR_ALPHA_S, bandwidth=PRIOR_ETA * gpu.link_bytes_per_s)
@@ -169,9 +174,10 @@ def _measured_or_prior(gpu: GpuSpec, workers: int, profiles_root: Path) -> AllRe
     points = read_table(path).get(workers)
     if not points:
         return base
-    return AllReduce(workers=workers, label=f"all-reduce measured ({path.parent.parent.name}/{ALL_REDUCE_FILE})",
-                     alpha_s=base.alpha_s, bandwidth=base.bandwidth, sizes=tuple(p[0] for p in points),
-                     seconds_at=tuple(p[1] for p in points))
+    source = f"{path.parent.parent.name}/{ALL_REDUCE_FILE}"
+    return AllReduce(workers=workers, label=f"all-reduce measured ({source})", alpha_s=base.alpha_s,
+                     bandwidth=base.bandwidth, sizes=tuple(p[0] for p in points),
+                     seconds_at=tuple(p[1] for p in points), source=source)
 
 
 def custom_limit(engine: str, gpu: GpuSpec, workers: int) -> float:
@@ -194,9 +200,10 @@ def for_engine(base: AllReduce, engine: str, gpu: GpuSpec) -> AllReduce:
         return base
     limit = custom_limit(engine, gpu, base.workers)
     custom_s = VLLM_CUSTOM_S if engine == "vllm" else SGLANG_CUSTOM_S
-    nccl = "NCCL measured" if base.sizes else f"NCCL prior ({NCCL_ALPHA_S * 1e6:.0f} us + ring traffic)"
-    where = base.label.partition("(")[2].rstrip(")") if base.sizes else ""
-    nccl = f"{nccl} ({where})" if where else nccl
+    if base.sizes:
+        nccl = f"NCCL measured ({base.source})"
+    else:
+        nccl = f"NCCL prior ({NCCL_ALPHA_S * 1e6:.0f} us + ring traffic)"
     if limit > 0:
         label = (f"{engine} custom all-reduce < {_size(limit)} ({custom_s * 1e6:.0f} us + ring traffic), "
                  f"{nccl} above")
@@ -204,12 +211,12 @@ def for_engine(base: AllReduce, engine: str, gpu: GpuSpec) -> AllReduce:
         label = f"{engine}: {nccl} (no custom all-reduce at {base.workers} GPUs of {gpu.slug})"
     alpha = base.alpha_s if base.sizes else NCCL_ALPHA_S
     return AllReduce(workers=base.workers, label=label, alpha_s=alpha, bandwidth=base.bandwidth, sizes=base.sizes,
-                     seconds_at=base.seconds_at, custom_limit_bytes=limit, custom_s=custom_s)
+                     seconds_at=base.seconds_at, custom_limit_bytes=limit, custom_s=custom_s, source=base.source)
 
 
 def _size(nbytes: float) -> str:
     return f"{nbytes / MIB:g} MiB" if nbytes >= MIB else f"{nbytes / 1024:g} KiB"
 
 
-__all__ = ["AllReduce", "prior", "for_engine", "custom_limit", "VLLM_CUSTOM_S", "SGLANG_CUSTOM_S", "NCCL_ALPHA_S", "all_reduce", "read_table", "PRIOR_ALPHA_S", "PRIOR_ETA", "ALL_REDUCE_FILE",
-           "HEADER"]
+__all__ = ["AllReduce", "prior", "for_engine", "custom_limit", "all_reduce", "read_table", "VLLM_CUSTOM_S",
+           "SGLANG_CUSTOM_S", "NCCL_ALPHA_S", "PRIOR_ALPHA_S", "PRIOR_ETA", "ALL_REDUCE_FILE", "HEADER"]

@@ -35,7 +35,8 @@ Families read (``model_type``):
   (simspec.costs.images.IMAGE_RULES).
 
 Other expert and latent-attention families (``deepseek_v2``, ``dbrx``,
-``olmoe``...) are refused by name: what they cost is not priced yet. A field the file leaves out takes the default of transformers'
+``olmoe``...) are refused by name: what they cost is not priced yet. A
+field the file leaves out takes the default of transformers'
 config class where the family's configs rely on it (Llama's and CLIP's,
 below); elsewhere it is an error naming the file and the field.
 """
@@ -46,8 +47,8 @@ from pathlib import Path
 
 from simspec.costs import catalog, specs
 from simspec.costs.catalog import MODELS_BY_KEY
-from simspec.costs.images import ImageTiling
-from simspec.costs.specs import ModelSpec
+from simspec.costs.images import DEFAULT_IMAGE_PX, ImageTiling
+from simspec.costs.specs import ModelSpec, at_default_image
 from simspec.files import read_json
 from simspec.types import InputError, require
 
@@ -67,8 +68,6 @@ LLAMA_DEFAULTS = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size":
 CLIP_DEFAULTS = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "image_size": 224,
                  "patch_size": 32}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
-QWEN_VL_IMAGE_PX = 896  # the default image side of Qwen2-VL / Qwen2.5-VL (the catalog's 1,024 tokens; --image-size)
-TILED_IMAGE_PX = 896  # the default image side of LLaVA-OneVision and InternVL (as the catalog's; --image-size)
 # InternVL's tiling where a config leaves it out: the transformers-native ``internvl`` configs keep it in
 # preprocessor_config.json (GotOcr2ImageProcessor: min_patches 1, max_patches 12, crop_to_patches), the
 # internvl_chat ones in config.json (OpenGVLab/InternVL3-8B: min_dynamic_patch 1, max_dynamic_patch 12,
@@ -93,6 +92,14 @@ class _Fields:
         require(isinstance(value, int) and not isinstance(value, bool) and value >= low,
                 f"model config {self.path}: {self._name(key)} must be an integer >= {low} (got {value!r})")
         return value
+
+    def fraction(self, key: str) -> float:
+        """A number in (0, 1] (a pixel-shuffle or downsample ratio)."""
+        value = self.table.get(key)
+        require(value is not None, f"model config {self.path}: missing field {self._name(key)}")
+        require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1,
+                f"model config {self.path}: {self._name(key)} must be a number in (0, 1] (got {value!r})")
+        return float(value)
 
     def bool(self, key: str, default: bool) -> bool:
         value = self.table.get(key, default)
@@ -152,22 +159,17 @@ def read_model_config(path: str | Path) -> ModelSpec:
     if kind in TILED:
         return TILED[kind](top, name)
     if kind == "llava":
-        text = top.sub("text_config", LLAMA_DEFAULTS)
-        require(text.table.get("model_type", "llama") in DENSE,
-                f"model config {path}: text_config.model_type must be one of {', '.join(DENSE)} "
-                f"(got {text.table.get('model_type')!r})")
+        text = _llava_text(top)
         vision = top.sub("vision_config", CLIP_DEFAULTS)
         side = vision.int("image_size") // vision.int("patch_size")
         tokens = side * side + (raw.get("vision_feature_select_strategy", "default") == "full")
-        return ModelSpec(name=name, **_decoder(text, top),
-                         visual_tokens_per_image=tokens, vision_patches_per_image=side * side + 1,
-                         vision_layers=vision.int("num_hidden_layers"), vision_hidden=vision.int("hidden_size"),
-                         vision_mlp_hidden=vision.int("intermediate_size"))
+        return ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=tokens,
+                         vision_patches_per_image=side * side + 1, **_vision_tower(vision))
     text = top.sub("text_config") if isinstance(raw.get("text_config"), dict) and "hidden_size" in raw["text_config"] \
         else top
     vision = top.sub("vision_config")
     patch, merge = vision.int("patch_size"), vision.int("spatial_merge_size")
-    patches = (QWEN_VL_IMAGE_PX // patch) ** 2
+    patches = (DEFAULT_IMAGE_PX // patch) ** 2
     if kind == "qwen2_vl":  # ViT width embed_dim, MLP embed_dim x mlp_ratio
         width = vision.int("embed_dim")
         mlp = width * vision.int("mlp_ratio")
@@ -209,17 +211,12 @@ def _anyres_tiling(top: _Fields, vision: _Fields, max_tiles: int = 0) -> ImageTi
                                              f"default or full (got {strategy!r})")
     cls = 0 if "siglip" in str(vision.table.get("model_type", "")) else 1
     return ImageTiling(tile_px=tile, patch_px=vision.int("patch_size"), encoder_extra_tokens=cls,
-                             keep_cls=strategy == "full", pinpoints=_pinpoints(top, tile), max_tiles=max_tiles)
+                       keep_cls=strategy == "full", pinpoints=_pinpoints(top, tile), max_tiles=max_tiles)
 
 
 def _vision_tower(vision: _Fields) -> dict:
     return dict(vision_layers=vision.int("num_hidden_layers"), vision_hidden=vision.int("hidden_size"),
                 vision_mlp_hidden=vision.int("intermediate_size"))
-
-
-def _at_default_image(spec: ModelSpec) -> ModelSpec:
-    """``spec`` with the visual tokens of a TILED_IMAGE_PX square image, by its own rule."""
-    return spec.at_image_size(TILED_IMAGE_PX, TILED_IMAGE_PX)
 
 
 def _llava_next(top: _Fields, name: str) -> ModelSpec:
@@ -239,15 +236,14 @@ def _llava_next(top: _Fields, name: str) -> ModelSpec:
 def _onevision(top: _Fields, name: str) -> ModelSpec:
     """LLaVA-OneVision: a Qwen2 decoder in ``text_config``, a SigLIP tower,
     AnyRes with the ``vision_aspect_ratio`` cap (anyres_max_N, 9 where left
-    out); visual tokens of a TILED_IMAGE_PX square image by default."""
+    out); visual tokens of a DEFAULT_IMAGE_PX square image by default."""
     vision = top.sub("vision_config")
     cap = top.table.get("vision_aspect_ratio", "anyres_max_9")
     require(isinstance(cap, str) and cap.startswith("anyres_max_") and cap[11:].isdigit() and int(cap[11:]) > 0,
             f"model config {top.path}: vision_aspect_ratio must be anyres_max_N, N >= 1 (got {cap!r})")
     tiling = _anyres_tiling(top, vision, max_tiles=int(cap[11:]))
-    spec = ModelSpec(name=name, **_decoder(_llava_text(top), top), visual_tokens_per_image=1,
-                     **_vision_tower(vision), image_rule="llava_onevision", image_tiling=tiling)
-    return _at_default_image(spec)
+    return at_default_image(name=name, **_decoder(_llava_text(top), top), **_vision_tower(vision),
+                            image_rule="llava_onevision", image_tiling=tiling)
 
 
 def _side(f: _Fields, key: str) -> int:
@@ -262,17 +258,14 @@ def _internvl(top: _Fields, name: str) -> ModelSpec:
     """InternVL (``internvl_chat``: ``llm_config``, tiling fields at the top;
     ``internvl``: ``text_config``, the tiling its processor's defaults): an
     InternViT tower, 448-pixel tiles, pixel shuffle by ``downsample_ratio``;
-    visual tokens of a TILED_IMAGE_PX square image by default."""
+    visual tokens of a DEFAULT_IMAGE_PX square image by default."""
     chat = top.table.get("model_type") == "internvl_chat"
     text = top.sub("llm_config" if chat else "text_config")
     require(text.table.get("model_type") in DENSE,
             f"model config {top.path}: {text.where}.model_type must be one of {', '.join(DENSE)} "
             f"(got {text.table.get('model_type')!r})")
     vision = top.sub("vision_config")
-    ratio = top.table.get("downsample_ratio")
-    require(ratio is not None, f"model config {top.path}: missing field downsample_ratio")
-    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
-            f"model config {top.path}: downsample_ratio must be a number in (0, 1] (got {ratio!r})")
+    ratio = top.fraction("downsample_ratio")
     tile = top.int("force_image_size", _side(vision, "image_size")) if chat else _side(vision, "image_size")
     lo = top.int("min_dynamic_patch", INTERNVL_MIN_TILES) if chat else INTERNVL_MIN_TILES
     hi = top.int("max_dynamic_patch", INTERNVL_MAX_TILES) if chat else INTERNVL_MAX_TILES
@@ -280,11 +273,10 @@ def _internvl(top: _Fields, name: str) -> ModelSpec:
         lo = hi = 1
     require(lo <= hi, f"model config {top.path}: min_dynamic_patch {lo} exceeds max_dynamic_patch {hi}")
     tiling = ImageTiling(tile_px=tile, patch_px=_side(vision, "patch_size"), encoder_extra_tokens=1,
-                               min_tiles=lo, max_tiles=hi, thumbnail=top.bool("use_thumbnail", True) if chat else True,
-                               downsample=float(ratio))
-    spec = ModelSpec(name=name, **_decoder(text, top), visual_tokens_per_image=1, **_vision_tower(vision),
-                     image_rule="internvl", image_tiling=tiling)
-    return _at_default_image(spec)
+                       min_tiles=lo, max_tiles=hi, thumbnail=top.bool("use_thumbnail", True) if chat else True,
+                       downsample=ratio)
+    return at_default_image(name=name, **_decoder(text, top), **_vision_tower(vision), image_rule="internvl",
+                            image_tiling=tiling)
 
 
 TILED = {"llava_next": _llava_next, "llava_onevision": _onevision, "internvl_chat": _internvl, "internvl": _internvl}
@@ -377,12 +369,9 @@ def _llama4(top: _Fields, kind: str) -> dict:
         return spec
     vision = top.sub("vision_config")
     side = vision.int("image_size") // vision.int("patch_size")
-    ratio = vision.table.get("pixel_shuffle_ratio")
-    require(isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio <= 1,
-            f"model config {top.path}: vision_config.pixel_shuffle_ratio must be a number in (0, 1] (got {ratio!r})")
+    ratio = vision.fraction("pixel_shuffle_ratio")
     spec.update(visual_tokens_per_image=max(1, round(side * side * ratio * ratio)),
-                vision_patches_per_image=side * side + 1, vision_layers=vision.int("num_hidden_layers"),
-                vision_hidden=vision.int("hidden_size"), vision_mlp_hidden=vision.int("intermediate_size"))
+                vision_patches_per_image=side * side + 1, **_vision_tower(vision))
     return spec
 
 

@@ -35,6 +35,9 @@ class ImageTiling:
 
 
 
+DEFAULT_IMAGE_PX = 896
+"""The square image side a dynamic-resolution or tiling model's default counts are of (no --image-size)."""
+
 # Qwen2-VL / Qwen2.5-VL's image processor (Qwen/Qwen2-VL-7B-Instruct's preprocessor_config.json:
 # patch_size 14, merge_size 2, min_pixels 3136, max_pixels 12845056).
 QWEN_VL_PATCH, QWEN_VL_MERGE, QWEN_VL_MIN_PIXELS, QWEN_VL_MAX_PIXELS = 14, 2, 3136, 12845056

@@ -198,11 +198,13 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
 
     sampler = (fixed.sampler_kernels * node
                + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
-    head = gemm(model.lm_head_params, dtype_bytes=model.dtype_bytes) + fixed.head_kernels * node + sampler + gathered(TOKENS, model.vocab)
+    head = (gemm(model.lm_head_params, dtype_bytes=model.dtype_bytes) + fixed.head_kernels * node + sampler
+            + gathered(TOKENS, model.vocab))
     vision = 0.0 * TOKENS
     if model.multimodal:
         patches = TOKENS * model.vision_patches_per_image / model.visual_tokens_per_image
-        vision = gemm(model.vision_params, patches, model.dtype_bytes) + reduced(patches, model.vision_hidden, model.vision_layers)
+        vision = (gemm(model.vision_params, patches, model.dtype_bytes)
+                  + reduced(patches, model.vision_hidden, model.vision_layers))
     # A drafter at the target's degree is sharded and pays its all-reduces;
     # one on a single GPU computes the whole draft there and pays none.
     draft_step, draft_round_s, draft_round_request_s = drafting(model.drafter_whole, gpu, fixed, gemm)

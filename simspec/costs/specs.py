@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simspec.costs.images import IMAGE_RULES, ImageTiling
+from simspec.costs.images import DEFAULT_IMAGE_PX, IMAGE_RULES, ImageTiling
 from simspec.types import MAX_IMAGE_SIDE, require
 
 
@@ -389,3 +389,13 @@ def check_drafter_form(drafter: str) -> None:
     kind, _, name = drafter.partition(":")
     require(kind in DRAFTERS and (kind == DRAFT_MODEL) == bool(name),
             f"drafter must be one of {DRAFTER_FORMS} (got {drafter!r})")
+
+
+def at_default_image(**fields) -> ModelSpec:
+    """A dynamic-resolution or tiling VLM (``image_rule``, its
+    ``image_tiling``) whose visual tokens and encoder tokens are its own
+    rule's for a DEFAULT_IMAGE_PX square image: the counts a run without
+    --image-size serves."""
+    tokens, patches = IMAGE_RULES[fields["image_rule"]](fields.get("image_tiling"), DEFAULT_IMAGE_PX,
+                                                         DEFAULT_IMAGE_PX)
+    return ModelSpec(**fields, visual_tokens_per_image=tokens, vision_patches_per_image=patches)

@@ -86,7 +86,8 @@ def _timed(buffer: torch.Tensor, cuda: bool) -> float:
     return time.perf_counter() - begin
 
 
-def measure(workers: int, *, device: str, sizes: tuple[int, ...], samples: int = SAMPLES) -> list[tuple[int, int, float]]:
+def measure(workers: int, *, device: str, sizes: tuple[int, ...],
+            samples: int = SAMPLES) -> list[tuple[int, int, float]]:
     """[(workers, bytes, median ms)] of an all-reduce over ``workers`` ranks."""
     with tempfile.TemporaryDirectory(prefix="simspec-collectives-") as tmp:
         result = Path(tmp) / "result.json"

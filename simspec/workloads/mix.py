@@ -193,7 +193,10 @@ def _visual(per_image: np.ndarray | None, first: np.ndarray, images: np.ndarray,
 
 def _shown(i: int, *, images: np.ndarray, per_image: np.ndarray | None, first: np.ndarray, default: int) -> str:
     """Request i's images and their visual tokens, for messages."""
-    each = (default,) * int(images[i]) if per_image is None else tuple(per_image[first[i]:first[i] + images[i]].tolist())
+    if per_image is None:
+        each = (default,) * int(images[i])
+    else:
+        each = tuple(per_image[first[i]:first[i] + images[i]].tolist())
     if len(set(each)) <= 1:
         return f"{images[i]} images x {each[0] if each else 0} visual tokens"
     return f"{images[i]} images of {' + '.join(map(str, each))} visual tokens"
