@@ -1,12 +1,12 @@
 """A fleet's simulation cost per request against one replica's.
 
 Serves N x R requests at N x the rate on N replicas (``--replicas N``,
-round_robin) and R requests at the rate on one, the default scenario
+behind ``--router``, round_robin by default) and R requests at the rate on one, the default scenario
 otherwise, each policy in this process after an untimed warm-up, and
 prints wall seconds per thousand requests and their ratio (target: a
 fleet within 1.5x of one replica's cost per request).
 
-    python benchmarks/fleet_speed.py [--replicas N] [--requests R] [--rate X] [--policy NAME ...]
+    python benchmarks/fleet_speed.py [--replicas N] [--router NAME] [--requests R] [--rate X] [--policy NAME ...]
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import time
 from simspec import config, experiment
 
 
-def timed(replicas: int, requests: int, rate: float, policy: str) -> float:
-    cfg = config.build({}, {"replicas": replicas, "policies": [policy],
+def timed(replicas: int, requests: int, rate: float, policy: str, router: str = "round_robin") -> float:
+    cfg = config.build({}, {"replicas": replicas, "router": router, "policies": [policy],
                             "workload": {"num_requests": requests * replicas, "rate_per_s": rate * replicas}})
     started = time.perf_counter()
     experiment.run(cfg, event_detail=False)
@@ -30,13 +30,14 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=16)
     parser.add_argument("--requests", type=int, default=2000, help="requests per replica")
     parser.add_argument("--rate", type=float, default=6.0, help="requests/s per replica")
+    parser.add_argument("--router", default="round_robin")
     parser.add_argument("--policy", action="append", default=None)
     args = parser.parse_args()
     for policy in args.policy or ["ar", "linear:k=3", "marginal"]:
         timed(1, 50, args.rate, policy)  # warm-up: loads or compiles the kernels
         one = timed(1, args.requests, args.rate, policy) / args.requests * 1e3
-        fleet = timed(args.replicas, args.requests, args.rate, policy) / (args.requests * args.replicas) * 1e3
-        print(f"{policy:12s} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "
+        fleet = timed(args.replicas, args.requests, args.rate, policy, args.router) / (args.requests * args.replicas) * 1e3
+        print(f"{policy:12s} {args.router} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "
               f"ratio {fleet / one:5.2f}")
 
 

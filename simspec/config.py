@@ -53,6 +53,7 @@ class SimConfig:
     # what sends each request to one (simspec.fleet.routers.ROUTERS).
     replicas: int = 1
     router: str = "round_robin"
+    router_staleness_ms: float = 0.0  # how late a router that reads load hears that a request finished
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -75,6 +76,8 @@ class SimConfig:
         require(self.tp in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {self.tp})")
         modes.check_draft_tp(self.engine.kind, self.tp, self.draft_tp)
         routers.check(self.router, self.replicas)
+        require(0 <= self.router_staleness_ms <= routers.MAX_STALENESS_MS,
+                f"router_staleness_ms must be in 0..{routers.MAX_STALENESS_MS:g} (got {self.router_staleness_ms})")
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
@@ -231,7 +234,7 @@ def _replace(record, overrides: dict):
     return type(record)(**values)
 
 
-LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin"}
+LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin", "router_staleness_ms": 0.0}
 """Keys left out of :func:`to_toml` at these values: a one-GPU, one-replica config reads (and hashes) as it did
 before them."""
 
@@ -290,6 +293,8 @@ FLAGS = (
     Flag("--replicas", ("replicas",), int, f"identical replicas serving the workload together behind --router "
          f"(1..{routers.MAX_REPLICAS}; the rate is the fleet's)"),
     Flag("--router", ("router",), str, f"what sends each request to a replica: {', '.join(routers.ROUTERS)}"),
+    Flag("--router-staleness-ms", ("router_staleness_ms",), float, "how late a router that reads the replicas' "
+         f"load hears that a request finished (0..{routers.MAX_STALENESS_MS:g} ms; default 0: at once)"),
     Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),

@@ -136,6 +136,7 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                 bar.update(offset + done - bar.n)
 
             run = simulate_fleet(scenario.requests, replicas=config.replicas, router=config.router,
+                                 staleness_s=config.router_staleness_ms / 1e3,
                                  policy=policies.parse(spec), label=spec, costs=scenario.costs,
                                  acceptance=scenario.acceptance, engine=config.engine,
                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,

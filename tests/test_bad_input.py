@@ -267,6 +267,8 @@ CASES = [
     case("profile-gpu-model", "profile-gpu --device cpu --model NoSuchModel --out p", "NoSuchModel"),
     case("simulate-router", "simulate --replicas 2 --router least_loaded", "router", "round_robin, random"),
     case("simulate-replicas-zero", "simulate --replicas 0", "replicas", "1..1024"),
+    case("simulate-router-staleness", "simulate --replicas 2 --router least_requests --router-staleness-ms -5",
+         "router_staleness_ms", "0..60000"),
     case("profile-gpu-workers-alone", "profile-gpu --device cpu --workers 2 --out p", "--workers", "--collectives"),
     case("profile-gpu-workers-degree", "profile-gpu --device cpu --collectives --workers 3 --out p", "--workers",
          "2, 4, 8"),

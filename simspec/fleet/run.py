@@ -2,15 +2,20 @@
 
 Imports: numpy, simspec.seeds, simspec.sim, simspec.fleet.
 
-The router decides from the arrival order (simspec.fleet.routers), so each
-replica's share is known first and each replica is one simulation of its
-own, at one replica's cost per request; their logs merge into the fleet's
+A stateless router (round_robin, random) decides from the arrival order
+(simspec.fleet.routers), so each replica's share is known first and each
+replica is one simulation of its own, at one replica's cost per request;
+the others read the replicas' state, and the replicas run side by side
+(simspec.fleet.live). Their logs merge into the fleet's
 (simspec.fleet.merge). A fleet of one is :func:`simspec.sim.simulate`
-itself, byte for byte. Replica i draws its acceptance from its own child
-of the run's seed (``seeds.stream(seed, "replicas")``, spawned per
-replica) and the ``random`` router from ``seeds.stream(seed, "router")``;
-neither depends on the policy, so the policies of one run share their
-routing and their draws (common random numbers), as one replica's do.
+itself, byte for byte. Each request's difficulty is the one-replica run's
+draw for it (``seeds.stream(seed, "difficulty")``), wherever it is served;
+replica i draws its rounds from its own child of the run's seed
+(``seeds.stream(seed, "replicas")``, spawned per replica) and the routers
+their choices from ``seeds.stream(seed, "router")``; none depends on the
+policy, so the policies of one run share their routing (where the router
+does not read the replicas' state) and their draws (common random
+numbers), as one replica's do.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 
 from simspec import seeds
 from simspec.fleet import routers
+from simspec.fleet.live import simulate_routed
 from simspec.fleet.merge import merge
 from simspec.sim import simulate
 from simspec.types import Request, RunLog
@@ -43,21 +49,39 @@ def replica_seeds(seed: int, replicas: int) -> list[int]:
 
 
 def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, seed: int, label: str,
-                   progress: Callable[[int], None] | None = None, **serve) -> FleetRun:
+                   progress: Callable[[int], None] | None = None, staleness_s: float = 0.0, _live: bool = False,
+                   **serve) -> FleetRun:
     """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
-    ``router``; ``serve`` is :func:`simspec.sim.simulate`'s other arguments."""
+    ``router``; ``serve`` is :func:`simspec.sim.simulate`'s other arguments;
+    ``staleness_s``: how late a stateful router hears a finish. ``_live``
+    runs a stateless router side by side too (tests compare the two)."""
     routers.check(router, replicas)
     if replicas == 1:
         log = simulate(requests, label=label, seed=seed, progress=progress, **serve)
         return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
-    arrival_s = np.array([r.arrival_s for r in requests], dtype=float)
-    assignment = routers.route(arrival_s, replicas=replicas, router=router,
-                               rng=np.random.default_rng(seeds.stream(seed, "router")))
+    difficulty = serve["acceptance"].request_logits(np.random.default_rng(seeds.stream(seed, "difficulty")),
+                                                    len(requests))
+    rng = np.random.default_rng(seeds.stream(seed, "router"))
+    if router not in routers.STATELESS or _live:
+        logs, assignment = simulate_routed(requests, replicas=replicas, router=routers.router(router, replicas, rng),
+                                           seed=seed, label=label, replica_seeds=replica_seeds(seed, replicas),
+                                           difficulty=difficulty, staleness_s=staleness_s, progress=progress,
+                                           **serve)
+    else:
+        arrival_s = np.array([r.arrival_s for r in requests], dtype=float)
+        assignment = routers.route(arrival_s, replicas=replicas, router=router, rng=rng)
+        logs = _by_share(requests, assignment, replicas, seed, label, difficulty, progress, serve)
+    served = [log for log in logs if log is not None]
+    return FleetRun(log=merge(served, label), replicas=tuple(logs), assignment=assignment)
+
+
+def _by_share(requests, assignment, replicas, seed, label, difficulty, progress, serve) -> list[RunLog | None]:
+    """Each replica's share served as a simulation of its own."""
     done = np.zeros(replicas, dtype=np.int64)
     logs: list[RunLog | None] = []
     for i, replica_seed in enumerate(replica_seeds(seed, replicas)):
-        share = [r for r, chosen in zip(requests, assignment) if chosen == i]
-        if not share:
+        mine = np.flatnonzero(assignment == i)
+        if not len(mine):
             logs.append(None)
             continue
 
@@ -65,9 +89,9 @@ def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, s
             done[i] = count
             progress(int(done.sum()))
 
-        logs.append(simulate(share, label=label, seed=replica_seed, progress=advance if progress else None, **serve))
-    served = [log for log in logs if log is not None]
-    return FleetRun(log=merge(served, label), replicas=tuple(logs), assignment=assignment)
+        logs.append(simulate([requests[j] for j in mine], label=label, seed=replica_seed, difficulty=difficulty[mine],
+                             progress=advance if progress else None, **serve))
+    return logs
 
 
 __all__ = ["FleetRun", "simulate_fleet", "replica_seeds"]

@@ -41,7 +41,9 @@ from simspec.serving.queues import (ADMITTED, CHUNKS, DECODES, PREEMPTED, REQUEU
 from simspec.sim.steps import EngineTerms, Logs, PolicyCall, RequestState, run_steps
 
 MAX_STEPS_PER_CALL = 256  # decode-only steps run in one call of run_steps at most
-CALL_DONE, CALL_FLUSH, CALL_REFILL, CALL_PROGRESS = range(4)  # why run returned
+CALL_DONE, CALL_FLUSH, CALL_REFILL, CALL_PROGRESS, CALL_HORIZON = range(5)  # why run returned
+ROUTING_NONE, ROUTING_OPEN, ROUTING_CLOSED = range(3)  # Loop.routing
+ALL_ROUTED = 1 << 62  # Loop.routed of a replica that has its whole stream (every run but a routed fleet's)
 
 
 class Arrivals(NamedTuple):
@@ -67,6 +69,13 @@ class Loop(NamedTuple):
     flushed: np.ndarray  # int 1: the log buffers were just flushed for the pending step
     need: np.ndarray  # int random numbers of each kind the pending step needs (CALL_REFILL)
     reported: np.ndarray  # int finished requests at the last CALL_PROGRESS
+    # A replica of a fleet whose router reads its state (simspec.fleet.live) gets its arrivals as they are
+    # routed: only the first ``routed`` of Arrivals are known, and the loop returns CALL_HORIZON at the
+    # first decision at or after ``until_s`` (or when it waits for an arrival not yet routed) while
+    # ``routing`` is ROUTING_OPEN.
+    routed: np.ndarray  # int arrivals known (ALL_ROUTED: the whole stream)
+    until_s: np.ndarray  # float the router's next decision (inf: none)
+    routing: np.ndarray  # int ROUTING_NONE, ROUTING_OPEN (more may be routed) or ROUTING_CLOSED
 
 
 def _count() -> np.ndarray:
@@ -77,7 +86,8 @@ def new_loop() -> Loop:
     """At time 0, idle since 0 (the first step pays the wake cost of its start), nothing scheduled."""
     return Loop(now_s=np.zeros(1), idle_from_s=np.zeros(1), wake_owed_s=np.zeros(1), arrived=_count(),
                 finished=_count(), scheduled=_count(), seq=_count(), arrival_seq=_count(), flushed=_count(),
-                need=_count(), reported=_count())
+                need=_count(), reported=_count(), routed=np.full(1, ALL_ROUTED, np.int64),
+                until_s=np.full(1, np.inf), routing=_count())
 
 
 class Pending(NamedTuple):
@@ -228,22 +238,31 @@ def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: P
         state: RequestState, draws: Draws, policy: PolicyCall, costs: CostTables, terms: EngineTerms,
         wake: WakeTerms, rand: Randoms, logs: Logs) -> int:
     """Run events until Python must act; returns why (``CALL_*``)."""
-    n = len(arrivals.order)
+    n = min(len(arrivals.order), loop.routed[0])  # arrivals known
+    routed = loop.routing[0] != ROUTING_NONE  # a routed fleet's replica (Loop's routed fields)
+    wait = CALL_HORIZON if loop.routing[0] == ROUTING_OPEN else CALL_DONE  # out of known arrivals
     queues, lim = sched.queues, config.limits
     if loop.seq[0] == 0:  # SimPy starts the arrivals process first: it queues what is ready at 0
         _arrive_batch(queues, arrivals, loop, True)
     while True:
         if pending.decided[0] == 0:
+            if routed:  # what was routed up to this decision is queued; the router's turn comes first
+                while loop.arrived[0] < n and arrivals.queued_s[loop.arrived[0]] <= loop.now_s[0]:
+                    _arrive_batch(queues, arrivals, loop, False)
             if loop.finished[0] >= n:
-                return CALL_DONE
+                return wait
             if queues.counts[WAIT_LEN] == 0 and queues.counts[RUN_LEN] == 0:  # idle until the next arrival
-                if loop.arrived[0] >= n:  # nothing left to arrive (cannot happen while requests are unfinished)
-                    return CALL_DONE
                 if np.isnan(loop.idle_from_s[0]):
                     loop.idle_from_s[0] = loop.now_s[0]
+                if loop.arrived[0] >= n:  # nothing left to arrive (unrouted: not while requests are unfinished)
+                    return wait
+                if routed and arrivals.queued_s[loop.arrived[0]] > loop.until_s[0]:
+                    return CALL_HORIZON
                 loop.now_s[0] = arrivals.queued_s[loop.arrived[0]]
                 _arrive_batch(queues, arrivals, loop, False)
                 continue
+            if routed and loop.now_s[0] >= loop.until_s[0]:
+                return CALL_HORIZON
             decide(sched, config, loop.now_s[0], pending, served, state)
         nd, nc = pending.decision.counts[DECODES], pending.decision.counts[CHUNKS]
         if pending.max_steps[0] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
@@ -263,6 +282,7 @@ def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: P
 
         start = loop.now_s[0]
         stop_s = arrivals.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
+        stop_s = min(stop_s, loop.until_s[0])  # a routed fleet's replica stops for the router too
         kv_room = lim.kv_budget - kv_used(sched, lim)
         wake_s = loop.wake_owed_s[0]
         loop.wake_owed_s[0] = 0.0

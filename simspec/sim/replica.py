@@ -78,24 +78,39 @@ def reserve_tokens(engine: EngineConfig, depth: int) -> int:
     return 1 + depth + (depth if engine.scheduler == "vllm" else 0)
 
 
+class Frontend:
+    """The engine's frontend: a text worker (per request and per text
+    token) and an image worker (per image), each first come, first served;
+    a request is ready when both are done with it (EngineConfig's frontend
+    fields). Fed requests in arrival order, one at a time."""
+
+    def __init__(self, engine: EngineConfig):
+        self.engine = engine
+        self.free = bool(engine.frontend_s_per_request or engine.frontend_s_per_text_token
+                         or engine.frontend_s_per_image)  # False: every request is ready on arrival
+        self.text_free = self.image_free = -np.inf
+
+    def ready(self, request: Request, arrival_s: float) -> float:
+        """When ``request``, arriving at ``arrival_s``, reaches the engine's queue."""
+        e = self.engine
+        if not self.free:
+            return arrival_s
+        self.text_free = max(arrival_s, self.text_free) + e.frontend_s_per_request + \
+            e.frontend_s_per_text_token * request.prompt_tokens
+        done = self.text_free
+        if request.images:
+            self.image_free = max(arrival_s, self.image_free) + e.frontend_s_per_image * request.images
+            done = max(done, self.image_free)
+        return done
+
+
 def frontend_ready(requests: Sequence[Request], engine: EngineConfig) -> tuple[np.ndarray, np.ndarray]:
-    """When each request reaches the engine's queue, and the order they
-    reach it in: a text worker (per request and per text token) and an
-    image worker (per image), each first come, first served; a request is
-    ready when both are done with it (EngineConfig's frontend fields)."""
+    """When each request reaches the engine's queue (:class:`Frontend`), and the order they reach it in."""
     arrival = np.array([r.arrival_s for r in requests], float)
-    if not (engine.frontend_s_per_request or engine.frontend_s_per_text_token or engine.frontend_s_per_image):
+    frontend = Frontend(engine)
+    if not frontend.free:
         return arrival, np.arange(len(requests))
-    ready = np.empty_like(arrival)
-    text_free = image_free = -np.inf
-    for i, r in enumerate(requests):
-        text_free = max(arrival[i], text_free) + engine.frontend_s_per_request + \
-            engine.frontend_s_per_text_token * r.prompt_tokens
-        done = text_free
-        if r.images:
-            image_free = max(arrival[i], image_free) + engine.frontend_s_per_image * r.images
-            done = max(done, image_free)
-        ready[i] = done
+    ready = np.array([frontend.ready(r, a) for r, a in zip(requests, arrival)], float)
     return ready, np.argsort(ready, kind="stable")
 
 
@@ -185,10 +200,14 @@ class Replica:
     def __init__(self, env: simpy.Environment, requests: Sequence[Request], *, policy: Policy,
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
-                 progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False):
+                 progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
+                 difficulty: np.ndarray | None = None, routed: bool = False):
         """``event_detail``: keep the log's per-chunk and per-round arrays
         (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
-        (tests compare the two)."""
+        (tests compare the two); ``difficulty``: the requests' top-1 logits
+        (None: drawn from ``rng_difficulty``); ``routed``: ``requests`` are
+        the fleet's whole stream, of which a router hands this replica its
+        share as it runs (simspec.fleet.live): no arrival is known yet."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
@@ -208,7 +227,8 @@ class Replica:
         self.state = steps.RequestState(
             context=sched.context, visual=visual, kept=context.kept(visual).astype(np.int64), output=sched.output,
             emitted=sched.emitted, cache=sched.cache, absorbed=np.zeros(n, np.int64), recent=self.estimate.recent,
-            drafted=sched.drafted, difficulty=acceptance.request_logits(rng_difficulty, n),
+            drafted=sched.drafted,
+            difficulty=acceptance.request_logits(rng_difficulty, n) if difficulty is None else difficulty,
             retention=acceptance.retention(context, visual).astype(float), population=self.estimate.population)
         self.acceptance = acceptance.draws
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
@@ -223,7 +243,11 @@ class Replica:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.finished = 0
         self.arrived = 0
-        self.ready_s, self.order = frontend_ready(requests, engine)
+        self.routed = routed
+        if routed:
+            self.ready_s, self.order = np.full(n, np.inf), np.zeros(n, np.int64)
+        else:
+            self.ready_s, self.order = frontend_ready(requests, engine)
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
@@ -240,9 +264,14 @@ class Replica:
         every = max(1, n // 200) if self.progress is not None and self.fast else 0
         self.config = fastloop.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
         order = np.asarray(self.order, dtype=np.int64)
-        queued_s, fresh = fastloop.arrival_times(np.asarray(self.ready_s, dtype=float), order)
+        if self.routed:  # filled in as the router hands requests over (Loop's routed fields)
+            queued_s, fresh = np.full(n, np.inf), np.ones(n, np.bool_)
+        else:
+            queued_s, fresh = fastloop.arrival_times(np.asarray(self.ready_s, dtype=float), order)
         self.arrival = fastloop.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
         self.loop = fastloop.new_loop()
+        if self.routed:
+            self.loop.routed[0], self.loop.routing[0] = 0, fastloop.ROUTING_OPEN
         self.pending = fastloop.pending_for(seqs)
         self.served = fastloop.Served(self.admitted_s, self.first_token_s, self.finish_s, self.preemptions)
 
@@ -336,13 +365,14 @@ class Replica:
             output_tokens=self.state.emitted.copy(), images=np.array([r.images for r in requests], np.int64),
             visual_tokens=self.state.visual.copy(), preemptions=self.preemptions,
             cached_tokens=self.scheduler.cached_tokens.copy())
-        return self.logs.builder.finish(policy=label, table=table, complete=self.finished == len(requests))
+        expected = int(self.loop.routed[0]) if self.routed else len(requests)
+        return self.logs.builder.finish(policy=label, table=table, complete=self.finished == expected)
 
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
              acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
              seed: int = 0, progress: Callable[[int], None] | None = None, event_detail: bool = True,
-             _python: bool = False) -> RunLog:
+             _python: bool = False, difficulty: np.ndarray | None = None) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
     The run's seed gives the difficulty and round streams (simspec.seeds
@@ -350,7 +380,9 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     seed share request difficulties, and the same seed gives the same log,
     byte for byte. Requests must be sorted by arrival. ``event_detail``
     False leaves the log's per-chunk and per-round arrays out (None; the
-    rest of the log is the same). ``_python`` runs the SimPy-process driver
+    rest of the log is the same). ``difficulty`` gives the requests' top-1
+    logits instead of the seed's draw (a fleet's replica: its share of the
+    fleet's draw). ``_python`` runs the SimPy-process driver
     (module docstring; tests compare the two paths).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
@@ -358,7 +390,7 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     env = simpy.Environment()
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
-                      progress=progress, event_detail=event_detail, _python=_python)
+                      progress=progress, event_detail=event_detail, _python=_python, difficulty=difficulty)
     if not replica.fast:
         env.process(replica.arrivals())
     env.process(replica.replica())

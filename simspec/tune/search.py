@@ -76,6 +76,7 @@ class Bench:
                 self.scenarios[seed] = experiment.resolve(replace(self.config, seed=seed))
             s = self.scenarios[seed]
             log = simulate_fleet(s.requests, replicas=self.config.replicas, router=self.config.router,
+                                 staleness_s=self.config.router_staleness_ms / 1e3,
                                  policy=policies.parse(spec), label=spec, costs=s.costs, acceptance=s.acceptance,
                                  engine=self.config.engine, kv_budget_tokens=s.kv_budget_tokens, seed=seed).log
             summary = metrics.summarize(log, slo_ttft_ms=self.config.slo_ttft_ms, slo_tpot_ms=self.config.slo_tpot_ms,

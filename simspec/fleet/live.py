@@ -1,0 +1,166 @@
+"""A fleet whose router reads the replicas' state: the replicas run side by
+side and each arrival is routed, at its arrival time, from what a router
+could see then.
+
+Imports: numpy, simspec.seeds, simspec.sim (the replica and its compiled
+loop), simspec.fleet.
+
+Each replica is the one-replica model (simspec.sim.replica) over the whole
+stream with no arrival known (``routed``); the compiled loop runs it up to
+the next routing decision and stops there (fastloop's CALL_HORIZON).
+Routing request i at time t: every replica the router reads is run up to
+t (a replica's course depends only on what was routed to it, so one not
+read can catch up later), the router picks from their state as of t, and
+the request joins the chosen replica's arrivals at its frontend's ready
+time (in order among those it has not yet queued: a replica that lags
+behind t has not reached them). What the router reads is what a router keeps itself: the requests it
+sent to each replica and has not yet heard finish, and their prompt and
+output tokens; a finish is heard ``staleness_s`` after it happens (0: at
+once). A request in a step that ends after t is outstanding at t.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Sequence
+
+import numpy as np
+import simpy
+
+from simspec.fleet.routers import Router
+from simspec.sim import fastloop
+from simspec.sim.replica import Frontend, Replica
+from simspec.types import Request, RunLog, Gaps
+from simspec import seeds
+
+
+class _Live:
+    """One replica of a routed fleet and the router's view of it."""
+
+    def __init__(self, requests: Sequence[Request], *, seed: int, difficulty: np.ndarray, serve: dict):
+        rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
+                                      for purpose in ("difficulty", "rounds"))
+        event_detail = serve.pop("event_detail", True)
+        self.replica = Replica(simpy.Environment(), requests, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
+                               progress=None, event_detail=event_detail, difficulty=difficulty, routed=True, **serve)
+        self.frontend = Frontend(self.replica.engine)
+        rep = self.replica
+        self.loop = rep.loop
+        self.head = (rep.scheduler.state, rep.config, rep.arrival, rep.loop, rep.pending, rep.served, rep.state,
+                     rep.acceptance, rep.call, rep.tables, rep.terms, rep.costs.wake)  # fastloop.run's fixed arguments
+        self.mine: list[int] = []  # requests routed here, in routing order
+        self.live: list[int] = []  # ... not yet seen finished
+        self.heard: list[tuple[float, int]] = []  # (finish time, request) finished, not yet heard by the router
+        self.seen_finished = 0
+        self.outstanding = 0  # requests the router has sent here and not heard finish
+        self.outstanding_tokens = 0  # ... their prompt and output tokens
+
+    @property
+    def now_s(self) -> float:
+        return float(self.replica.loop.now_s[0])
+
+    def advance(self, until_s: float) -> None:
+        """Run the replica up to its first decision at or after ``until_s``."""
+        loop = self.loop
+        if loop.routing[0] == fastloop.ROUTING_OPEN and (loop.now_s[0] >= until_s or loop.finished[0] >= loop.routed[0]):
+            return  # already there (nothing it does before until_s is unknown), or idle, waiting for the router
+        rep = self.replica
+        loop.until_s[0] = until_s
+        why = None
+        while why != fastloop.CALL_HORIZON and why != fastloop.CALL_DONE:
+            window = rep.rand.window(int(loop.need[0]) if why == fastloop.CALL_REFILL else 0)
+            why = fastloop.run(*self.head, window, rep.logs.buffers)
+            rep.rand.consume(window)
+            if why == fastloop.CALL_FLUSH:
+                rep.logs.flush()
+        rep.finished = int(loop.finished[0])
+
+    def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> None:
+        """Bring the router's view up to ``now_s``: finishes it has heard of by then."""
+        loop = self.replica.loop
+        if loop.finished[0] != self.seen_finished:  # some requests retired since the last look
+            self.seen_finished = int(loop.finished[0])
+            live = np.array(self.live, dtype=np.int64)
+            finish_s = self.replica.finish_s[live]
+            done = ~np.isnan(finish_s)
+            for t, i in zip(finish_s[done].tolist(), live[done].tolist()):
+                heapq.heappush(self.heard, (t, i))
+            self.live = live[~done].tolist()
+        while self.heard and self.heard[0][0] + staleness_s <= now_s:
+            _, i = heapq.heappop(self.heard)
+            self.outstanding -= 1
+            self.outstanding_tokens -= int(tokens[i])
+
+    def add(self, i: int, request: Request, tokens: int) -> None:
+        """Request ``i`` joins this replica's arrivals at its frontend's ready time."""
+        arrivals, loop = self.replica.arrival, self.replica.loop
+        ready = self.frontend.ready(request, request.arrival_s)
+        first, end = int(loop.arrived[0]), int(loop.routed[0])
+        at = first + int(np.searchsorted(arrivals.ready_s[first:end], ready, side="right"))
+        for column in arrivals:  # make room: the later ones move one place on
+            column[at + 1:end + 1] = column[at:end].copy()
+        arrivals.order[at], arrivals.ready_s[at], arrivals.queued_s[at] = i, ready, ready
+        before = arrivals.ready_s[at - 1] if at > 0 else 0.0
+        arrivals.fresh[at] = ready > before  # as fastloop.arrival_times: one queued with the one before
+        if at + 1 <= end:
+            arrivals.fresh[at + 1] = arrivals.ready_s[at + 1] > ready
+        loop.routed[0] = end + 1
+        self.mine.append(i)
+        self.live.append(i)
+        self.outstanding += 1
+        self.outstanding_tokens += tokens
+
+    def close(self) -> None:
+        loop = self.replica.loop
+        loop.routing[0], loop.until_s[0] = fastloop.ROUTING_CLOSED, np.inf
+        self.advance(np.inf)
+
+    def run_log(self, label: str) -> RunLog | None:
+        """The log of the requests routed here (None: none was)."""
+        if not self.mine:
+            return None
+        return _subset(self.replica.run_log(label), np.sort(np.array(self.mine, dtype=np.int64)))
+
+
+def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
+    """``log`` with only the table's ``rows`` (sorted); its gaps' rows renumbered."""
+    from dataclasses import replace
+
+    table = type(log.table)(*(column[rows] for column in log.table))
+    gaps = log.gaps
+    if gaps.exact_request is not None:
+        renumber = np.full(len(log.table.id), -1, np.int64)
+        renumber[rows] = np.arange(len(rows))
+        gaps = Gaps(count=gaps.count, exact_s=gaps.exact_s, exact_request=renumber[gaps.exact_request],
+                    mean_s=gaps.mean_s, m2_s2=gaps.m2_s2)
+    start = min(0.0, float(table.arrival_s.min()))
+    return replace(log, table=table, gaps=gaps, start_s=start)
+
+
+def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Router, seed: int, label: str,
+                    replica_seeds: list[int], difficulty: np.ndarray, staleness_s: float = 0.0,
+                    progress: Callable[[int], None] | None = None, **serve) -> tuple[list[RunLog | None], np.ndarray]:
+    """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
+    a stateful ``router``; returns each replica's log and who served what."""
+    tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
+    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve=dict(serve)) for s in replica_seeds]
+    assignment = np.empty(len(requests), dtype=np.int64)
+    every = max(1, len(requests) // 200)
+    for i, request in enumerate(requests):
+        t = request.arrival_s
+        for k in router.reads(request):
+            fleet[k].advance(t)
+            fleet[k].hear(t, staleness_s, tokens)
+        chosen = router.choose(request, fleet)
+        fleet[chosen].add(i, request, int(tokens[i]))
+        assignment[i] = chosen
+        if progress is not None and i % every == 0:
+            progress(sum(f.replica.finished for f in fleet))
+    for f in fleet:
+        f.close()
+    if progress is not None:
+        progress(len(requests))
+    return [f.run_log(label) for f in fleet], assignment
+
+
+__all__ = ["simulate_routed"]

@@ -1,0 +1,114 @@
+"""Routers that read the replicas' state (simspec.fleet.live): the replicas
+run side by side and each arrival is routed from their state at its time.
+The side-by-side loop gives a stateless router's fleet exactly; the
+orderings a router must show; prefix affinity's cache hits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from conftest import invoke
+from simspec import config, experiment, metrics, policies
+from simspec.fleet import routers
+from simspec.fleet.run import simulate_fleet
+
+STATEFUL = [r for r in routers.ROUTERS if r not in routers.STATELESS]
+
+
+FRONTEND = {"frontend_s_per_request": 0.002, "frontend_s_per_text_token": 2e-6, "frontend_s_per_image": 0.015}
+
+
+def _scenario(replicas: int, requests: int = 1500, per_replica_rate: float = 12.0, engine: str = "simspec",
+              frontend: bool = False, **workload):
+    fields = {"arrival": "poisson", "rate_per_s": per_replica_rate * replicas, "num_requests": requests, **workload}
+    engine_fields = {"kind": engine, **(FRONTEND if frontend else {})}
+    return experiment.resolve(config.build({}, {"workload": fields, "engine": engine_fields}))
+
+
+def _serve(scenario, replicas: int, router: str, policy: str = "linear:k=3", **kw):
+    c = scenario.config
+    return simulate_fleet(scenario.requests, replicas=replicas, router=router, policy=policies.parse(policy),
+                          label=policy, costs=scenario.costs, acceptance=scenario.acceptance, engine=kw.pop("engine", c.engine),
+                          kv_budget_tokens=scenario.kv_budget_tokens, seed=0, event_detail=False, **kw)
+
+
+@pytest.mark.parametrize("router", routers.STATELESS)
+@pytest.mark.parametrize("policy,engine,frontend", [("ar", "simspec", False), ("marginal", "simspec", False),
+                                                    ("linear:k=3", "vllm", True)])
+def test_side_by_side_replicas_are_the_shares_run_alone(router, policy, engine, frontend):
+    # The side-by-side loop stops every replica at every arrival of the fleet; a replica's course must
+    # not change for it: a stateless router's fleet run both ways is the same to the last bit (vllm: async
+    # scheduling and CUDA-graph regimes, with frontend delays that reorder arrivals: images wait longer).
+    scenario = _scenario(3, 900, engine=engine, frontend=frontend)
+    alone, side = (_serve(scenario, 3, router, policy, _live=live) for live in (False, True))
+    assert np.array_equal(alone.assignment, side.assignment)
+    for a, b in zip(alone.log.table, side.log.table):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert alone.log.rounds == side.log.rounds and alone.log.steps == side.log.steps
+
+
+def test_least_requests_queues_less_than_random():
+    scenario = _scenario(4, 3000, per_replica_rate=14.0)
+    waits = {}
+    for router in ("random", "least_requests"):
+        table = _serve(scenario, 4, router).log.table
+        waits[router] = table.first_token_s - table.arrival_s
+    assert waits["least_requests"].mean() < waits["random"].mean()
+    assert np.percentile(waits["least_requests"], 99) < np.percentile(waits["random"], 99)
+
+
+@pytest.mark.parametrize("router", STATEFUL)
+def test_stateful_routers_serve_every_request_once_and_repeat(router):
+    scenario = _scenario(3, 600)
+    a, b = (_serve(scenario, 3, router) for _ in range(2))
+    assert a.log.complete and np.isfinite(a.log.table.finish_s).all()
+    assert sorted(a.log.table.id.tolist()) == sorted(r.id for r in scenario.requests)
+    assert np.array_equal(a.assignment, b.assignment)
+    assert np.array_equal(a.log.table.finish_s, b.log.table.finish_s)
+    assert len(set(a.assignment.tolist())) == 3  # all replicas used
+    assert sum((a.assignment == k).sum() for k in range(3)) == len(scenario.requests)
+
+
+def test_least_tokens_balances_work_not_count():
+    scenario = _scenario(4, 2000, per_replica_rate=14.0)
+    run = _serve(scenario, 4, "least_tokens")
+    tokens = np.array([r.prompt_tokens + r.output_tokens for r in scenario.requests])
+    per = np.array([tokens[run.assignment == k].sum() for k in range(4)])
+    assert per.max() / per.min() < 1.1  # each replica gets close to a quarter of the work
+
+
+def test_a_stale_router_balances_worse():
+    scenario = _scenario(4, 2000, per_replica_rate=14.0)
+    fresh, stale = (_serve(scenario, 4, "least_requests", staleness_s=s).log.table for s in (0.0, 2.0))
+    wait = lambda t: (t.first_token_s - t.arrival_s).mean()
+    assert wait(fresh) < wait(stale)
+
+
+def test_prefix_affinity_raises_the_fleets_cache_hits():
+    # 400 system prompts over 1,500 requests: spread round robin, most prompts are new to the replica
+    # that gets them; sent home, each misses once in the fleet
+    scenario = _scenario(4, 1500, multimodal_share=0.0, shared_prefix_tokens=1024, shared_prefixes=400)
+    engine = replace(scenario.config.engine, prefix_caching=True)
+    hits = {r: metrics.summarize(_serve(scenario, 4, r, engine=engine).log)["prefix_cache_hit_rate"]
+            for r in ("round_robin", "prefix_affinity")}
+    assert hits["prefix_affinity"] > 2 * hits["round_robin"]
+    home = routers.router("prefix_affinity", 4, np.random.default_rng(0))
+    assert len({home.home(p) for p in range(64)}) == 4  # the prefixes spread over the fleet
+    assert all(home.home(p) == home.home(p) for p in range(8))
+
+
+def test_power_of_two_reads_two_distinct_replicas():
+    r = routers.router("power_of_two", 5, np.random.default_rng(3))
+    pairs = [tuple(r.reads(None)) for _ in range(500)]
+    assert all(a != b and 0 <= a < 5 and 0 <= b < 5 for a, b in pairs)
+    assert len(set(pairs)) == 20  # every ordered pair drawn
+
+
+def test_a_stateful_router_on_the_command_line(tmp_path):
+    code, out, _ = invoke(["simulate", "--num-requests", "80", "--policy", "ar", "--replicas", "2",
+                           "--router", "least_requests", "--out", str(tmp_path / "run")])
+    assert code == 0 and "2 replicas (least_requests)" in out
+    assert (tmp_path / "run" / "replicas.csv").read_text().count("\n") == 3
