@@ -48,6 +48,9 @@ class _Live:
         self.loop = rep.loop
         self.head = (rep.scheduler.state, rep.config, rep.arrival, rep.loop, rep.pending, rep.served, rep.state,
                      rep.acceptance, rep.call, rep.tables, rep.terms, rep.costs.wake)  # fastloop.run's fixed arguments
+        # One window of random numbers across calls, its cursor moving on, until the loop asks for more
+        # (the numbers and the refill points of a window taken afresh each call: RandomBlocks).
+        self.window = rep.rand.window(0)
         self.mine: list[int] = []  # requests routed here, in routing order
         self.live: list[int] = []  # ... not yet seen finished
         self.heard: list[tuple[float, int]] = []  # (finish time, request) finished, not yet heard by the router
@@ -66,12 +69,14 @@ class _Live:
             return  # already there (nothing it does before until_s is unknown), or idle, waiting for the router
         rep = self.replica
         loop.until_s[0] = until_s
-        why = None
-        while why != fastloop.CALL_HORIZON and why != fastloop.CALL_DONE:
-            window = rep.rand.window(int(loop.need[0]) if why == fastloop.CALL_REFILL else 0)
-            why = fastloop.run(*self.head, window, rep.logs.buffers)
-            rep.rand.consume(window)
-            if why == fastloop.CALL_FLUSH:
+        while True:
+            why = fastloop.run(*self.head, self.window, rep.logs.buffers)
+            if why == fastloop.CALL_HORIZON or why == fastloop.CALL_DONE:
+                break
+            if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
+                rep.rand.consume(self.window)
+                self.window = rep.rand.window(int(loop.need[0]))
+            elif why == fastloop.CALL_FLUSH:
                 rep.logs.flush()
         rep.finished = int(loop.finished[0])
 
