@@ -13,15 +13,16 @@ t (a replica's course depends only on what was routed to it, so one not
 read can catch up later), the router picks from their state as of t, and
 the request joins the chosen replica's arrivals at its frontend's ready
 time (in order among those it has not yet queued: a replica that lags
-behind t has not reached them). What the router reads is what a router keeps itself: the requests it
-sent to each replica and has not yet heard finish, and their prompt and
-output tokens; a finish is heard ``staleness_s`` after it happens (0: at
-once). A request in a step that ends after t is outstanding at t.
+behind t has not reached them). What the router reads is what a router
+keeps itself: the requests it sent to each replica and has not yet heard
+finish, and their prompt and output tokens; a finish is heard
+``staleness_s`` after it happens (0: at once). A request in a step that ends after t is outstanding at t.
 """
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -38,10 +39,9 @@ class _Live:
     """One replica of a routed fleet and the router's view of it."""
 
     def __init__(self, requests: Sequence[Request], *, seed: int, difficulty: np.ndarray, serve: dict):
-        rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
-                                      for purpose in ("difficulty", "rounds"))
+        rng_rounds = np.random.default_rng(seeds.stream(seed, "rounds"))
         event_detail = serve.pop("event_detail", True)
-        self.replica = Replica(simpy.Environment(), requests, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
+        self.replica = Replica(simpy.Environment(), requests, rng_difficulty=None, rng_rounds=rng_rounds,
                                progress=None, event_detail=event_detail, difficulty=difficulty, routed=True, **serve)
         self.frontend = Frontend(self.replica.engine)
         rep = self.replica
@@ -57,10 +57,6 @@ class _Live:
         self.seen_finished = 0
         self.outstanding = 0  # requests the router has sent here and not heard finish
         self.outstanding_tokens = 0  # ... their prompt and output tokens
-
-    @property
-    def now_s(self) -> float:
-        return float(self.replica.loop.now_s[0])
 
     def advance(self, until_s: float) -> None:
         """Run the replica up to its first decision at or after ``until_s``."""
@@ -82,7 +78,7 @@ class _Live:
 
     def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> None:
         """Bring the router's view up to ``now_s``: finishes it has heard of by then."""
-        loop = self.replica.loop
+        loop = self.loop
         if loop.finished[0] != self.seen_finished:  # some requests retired since the last look
             self.seen_finished = int(loop.finished[0])
             live = np.array(self.live, dtype=np.int64)
@@ -129,8 +125,6 @@ class _Live:
 
 def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
     """``log`` with only the table's ``rows`` (sorted); its gaps' rows renumbered."""
-    from dataclasses import replace
-
     table = type(log.table)(*(column[rows] for column in log.table))
     gaps = log.gaps
     if gaps.exact_request is not None:

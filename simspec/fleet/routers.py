@@ -40,6 +40,7 @@ the last one chosen (a rotating start), so an idle fleet is served in turn.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Sequence
 
 import numpy as np
@@ -76,7 +77,7 @@ def route(arrival_s: np.ndarray, *, replicas: int, router: str, rng: np.random.G
     return chosen
 
 
-class Router:
+class Router(ABC):
     """A router of simspec.fleet.live: which replicas it reads for a
     request, then which it picks. ``fleet`` items carry ``outstanding`` and
     ``outstanding_tokens`` as the router sees them."""
@@ -89,8 +90,9 @@ class Router:
     def reads(self, request: Request) -> Sequence[int]:
         return self.everyone
 
+    @abstractmethod
     def choose(self, request: Request, fleet: Sequence) -> int:
-        raise NotImplementedError
+        """The replica that serves ``request``, from the state of those :meth:`reads` named."""
 
     def least(self, loads: Sequence[int]) -> int:
         """The least loaded; ties: the first from the replica after the last chosen."""

@@ -199,7 +199,7 @@ class Replica:
 
     def __init__(self, env: simpy.Environment, requests: Sequence[Request], *, policy: Policy,
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
-                 rng_difficulty: np.random.Generator, rng_rounds: np.random.Generator,
+                 rng_difficulty: np.random.Generator | None, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
                  difficulty: np.ndarray | None = None, routed: bool = False):
         """``event_detail``: keep the log's per-chunk and per-round arrays
