@@ -33,6 +33,8 @@ STREAMS = {
     "router": 4,  # a fleet's random router
     "replicas": 5,  # a fleet's replicas: one child each (simspec.fleet.run)
     "acceptance-replay": 7,  # timing-only live runs: replayed acceptance
+    "plan-search": 8,  # simspec plan: the workload sample every capacity probe serves
+    "plan-confirm": 9,  # simspec plan: the seeds every finalist fleet is confirmed on (one child each)
 }
 """Spawn key of each purpose's child :class:`numpy.random.SeedSequence`."""
 

@@ -22,7 +22,7 @@ from simspec.types import InputError
 
 COMMANDS = {"simulate": "simulate", "presets": "simulate", "costs": "costs", "train": "live", "live": "live",
             "validate": "live", "profile-gpu": "profile", "sweep": "sweep", "report": "report", "tune": "tune",
-            "export": "export", "dashboard": "dashboard", "vllm-models": "vllm_models", "calibrate": "calibrate"}
+            "export": "export", "dashboard": "dashboard", "vllm-models": "vllm_models", "calibrate": "calibrate", "plan": "plan"}
 """Each subcommand, in the order ``--help`` lists them, and the module of
 simspec.cli that registers it (``add(subparsers)``). A command imports only
 its own module and what that imports (the others' ~0.1 s a simulate never

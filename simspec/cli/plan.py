@@ -1,0 +1,94 @@
+"""``simspec plan``: the cheapest fleet that meets the SLOs (simspec.plan)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from simspec import __version__, plan as planning
+from simspec.cli.scenario import add_scenario_flags, scenario_config
+from simspec.files import check_writable
+
+
+def _list(kind, flag: str):
+    def convert(text: str) -> tuple:
+        try:
+            return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a comma-separated list of "
+                                             f"{'integers' if kind is int else 'numbers'} (got {text!r})") from None
+    return convert
+
+
+def _bound(slo: planning.Slo) -> str:
+    return f"{slo.metric} {'>=' if slo.metric == planning.GOODPUT else '<='} {slo.bound:g}"
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    args.tp = args.max_num_seqs = args.device = None  # lists here: the candidates, not the scenario's one value
+    base = scenario_config(args)
+    slos = tuple(planning.parse_slo(s) for s in args.slo or [])
+    d = planning.PlanConfig.__dataclass_fields__
+    pc = planning.PlanConfig(devices=args.devices or d["devices"].default, tps=args.tps or d["tps"].default,
+                             policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
+                             batch_limits=args.batch_limits or (), slos=slos, growth=args.growth,
+                             requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
+                             jobs=args.jobs, prices=planning.load_prices(args.prices))
+    if args.out:
+        check_writable(args.out, f"--out {args.out}")  # before the search, not after
+    started = time.perf_counter()
+    result = planning.plan(base, pc, progress=not args.quiet)
+    wall_s = time.perf_counter() - started
+    n = len(result.rows)
+    print(f"simspec {__version__} | plan | {base.model} | {result.target_per_s:.3g} req/s "
+          f"({base.workload.arrival}{f' x{pc.growth:g} growth' if pc.growth != 1 else ''}) | router {base.router} | "
+          f"SLOs: {', '.join(_bound(s) for s in slos)}")
+    print(f"{n} candidates: {result.unfit} do not fit, {result.pruned} cannot meet the SLOs at any count, "
+          f"{sum(r.status in ('confirmed', 'missed') for r in result.rows)} confirmed as whole fleets "
+          f"on {pc.confirm_seeds} seeds")
+    print(f"prices: {args.prices if args.prices else planning.PRICES_SOURCE}")
+    print()
+    print(planning.markdown(result), end="")
+    print()
+    print(planning.verdict(result))
+    if result.ranking:
+        print(result.ranking)
+    command = planning.launch(result, base)
+    if command:
+        print(f"launch one replica (of {result.winner.replicas}, behind {base.router}):\n{command}")
+    print(f"planned in {wall_s:.1f} s ({result.simulated_requests / wall_s:,.0f} simulated requests/s)")
+    if args.out:
+        paths = planning.write(result, args.out)
+        print(f"wrote {', '.join(str(p) for p in paths)}")
+    return 0 if result.winner is not None else 1
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    """Register ``simspec plan`` (scenario flags as ``simulate``'s; --device, --tp and --max-num-seqs take lists)."""
+    fields = planning.PlanConfig.__dataclass_fields__
+    p = sub.add_parser("plan", conflict_handler="resolve",
+                       help="the cheapest fleet (GPUs, TP, replicas, policy) that meets the SLOs at the traffic")
+    add_scenario_flags(p)
+    p.add_argument("--slo", action="append", metavar="METRIC=BOUND",
+                   help="e.g. p99_ttft_ms=2000, p99_tpot_ms=50, goodput_share=0.9 (repeat; at least one)")
+    p.add_argument("--devices", "--device", type=_list(str, "--devices"), metavar="GPU,...",
+                   help=f"candidate GPUs (default: {','.join(fields['devices'].default)})")
+    p.add_argument("--tp", dest="tps", type=_list(int, "--tp"), metavar="T,...",
+                   help=f"candidate tensor-parallel degrees (default: {','.join(map(str, fields['tps'].default))})")
+    p.add_argument("--policies", metavar="SPEC,...",
+                   help=f"candidate policies (default: {','.join(fields['policies'].default)})")
+    p.add_argument("--max-num-seqs", dest="batch_limits", type=_list(int, "--max-num-seqs"), metavar="B,...",
+                   help="candidate batch limits (default: the engine's)")
+    p.add_argument("--growth", type=float, default=fields["growth"].default,
+                   help="traffic growth factor over --rate or the trace (default: %(default)s)")
+    p.add_argument("--prices", metavar="FILE.toml", help="your own [prices] table, GPU = $/GPU-hour, instead of the shipped one")
+    p.add_argument("--requests", type=int, default=fields["requests"].default,
+                   help="requests per capacity probe, and per replica in a confirmation (default: %(default)s)")
+    p.add_argument("--confirm-seeds", type=int, default=fields["confirm_seeds"].default,
+                   help="fresh seeds each finalist fleet is served on (default: %(default)s)")
+    p.add_argument("--finalists", type=int, default=fields["finalists"].default,
+                   help="cheapest candidates confirmed as whole fleets (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=fields["jobs"].default, help="processes (default: %(default)s)")
+    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.parquet, pareto.csv and pareto.png here")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=cmd_plan)
