@@ -69,6 +69,7 @@ SEARCH_SEED_TAG = "plan-search"
 CONFIRM_SEED_TAG = "plan-confirm"
 MAX_GROWTH = 1e4
 BISECTION_STEPS = 7
+MAX_REPLICAS_OVER = 4  # a confirmation stops at this many times the estimated replicas
 LOW_LOAD = 1 / 64  # the probe below which a candidate that misses an SLO is pruned
 
 
@@ -257,6 +258,16 @@ def _worst(slos, summary) -> tuple[float, str]:
     return max(ratios)
 
 
+def _fits(config: SimConfig) -> str | None:
+    """None when the model's weights and some KV cache fit the candidate's
+    GPUs, else why not; any other error is the scenario's and is raised."""
+    try:
+        config.engine.kv_budget_tokens(experiment.model_of(config), gpu_spec(config.device))
+    except InputError as err:
+        return str(err)
+    return None
+
+
 # -- one candidate's capacity (a pool job) ---------------------------------------------------------------------
 
 def capacity(job) -> tuple[str, float, str, int]:
@@ -266,10 +277,9 @@ def capacity(job) -> tuple[str, float, str, int]:
     base, cand, slos, requests, native = job
     config = cand.config(base)
     seed = int(seeding.stream(base.seed, SEARCH_SEED_TAG).generate_state(1)[0])
-    try:  # the model's weights and some KV cache on the candidate's GPUs; any other error is the scenario's
-        config.engine.kv_budget_tokens(experiment.model_of(config), gpu_spec(config.device))
-    except InputError as err:
-        return "unfit", math.nan, str(err), 0
+    unfit = _fits(config)
+    if unfit is not None:
+        return "unfit", math.nan, unfit, 0
     sample = experiment.resolve(at_rate(config, native, native, requests=requests, seed=seed))
     saturation = experiment.burst_rate(sample.requests, policy=cand.policy, costs=sample.costs,
                                        acceptance=sample.acceptance, engine=config.engine,
@@ -299,33 +309,50 @@ def capacity(job) -> tuple[str, float, str, int]:
 
 # -- a fleet at the target rate --------------------------------------------------------------------------------
 
-def confirm(job) -> tuple[int, list[dict]]:
-    """(replicas, per-seed summaries) of a sized candidate served as a whole
-    fleet at the target rate (module docstring, step 4); replicas 0: it
-    missed an SLO at two replicas over its estimate."""
+def confirm(job) -> tuple[int, list[dict], int]:
+    """(replicas, per-seed summaries, requests simulated) of a sized
+    candidate served as a whole fleet at the target rate (module docstring,
+    step 4); replicas 0: it missed an SLO at MAX_REPLICAS_OVER times its
+    estimate."""
     base, cand, slos, n, target, native, seeds, per_replica = job
     config = cand.config(base)
 
+    served = [0]
+
     def run(count: int) -> list[dict]:
         size = None if base.workload.arrival == "trace" else per_replica * count
-        return [_summary(at_rate(config, target, native, requests=size, seed=seed), count, base.router)
-                for seed in seeds]
+        summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, base.router)
+                     for seed in seeds]
+        served[0] += sum(int(x["completed"]) for x in summaries)
+        return summaries
 
     def met(summaries) -> bool:
         return all(_worst(slos, s)[0] <= 1 for s in summaries)
 
-    for count in (n, n + 1, n + 2):
-        summaries = run(count)
-        if met(summaries):
-            break
-    else:
-        return 0, summaries
-    while count > 1:
-        fewer = run(count - 1)
-        if not met(fewer):
-            break
-        count, summaries = count - 1, fewer
-    return count, summaries
+    tried: dict[int, list[dict]] = {}
+
+    def ok(count: int) -> bool:
+        if count not in tried:
+            tried[count] = run(count)
+        return met(tried[count])
+
+    if ok(n):  # a fleet pools its load: fewer than the estimate may do
+        count = n
+        while count > 1 and ok(count - 1):
+            count -= 1
+        return count, tried[count], served[0]
+    low, high = n, n + 1  # a count that misses, one being tried
+    while not ok(high):  # grow by half until the fleet meets every SLO
+        if high >= MAX_REPLICAS_OVER * n:
+            return 0, tried[high], served[0]
+        low, high = high, min(math.ceil(high * 1.5), MAX_REPLICAS_OVER * n)
+    while high - low > 1:  # then bisect between the two
+        mid = (low + high) // 2
+        if ok(mid):
+            high = mid
+        else:
+            low = mid
+    return high, tried[high], served[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,6 +376,27 @@ def candidates(base: SimConfig, pc: PlanConfig) -> list[Candidate]:
             for d in pc.devices for t in pc.tps for b in limits for p in pc.policies]
 
 
+def _confirm(rows: list[Row], runner, context, bar) -> int:
+    """Serve each of ``rows`` as a whole fleet (:func:`confirm`) and record
+    its replicas and SLO metrics; the requests simulated."""
+    base, pc, target, native, confirm_seeds = context
+    jobs = [(base, r.candidate, pc.slos, r.replicas, target, native, confirm_seeds, pc.requests) for r in rows]
+    simulated = 0
+    for i, (count, summaries, served) in runner.imap(confirm, jobs):
+        row = rows[i]
+        row.status = "confirmed" if count else "missed"
+        row.replicas = count or MAX_REPLICAS_OVER * row.replicas
+        row.values = {s.metric: float(np.mean([s.value(x) for x in summaries])) for s in pc.slos}
+        worst = [_worst(pc.slos, x) for x in summaries]
+        row.ratios = tuple(w for w, _ in worst)
+        row.worst_ratio = float(np.mean(row.ratios))
+        row.worst_slo = max(worst)[1]
+        row.output_tokens_per_s = float(np.mean([x["output_throughput"] for x in summaries]))
+        simulated += served
+        bar.update()
+    return simulated
+
+
 def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
     """Search ``pc``'s candidates for ``base``'s model and traffic (module docstring)."""
     from tqdm import tqdm
@@ -360,9 +408,12 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
         require(base.slo_ttft_ms or base.slo_tpot_ms or base.slo_e2el_ms,
                 f"--slo {GOODPUT} counts requests within the per-request SLOs: give --slo-ttft-ms, --slo-tpot-ms "
                 f"and/or --slo-e2el-ms")
-    native = native_rate(base)
-    target = native * pc.growth
     cands = candidates(base, pc)
+    fitting = [c for c in cands if _fits(c.config(base)) is None]
+    if not fitting:
+        raise InputError(f"no candidate fits its model: {_fits(cands[0].config(base))}")
+    native = native_rate(fitting[0].config(base))  # a trace's rate: its arrivals, read with a model that fits
+    target = native * pc.growth
     runner = pool.executor(pc.jobs, len(cands))
     rows: list[Row] = []
     simulated = 0
@@ -381,28 +432,21 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
                 row.replicas = max(1, math.ceil(target / cap - 1e-9))
             rows.append(row)
         sized = sorted((r for r in rows if r.status == "estimated"), key=lambda r: (r.usd_per_hour, r.candidate.label))
-        finalists = sized[:pc.finalists]
         confirm_seeds = [int(x.generate_state(1)[0])
                          for x in seeding.stream(base.seed, CONFIRM_SEED_TAG).spawn(pc.confirm_seeds)]
-        jobs = [(base, r.candidate, pc.slos, r.replicas, target, native, confirm_seeds, pc.requests)
-                for r in finalists]
-        with tqdm(total=len(jobs), unit="fleet", desc="confirm", disable=not progress, leave=False) as bar:
-            for i, (count, summaries) in runner.imap(confirm, jobs):
-                row = finalists[i]
-                row.status = "confirmed" if count else "missed"
-                row.replicas = count or row.replicas + 2
-                row.values = {s.metric: float(np.mean([s.value(x) for x in summaries])) for s in pc.slos}
-                worst = [_worst(pc.slos, x) for x in summaries]
-                row.ratios = tuple(w for w, _ in worst)
-                row.worst_ratio = float(np.mean(row.ratios))
-                row.worst_slo = max(worst)[1]
-                row.output_tokens_per_s = float(np.mean([x["output_throughput"] for x in summaries]))
-                simulated += sum(int(x["completed"]) for x in summaries)
-                bar.update()
+        finalists = sized[:pc.finalists]
+        bar = tqdm(unit="fleet", desc="confirm", disable=not progress, leave=False)
+        while finalists:
+            simulated += _confirm(finalists, runner, (base, pc, target, native, confirm_seeds), bar)
+            # Confirmed fleets may cost more than their estimates: confirm, in turn, every candidate whose
+            # estimate is below the cheapest confirmed fleet (up to 4 x --finalists in all).
+            best = min((r.usd_per_hour for r in sized if r.status == "confirmed"), default=math.inf)
+            left = [r for r in sized if r.status == "estimated" and r.usd_per_hour < best]
+            budget = 4 * pc.finalists - sum(r.status in ("confirmed", "missed") for r in sized)
+            finalists = left[:min(pc.finalists, budget)]
+        bar.close()
     finally:
         runner.close()
-    if all(r.status == "unfit" for r in rows):
-        raise InputError(f"no candidate fits its model: {rows[0].note}")
     order = {"confirmed": 0, "missed": 1, "estimated": 2, "cannot meet": 3, "unfit": 4}
     rows.sort(key=lambda r: (order[r.status], r.usd_per_hour if r.replicas else math.inf,
                              r.worst_ratio if math.isfinite(r.worst_ratio) else math.inf, r.candidate.label))
