@@ -154,6 +154,7 @@ class PlanConfig:
     confirm_seeds: int = 2
     finalists: int = 4  # candidates confirmed as whole fleets
     jobs: int = 2
+    ray: str | None = None  # "local", "auto", HOST:PORT or ray://HOST:PORT: the jobs run on Ray
     prices: dict = field(default_factory=lambda: dict(PRICES))
 
     def __post_init__(self) -> None:
@@ -414,7 +415,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
         raise InputError(f"no candidate fits its model: {_fits(cands[0].config(base))}")
     native = native_rate(fitting[0].config(base))  # a trace's rate: its arrivals, read with a model that fits
     target = native * pc.growth
-    runner = pool.executor(pc.jobs, len(cands))
+    runner = pool.Ray(pc.ray, pc.jobs) if pc.ray else pool.executor(pc.jobs, len(cands))
     rows: list[Row] = []
     simulated = 0
     try:

@@ -104,6 +104,23 @@ def test_the_same_seed_gives_the_same_plan(small_plan, tmp_path):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
+@pytest.mark.slow
+def test_ray_local_gives_the_serial_plan(small_plan):
+    ray = pytest.importorskip("ray")
+    from simspec import pool
+
+    pc, p = small_plan
+    try:
+        pool.connect("local", 2)
+    except Exception as err:  # noqa: BLE001 - no Ray on this machine is a skip, not a failure
+        pytest.skip(f"cannot start a local Ray: {err}")
+    try:
+        on_ray = planning.plan(BASE, replace(pc, ray="local", jobs=2))
+    finally:
+        ray.shutdown()
+    assert planning.table(on_ray) == planning.table(p)
+
+
 def test_an_slo_nothing_meets_is_named_with_the_closest():
     pc = planning.PlanConfig(devices=("h100-sxm",), tps=(1,), policies=("ar",),
                              slos=(planning.parse_slo("p99_tpot_ms=1"),), requests=60, confirm_seeds=1, jobs=1)

@@ -33,7 +33,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
                              batch_limits=args.batch_limits or (), slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
-                             jobs=args.jobs, prices=planning.load_prices(args.prices))
+                             jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
     if args.out:
         check_writable(args.out, f"--out {args.out}")  # before the search, not after
     started = time.perf_counter()
@@ -88,7 +88,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="fresh seeds each finalist fleet is served on (default: %(default)s)")
     p.add_argument("--finalists", type=int, default=fields["finalists"].default,
                    help="cheapest candidates confirmed as whole fleets (default: %(default)s)")
-    p.add_argument("--jobs", type=int, default=fields["jobs"].default, help="processes (default: %(default)s)")
+    p.add_argument("--jobs", type=int, default=fields["jobs"].default,
+                   help="processes (default: %(default)s; with --ray, the CPUs of a local Ray)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the jobs on Ray: local, auto, HOST:PORT or ray://HOST:PORT")
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.parquet, pareto.csv and pareto.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=cmd_plan)
