@@ -2,7 +2,7 @@
 policies; see latency per policy at your rate, latency and speedup over AR
 across loads, the plan mix over time and acceptance length.
 
-Imports: streamlit, pandas, simspec's public API, simspec_dashboard.whatif.
+Imports: streamlit, pandas, simspec's public API, simspec_dashboard.whatif and .uploads.
 Every widget default comes from a config dataclass (SimConfig, the default
 workload, DashboardConfig); widget labels name the config field they set,
 so a validation message ("rate_per_s must be > 0") points at its widget.
@@ -11,11 +11,6 @@ Bad input ends the page with one ``st.error``, never a traceback.
 
 from __future__ import annotations
 
-import atexit
-import hashlib
-import os
-import shutil
-import tempfile
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -30,8 +25,9 @@ from simspec.costs import MODELS
 from simspec.costs.specs import TP_DEGREES
 from simspec.policies import POLICIES
 from simspec.types import InputError
-from simspec.workloads import WorkloadConfig, cv_to_burstiness, read_trace
+from simspec.workloads import WorkloadConfig, cv_to_burstiness
 from simspec_dashboard import whatif
+from simspec_dashboard.uploads import Refused, Waiting, named, saved_upload
 from simspec_dashboard.whatif import PLAN_KINDS, DashboardConfig
 
 SIM = configuration.SimConfig()
@@ -46,14 +42,6 @@ TABLE = {"mean_e2el_ms": "mean E2EL", "median_e2el_ms": "median E2EL", "p95_e2el
          "mean_tpot_ms": "mean TPOT", "spec_decode_acceptance_length": "accept length",
          "plan_share_tree": "tree rounds", "plan_share_linear": "linear rounds"}
 SPEEDUP = "speedup vs AR"
-
-
-class Refused(Exception):
-    """Bad input found while reading the widgets: shown with st.error."""
-
-
-class Waiting(Refused):
-    """Input still missing (no trace uploaded yet): shown with st.info."""
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -71,43 +59,6 @@ def run_what_if(config_toml: str, loads: tuple[float, ...], num_requests: int, w
 @st.cache_resource(show_spinner=False)
 def warm(workers: int) -> None:
     whatif.warm(workers)  # start the pool while the user reads the page
-
-
-def _upload_folder() -> Path:
-    """This browser session's private folder for uploads: created fresh by
-    ``mkdtemp`` (mode 0700, a name nobody can guess or plant), removed when
-    the server exits."""
-    folder = st.session_state.get("_upload_folder")
-    if folder is None or not Path(folder).is_dir():
-        folder = tempfile.mkdtemp(prefix="simspec-upload-")
-        atexit.register(shutil.rmtree, folder, True)
-        st.session_state["_upload_folder"] = folder
-    return Path(folder)
-
-
-def _named(text: str, path: Path, name: str) -> str:
-    """An error about the saved copy, said of the uploaded file."""
-    return text.replace(f"trace {path}", f"uploaded trace {name}").replace(str(path), name)
-
-
-def saved_upload(upload) -> Path:
-    """The uploaded trace in the session's private folder, as a file named
-    by its content (so the cache key is the content), written without
-    following links and checked by the trace reader; messages name the upload."""
-    data = upload.getvalue()
-    suffix = Path(upload.name).suffix.lower()
-    path = _upload_folder() / f"{hashlib.sha256(data).hexdigest()[:20]}{suffix}"
-    if not path.is_file():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    st.session_state.setdefault("_uploads", {})[str(path)] = upload.name
-    try:
-        read_trace(path)
-    except (InputError, UnicodeDecodeError, ValueError) as err:
-        text = _named(str(err), path, upload.name)
-        raise Refused(text if text.startswith("uploaded trace") else f"uploaded trace {upload.name}: {text}") from None
-    return path
 
 
 def _engine_policies() -> None:
@@ -308,7 +259,7 @@ def main() -> None:
     except InputError as err:
         text = str(err)
         for path, name in st.session_state.get("_uploads", {}).items():
-            text = _named(text, Path(path), name)
+            text = named(text, Path(path), name)
         st.error(text)
         st.stop()
     show(result)

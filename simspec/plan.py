@@ -541,6 +541,14 @@ def launch(p: Plan, base: SimConfig) -> str:
     return f"vLLM:   {vllm}\nSGLang: {sglang}{note}"
 
 
+def frame(p: Plan):
+    """:func:`table` as a typed pandas DataFrame (numbers as numbers, an empty cell missing)."""
+    import pandas as pd
+
+    typed = pd.DataFrame(table(p)).replace("", None).infer_objects()
+    return typed.astype({"rank": "Int64", "tightest_slo": "string", "note": "string"})
+
+
 def write(p: Plan, out: str | Path) -> list[Path]:
     """plan.csv, plan.parquet and pareto.png (and pareto.csv) under ``out``, each written whole or not at all."""
     import pandas as pd
@@ -549,17 +557,14 @@ def write(p: Plan, out: str | Path) -> list[Path]:
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    frame = pd.DataFrame(table(p))
-    write_text(out / "plan.csv", frame.to_csv(index=False))
-    typed = frame.replace("", None).infer_objects()
-    write_bytes(out / "plan.parquet", typed.astype({c: "string" for c in ("rank", "tightest_slo", "note")})
-                .to_parquet(index=False))
+    write_text(out / "plan.csv", pd.DataFrame(table(p)).to_csv(index=False))
+    write_bytes(out / "plan.parquet", frame(p).to_parquet(index=False))
     front = pareto(p)
     write_text(out / "pareto.csv", pd.DataFrame(
         [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
           "policy": r.candidate.policy, "replicas": r.replicas, "usd_per_hour": round(r.usd_per_hour, 2),
           "tightest_ratio": round(r.worst_ratio, 4)} for r in front]).to_csv(index=False))
-    write_bytes(out / "pareto.png", _plot(p, front))
+    write_bytes(out / "pareto.png", pareto_plot(p, front))
     return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]
 
 
@@ -575,7 +580,8 @@ def pareto(p: Plan) -> list[Row]:
     return front
 
 
-def _plot(p: Plan, front: list[Row]) -> bytes:
+def pareto_plot(p: Plan, front: list[Row] | None = None) -> bytes:
+    """The Pareto plot (PNG): every confirmed or missed fleet by $/hour and tightest SLO ratio, the front dashed."""
     import io
 
     import matplotlib
@@ -583,6 +589,7 @@ def _plot(p: Plan, front: list[Row]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    front = pareto(p) if front is None else front
     pts = [r for r in p.rows if r.status in ("confirmed", "missed") and math.isfinite(r.worst_ratio)]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for status, marker in (("confirmed", "o"), ("missed", "x")):
@@ -602,4 +609,5 @@ def _plot(p: Plan, front: list[Row]) -> bytes:
 
 
 __all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "PlanConfig", "Candidate", "Row", "Plan",
-           "plan", "table", "markdown", "verdict", "launch", "write", "pareto", "slo_names"]
+           "plan", "table", "frame", "markdown", "verdict", "launch", "write", "pareto", "pareto_plot",
+           "slo_names"]

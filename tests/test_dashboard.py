@@ -324,6 +324,74 @@ def test_profiles_page(app):
 
 
 # --------------------------------------------------------------------------
+# The planning page
+
+PLAN_SMALL = {"plan_requests": 100, "plan_confirm_seeds": 1, "plan_finalists": 2, "plan_jobs": 1,
+              "plan_tps": [1, 2]}
+
+
+def _types(node) -> list[str]:
+    """The element types under ``node``, depth first."""
+    out = []
+    for child in getattr(node, "children", {}).values():
+        out += [getattr(child, "type", "")] + _types(child)
+    return out
+
+
+@pytest.fixture
+def plan_page(app):
+    app.switch_page("page_plan.py")
+    for key, value in PLAN_SMALL.items():
+        app.session_state[key] = value
+    return app.run()
+
+
+def test_the_planning_page_waits_for_the_button_then_shows_the_plan(plan_page):
+    from simspec import plan as planning
+
+    ok(plan_page)
+    assert plan_page.title[0].value == "Capacity plan"
+    assert "press **Plan**" in plan_page.info[0].value and not plan_page.dataframe
+    plan_page.button(key="plan_run").click().run()
+    ok(plan_page)
+    # the same search run here from the same settings, without the page
+    base = configuration.from_flags({"arrival": "gamma", "rate": configuration.DEFAULT_WORKLOAD.rate_per_s,
+                                     "cv": configuration.DEFAULT_WORKLOAD.burstiness ** -0.5})
+    pc = planning.PlanConfig(slos=(planning.parse_slo("p99_ttft_ms=2000"), planning.parse_slo("p99_tpot_ms=50")),
+                             tps=(1, 2), requests=100, confirm_seeds=1, finalists=2, jobs=1)
+    expected = planning.plan(base, pc)
+    shown = plan_page.dataframe[0].value
+    assert list(shown["device"]) == [r.candidate.device for r in expected.rows]
+    assert list(shown["replicas"].fillna(0)) == [r.replicas for r in expected.rows]
+    w = expected.winner
+    assert w is not None and plan_page.success[0].value == planning.verdict(expected)
+    assert metric(plan_page, "Cost") == f"${w.usd_per_hour:,.2f}/h"
+    assert f"--tensor-parallel-size {w.candidate.tp}" in plan_page.code[0].value
+    assert "image" in _types(plan_page.main), "the Pareto plot is shown"
+    plan_page.number_input(key="plan_p99_tpot_ms").set_value(1.0).run()  # a changed input waits for the button
+    assert "press **Plan**" in plan_page.info[0].value
+    plan_page.button(key="plan_run").click().run()
+    ok(plan_page)
+    assert not plan_page.success and plan_page.warning[0].value.startswith("no candidate meets every SLO")
+
+
+@pytest.mark.parametrize("kind, key, value, message", [
+    ("number_input", "plan_p99_ttft_ms", 0.0, "SLOs: give at least one bound"),
+    ("multiselect", "plan_devices", [], "GPUs (devices): choose at least one"),
+    ("number_input", "plan_growth", 0.0, "--growth must be in (0,"),
+    ("text_input", "plan_policies", "ar,beam", "policy must be one of"),
+    ("text_input", "plan_batch_limits", "many", "max_num_seqs must be numbers"),
+    ("number_input", "plan_requests", 10, "--requests must be in 50..100000"),
+], ids=lambda x: str(x)[:20])
+def test_the_planning_page_refuses_bad_input_in_one_line(plan_page, kind, key, value, message):
+    if key == "plan_p99_ttft_ms":
+        plan_page.number_input(key="plan_p99_tpot_ms").set_value(0.0)
+    getattr(plan_page, kind)(key=key).set_value(value).run()
+    assert not plan_page.exception
+    assert len(plan_page.error) == 1 and message in plan_page.error[0].value, [e.value for e in plan_page.error]
+
+
+# --------------------------------------------------------------------------
 # `simspec dashboard`
 
 
