@@ -35,6 +35,7 @@ STREAMS = {
     "acceptance-replay": 7,  # timing-only live runs: replayed acceptance
     "plan-search": 8,  # simspec plan: the workload sample every capacity probe serves
     "plan-confirm": 9,  # simspec plan: the seeds every finalist fleet is confirmed on (one child each)
+    "router-model": 10,  # a fleet's spec_aware router: the burst that measures a replica (simspec.fleet.predict)
 }
 """Spawn key of each purpose's child :class:`numpy.random.SeedSequence`."""
 

@@ -14,6 +14,7 @@ from conftest import invoke
 from simspec import config, experiment, metrics, policies
 from simspec.fleet import routers
 from simspec.fleet.run import simulate_fleet
+from simspec.sim import simulate
 
 STATEFUL = [r for r in routers.ROUTERS if r not in routers.STATELESS]
 
@@ -112,3 +113,44 @@ def test_a_stateful_router_on_the_command_line(tmp_path):
                            "--router", "least_requests", "--out", str(tmp_path / "run")])
     assert code == 0 and "2 replicas (least_requests)" in out
     assert (tmp_path / "run" / "replicas.csv").read_text().count("\n") == 3
+
+
+def _model(scenario, policy: str = "linear:k=3"):
+    from simspec.fleet.predict import calibrate
+
+    c = scenario.config
+    return calibrate(scenario.requests, seed=0, policy=policies.parse(policy), costs=scenario.costs,
+                     acceptance=scenario.acceptance, engine=c.engine, kv_budget_tokens=scenario.kv_budget_tokens)
+
+
+def test_spec_aware_measures_the_replica_it_routes_to():
+    scenario = _scenario(1, 600)
+    linear, ar = _model(scenario), _model(scenario, "ar")
+    assert ar.tokens_per_round_text == pytest.approx(1.0) and ar.tokens_per_round_image == pytest.approx(1.0)
+    assert 1.5 < linear.tokens_per_round_text < 4.0  # a 3-token chain emits 1 to 4 tokens a round
+    steps = np.array(linear.step_s)
+    assert linear.batch_sizes[0] == 1 and linear.batch_sizes[-1] == scenario.config.engine.max_num_seqs
+    assert steps[-1] > 2 * steps[0] and linear.prefill_s_per_token > 0
+    # its prediction against the simulator: a burst of n requests, the predicted finish of the last one
+    for n, tolerance in ((32, 0.25), (128, 0.25)):
+        burst = [replace(r, arrival_s=0.0, id=k) for k, r in enumerate(scenario.requests[100:100 + n])]
+        c = scenario.config
+        log = simulate(burst, policy=policies.parse("linear:k=3"), label="burst", costs=scenario.costs,
+                                  acceptance=scenario.acceptance, engine=c.engine,
+                                  kv_budget_tokens=scenario.kv_budget_tokens, seed=1)
+        fluid = routers._Fluid(linear)
+        for r in burst[:-1]:
+            fluid.add(r.id, r)
+        finish = log.table.finish_s[list(log.table.id).index(burst[-1].id)]
+        assert fluid.finish_in(burst[-1]) == pytest.approx(finish, rel=tolerance), n
+
+
+def test_spec_aware_routes_away_from_a_full_batch():
+    scenario = _scenario(1, 300)
+    model = _model(scenario)
+    r = routers.router("spec_aware", 2, np.random.default_rng(0), model)
+    for i, request in enumerate(scenario.requests[:40]):
+        r.sent(0, i, replace(request, arrival_s=0.0))
+    assert r.choose(replace(scenario.requests[40], arrival_s=0.0), None) == 1
+    with pytest.raises(Exception, match="spec_aware needs"):
+        routers.router("spec_aware", 2, np.random.default_rng(0))

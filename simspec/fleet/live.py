@@ -76,8 +76,8 @@ class _Live:
                 rep.logs.flush()
         rep.finished = int(loop.finished[0])
 
-    def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> None:
-        """Bring the router's view up to ``now_s``: finishes it has heard of by then."""
+    def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> list[int]:
+        """Bring the router's view up to ``now_s``: finishes it has heard of by then (returned)."""
         loop = self.loop
         if loop.finished[0] != self.seen_finished:  # some requests retired since the last look
             self.seen_finished = int(loop.finished[0])
@@ -87,10 +87,13 @@ class _Live:
             for t, i in zip(finish_s[done].tolist(), live[done].tolist()):
                 heapq.heappush(self.heard, (t, i))
             self.live = live[~done].tolist()
+        out = []
         while self.heard and self.heard[0][0] + staleness_s <= now_s:
             _, i = heapq.heappop(self.heard)
             self.outstanding -= 1
             self.outstanding_tokens -= int(tokens[i])
+            out.append(i)
+        return out
 
     def add(self, i: int, request: Request, tokens: int) -> None:
         """Request ``i`` joins this replica's arrivals at its frontend's ready time."""
@@ -149,9 +152,10 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
         t = request.arrival_s
         for k in router.reads(request):
             fleet[k].advance(t)
-            fleet[k].hear(t, staleness_s, tokens)
+            router.heard(k, fleet[k].hear(t, staleness_s, tokens))
         chosen = router.choose(request, fleet)
         fleet[chosen].add(i, request, int(tokens[i]))
+        router.sent(chosen, i, request)
         assignment[i] = chosen
         if progress is not None and i % every == 0:
             progress(sum(f.replica.finished for f in fleet))

@@ -34,6 +34,20 @@ keeps it as a router does: what it sent and has not heard finish):
   least loaded. (vLLM production-stack's prefix-aware router picks the
   endpoint with the longest matched prefix and has no balance escape.)
 
+- ``spec_aware``: the replica whose predicted finish time for this request
+  is lowest (none of the engines' routers has it). The router keeps a
+  fluid model of each replica's batch: every request it sent and has not
+  heard finish, with its expected remaining verification rounds (output
+  tokens over the expected tokens per round of the replica's policy for a
+  request of its kind, text or with images), advanced in time at the
+  replica's decode step time for its batch size (measured at each batch
+  size, capped by the batch limit, later requests queued in order). A request's predicted
+  finish on a replica is when its rounds are done in that model. The step
+  times and the tokens per round come from :class:`ReplicaModel`,
+  measured once per fleet on a short burst of the workload served by one
+  replica (simspec.fleet.predict), as an operator would benchmark a replica
+  before routing to it.
+
 Ties among the least loaded go to the first at or after the replica after
 the last one chosen (a rotating start), so an idle fleet is served in turn.
 """
@@ -41,6 +55,7 @@ the last one chosen (a rotating start), so an idle fleet is served in turn.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -48,7 +63,7 @@ import numpy as np
 from simspec.types import Request, require
 
 STATELESS = ("round_robin", "random")
-ROUTERS = STATELESS + ("least_requests", "least_tokens", "power_of_two", "prefix_affinity")
+ROUTERS = STATELESS + ("least_requests", "least_tokens", "power_of_two", "prefix_affinity", "spec_aware")
 MAX_REPLICAS = 1024
 MAX_STALENESS_MS = 60_000.0
 CACHE_THRESHOLD = 0.3  # prefix share of the prompt above which prefix_affinity goes home (SGLang's default)
@@ -77,6 +92,96 @@ def route(arrival_s: np.ndarray, *, replicas: int, router: str, rng: np.random.G
     return chosen
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaModel:
+    """What ``spec_aware`` knows of a replica: its decode step time by batch
+    size and its policy's tokens per round by kind of request."""
+
+    batch_sizes: tuple[int, ...]  # decode batch sizes measured, ascending
+    step_s: tuple[float, ...]  # the median step time at each (between them: interpolated; beyond: the nearest)
+    batch_limit: int  # requests that run at once (max_num_seqs)
+    tokens_per_round_text: float
+    tokens_per_round_image: float
+    prefill_s_per_token: float = 0.0  # what a request's prompt (text and visual tokens) adds to the steps
+
+    def prefill_s(self, request: Request) -> float:
+        return self.prefill_s_per_token * (request.prompt_tokens + sum(request.image_tokens))
+
+    def rounds(self, request: Request) -> float:
+        """Expected verification rounds to emit ``request``'s output after its first token."""
+        per = self.tokens_per_round_image if request.image_tokens else self.tokens_per_round_text
+        return max(request.output_tokens - 1, 0) / per + 1.0
+
+    def step_at(self, batch: np.ndarray | int):
+        return np.interp(batch, self.batch_sizes, self.step_s)
+
+
+class _Fluid:
+    """The router's model of one replica's batch (module docstring, ``spec_aware``)."""
+
+    def __init__(self, model: ReplicaModel):
+        self.model = model
+        self.ids: list[int] = []  # in the order sent
+        self.left = np.zeros(0)  # expected rounds left, same order
+        self.prefill_owed = 0.0  # seconds of prefill sent and not yet run
+        self.t = 0.0
+
+    def advance(self, t: float) -> None:
+        """Run the model to ``t``: prefill owed first, then the first ``batch_limit`` unfinished
+        requests progress one round a step."""
+        m, dt = self.model, t - self.t
+        self.t = t
+        paid = min(self.prefill_owed, dt)
+        self.prefill_owed -= paid
+        dt -= paid
+        while dt > 0:
+            running = np.flatnonzero(self.left > 0)[:m.batch_limit]
+            if not len(running):
+                return
+            step = m.step_at(len(running))
+            first = self.left[running].min()
+            if first * step >= dt:
+                self.left[running] -= dt / step
+                return
+            self.left[running] -= first
+            self.left[running[self.left[running] <= 1e-12]] = 0.0
+            dt -= first * step
+
+    def add(self, i: int, request: Request) -> None:
+        self.ids.append(i)
+        self.left = np.append(self.left, self.model.rounds(request))
+        self.prefill_owed += self.model.prefill_s(request)
+
+    def drop(self, gone: set[int]) -> None:
+        keep = [k for k, i in enumerate(self.ids) if i not in gone]
+        self.ids = [self.ids[k] for k in keep]
+        self.left = self.left[keep]
+
+    def finish_in(self, request: Request) -> float:
+        """Seconds until ``request``, sent now, would finish in this model."""
+        m = self.model
+        return self.prefill_owed + m.prefill_s(request) + self._decode_in(m.rounds(request))
+
+    def _decode_in(self, rounds: float) -> float:
+        m = self.model
+        active = self.left[self.left > 0]
+        n, b = len(active), m.batch_limit
+        if n < b:  # it runs at once: the batch shrinks as the shorter ones finish
+            r = np.sort(active)
+            prev = np.concatenate(([0.0], r[:-1]))
+            seg = np.minimum(r, rounds) - np.minimum(prev, rounds)
+            sizes = n + 1 - np.arange(n)
+            tail = max(rounds - (r[-1] if n else 0.0), 0.0)
+            return float((seg * m.step_at(sizes)).sum() + tail * m.step_at(1))
+        running = active[:b]
+        queued = n - b  # ahead of it, waiting
+        if queued < b:  # it starts when queued + 1 of the running have finished
+            wait = float(np.partition(running, queued)[queued])
+        else:  # ... or when the work ahead of it has drained at a full batch
+            wait = float(active.sum()) / b
+        return (wait + rounds) * float(m.step_at(b))
+
+
 class Router(ABC):
     """A router of simspec.fleet.live: which replicas it reads for a
     request, then which it picks. ``fleet`` items carry ``outstanding`` and
@@ -93,6 +198,12 @@ class Router(ABC):
     @abstractmethod
     def choose(self, request: Request, fleet: Sequence) -> int:
         """The replica that serves ``request``, from the state of those :meth:`reads` named."""
+
+    def sent(self, k: int, i: int, request: Request) -> None:
+        """Request ``i`` went to replica ``k`` (a router that keeps its own model of the replicas hears it)."""
+
+    def heard(self, k: int, finished: list[int]) -> None:
+        """The router heard requests ``finished`` (indices) end on replica ``k``."""
 
     def least(self, loads: Sequence[int]) -> int:
         """The least loaded; ties: the first from the replica after the last chosen."""
@@ -172,14 +283,38 @@ class _PrefixAffinity(Router):
         return self.least(loads)
 
 
+class _SpecAware(Router):
+    def __init__(self, replicas, rng, model: ReplicaModel):
+        super().__init__(replicas, rng)
+        self.fluid = [_Fluid(model) for _ in range(replicas)]
+
+    def choose(self, request, fleet):
+        finish = []
+        for f in self.fluid:
+            f.advance(request.arrival_s)
+            finish.append(f.finish_in(request))
+        return self.least(finish)
+
+    def sent(self, k, i, request):
+        self.fluid[k].add(i, request)
+
+    def heard(self, k, finished):
+        if finished:
+            self.fluid[k].drop(set(finished))
+
+
 _KINDS = {"round_robin": _RoundRobin, "random": _Random, "least_requests": _LeastRequests,
           "least_tokens": _LeastTokens, "power_of_two": _PowerOfTwo, "prefix_affinity": _PrefixAffinity}
 
 
-def router(name: str, replicas: int, rng: np.random.Generator) -> Router:
-    """The router ``name`` for simspec.fleet.live."""
+def router(name: str, replicas: int, rng: np.random.Generator, model: ReplicaModel | None = None) -> Router:
+    """The router ``name`` for simspec.fleet.live (``spec_aware`` needs the replicas' ``model``)."""
     check(name, replicas)
+    if name == "spec_aware":
+        require(model is not None, "router spec_aware needs the replicas' ReplicaModel (simspec.fleet.predict)")
+        return _SpecAware(replicas, rng, model)
     return _KINDS[name](replicas, rng)
 
 
-__all__ = ["ROUTERS", "STATELESS", "MAX_REPLICAS", "MAX_STALENESS_MS", "Router", "check", "route", "router"]
+__all__ = ["ROUTERS", "STATELESS", "MAX_REPLICAS", "MAX_STALENESS_MS", "Router", "ReplicaModel", "check", "route",
+           "router"]

@@ -29,6 +29,7 @@ from simspec import seeds
 from simspec.fleet import routers
 from simspec.fleet.live import simulate_routed
 from simspec.fleet.merge import merge
+from simspec.fleet.predict import calibrate
 from simspec.sim import simulate
 from simspec.types import Request, RunLog
 
@@ -63,7 +64,9 @@ def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, s
                                                     len(requests))
     rng = np.random.default_rng(seeds.stream(seed, "router"))
     if router not in routers.STATELESS or _live:
-        logs, assignment = simulate_routed(requests, replicas=replicas, router=routers.router(router, replicas, rng),
+        model = calibrate(requests, seed=seed, **serve) if router == "spec_aware" else None
+        logs, assignment = simulate_routed(requests, replicas=replicas,
+                                           router=routers.router(router, replicas, rng, model),
                                            seed=seed, label=label, replica_seeds=replica_seeds(seed, replicas),
                                            difficulty=difficulty, staleness_s=staleness_s, progress=progress,
                                            **serve)
