@@ -11,7 +11,6 @@ workloads), simspec_dashboard.uploads.
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import streamlit as st
 
@@ -21,7 +20,7 @@ from simspec.costs.specs import TP_DEGREES
 from simspec.serving import modes
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
-from simspec_dashboard.uploads import Refused, Waiting, named, saved_upload
+from simspec_dashboard.uploads import Refused, stop, uploaded_trace
 
 SIM = configuration.SimConfig()
 WORKLOAD = configuration.DEFAULT_WORKLOAD
@@ -73,12 +72,7 @@ def sidebar() -> tuple[configuration.SimConfig, tuple]:
         except InputError as err:
             raise Refused(f"Inter-arrival CV: {err}") from None
     else:
-        upload = sb.file_uploader("Trace: Azure LLM/LMM CSV or Mooncake JSONL", type=["csv", "jsonl", "json"],
-                                  key="plan_trace")
-        if upload is None:
-            raise Waiting("upload a trace (Azure LLM 2023 / LMM 2025 CSV, or Mooncake-style JSONL), "
-                          "or choose synthetic requests")
-        flags["trace"] = str(saved_upload(upload))
+        flags["trace"] = uploaded_trace(sb, "plan_trace")
         flags["trace_speedup"] = WorkloadConfig().trace_speedup
     growth = sb.number_input("Growth (growth: the traffic x this)", value=PLAN.growth, step=0.5, key="plan_growth")
     flags["multimodal_share"] = sb.slider("Multimodal share (multimodal_share)", 0.0, 1.0,
@@ -176,8 +170,7 @@ def main() -> None:
     try:
         base, settings = sidebar()
     except Refused as err:
-        (st.info if isinstance(err, Waiting) else st.error)(str(err))
-        st.stop()
+        stop(err)
     key = (configuration.to_toml(base), settings)
     if st.button("Plan", type="primary", key="plan_run"):
         st.session_state["plan_key"] = key
@@ -188,11 +181,7 @@ def main() -> None:
         with st.spinner("planning..."):
             result, command = run_plan(*key)
     except InputError as err:
-        text = str(err)
-        for path, name in st.session_state.get("_uploads", {}).items():
-            text = named(text, Path(path), name)
-        st.error(text)
-        st.stop()
+        stop(err)
     show(result, command)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import fields
-from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -27,7 +26,7 @@ from simspec.policies import POLICIES
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
 from simspec_dashboard import whatif
-from simspec_dashboard.uploads import Refused, Waiting, named, saved_upload
+from simspec_dashboard.uploads import Refused, stop, uploaded_trace
 from simspec_dashboard.whatif import PLAN_KINDS, DashboardConfig
 
 SIM = configuration.SimConfig()
@@ -115,12 +114,7 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
             flags["on_s"] = sb.number_input("Burst length (on_s, s)", value=WORKLOAD.on_s, key="on_s")
             flags["off_s"] = sb.number_input("Gap between bursts (off_s, s)", value=WORKLOAD.off_s, key="off_s")
     else:
-        upload = sb.file_uploader("Trace: Azure LLM/LMM CSV or Mooncake JSONL", type=["csv", "jsonl", "json"],
-                                  key="trace")
-        if upload is None:
-            raise Waiting("upload a trace (Azure LLM 2023 / LMM 2025 CSV, or Mooncake-style JSONL), "
-                          "or choose synthetic requests")
-        flags["trace"] = str(saved_upload(upload))
+        flags["trace"] = uploaded_trace(sb, "trace")
         flags["trace_speedup"] = sb.number_input("Trace speedup (trace_speedup: arrival times divided by)",
                                                     value=WorkloadConfig().trace_speedup, key="trace_speedup")
     flags["multimodal_share"] = sb.slider("Multimodal share (multimodal_share; traces without images)",
@@ -247,8 +241,7 @@ def main() -> None:
     try:
         config, dash = sidebar()
     except Refused as err:
-        (st.info if isinstance(err, Waiting) else st.error)(str(err))
-        st.stop()
+        stop(err)
     warm(dash.workers)
     show_status(profile_status(config.device, config.model, config.tp))
     st.caption(f"{config.model} on {config.device} · acceptance {config.acceptance} · drafter context "
@@ -257,11 +250,7 @@ def main() -> None:
         with st.spinner("simulating..."):
             result = run_what_if(configuration.to_toml(config), dash.loads, dash.num_requests, dash.workers)
     except InputError as err:
-        text = str(err)
-        for path, name in st.session_state.get("_uploads", {}).items():
-            text = named(text, Path(path), name)
-        st.error(text)
-        st.stop()
+        stop(err)
     show(result)
 
 

@@ -64,4 +64,26 @@ def saved_upload(upload) -> Path:
     return path
 
 
-__all__ = ["Refused", "Waiting", "named", "saved_upload"]
+def uploaded_trace(container, key: str) -> str:
+    """The trace widget in ``container`` (a sidebar): the saved upload's path; Waiting until one is given."""
+    upload = container.file_uploader("Trace: Azure LLM/LMM CSV or Mooncake JSONL", type=["csv", "jsonl", "json"],
+                                     key=key)
+    if upload is None:
+        raise Waiting("upload a trace (Azure LLM 2023 / LMM 2025 CSV, or Mooncake-style JSONL), "
+                      "or choose synthetic requests")
+    return str(saved_upload(upload))
+
+
+def stop(err: Exception) -> None:
+    """End the page with ``err`` as one message (Waiting: a hint; otherwise an error, uploads named by their names)."""
+    if isinstance(err, Waiting):
+        st.info(str(err))
+    else:
+        text = str(err)
+        for path, name in st.session_state.get("_uploads", {}).items():
+            text = named(text, Path(path), name)
+        st.error(text)
+    st.stop()
+
+
+__all__ = ["Refused", "Waiting", "named", "saved_upload", "uploaded_trace", "stop"]
