@@ -140,9 +140,10 @@ def test_spec_aware_measures_the_replica_it_routes_to():
                                   kv_budget_tokens=scenario.kv_budget_tokens, seed=1)
         fluid = routers._Fluid(linear)
         for r in burst[:-1]:
-            fluid.add(r.id, r)
+            fluid.add(r.id, linear.rounds(r), linear.prefill_s(r))
         finish = log.table.finish_s[list(log.table.id).index(burst[-1].id)]
-        assert fluid.finish_in(burst[-1]) == pytest.approx(finish, rel=tolerance), n
+        last = burst[-1]
+        assert fluid.finish_in(linear.rounds(last), linear.prefill_s(last)) == pytest.approx(finish, rel=tolerance), n
 
 
 def test_spec_aware_routes_away_from_a_full_batch():
@@ -150,7 +151,8 @@ def test_spec_aware_routes_away_from_a_full_batch():
     model = _model(scenario)
     r = routers.router("spec_aware", 2, np.random.default_rng(0), model)
     for i, request in enumerate(scenario.requests[:40]):
-        r.sent(0, i, replace(request, arrival_s=0.0))
+        r.choose(replace(request, arrival_s=0.0), None)
+        r.sent(0, i, request)  # all to replica 0, whatever it chose
     assert r.choose(replace(scenario.requests[40], arrival_s=0.0), None) == 1
     with pytest.raises(Exception, match="spec_aware needs"):
         routers.router("spec_aware", 2, np.random.default_rng(0))

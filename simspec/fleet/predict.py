@@ -60,15 +60,14 @@ def calibrate(requests: Sequence[Request], *, seed: int, **serve) -> ReplicaMode
 def _tokens_per_round(log) -> np.ndarray:
     """[N] each request's tokens per chunk after its first chunk (NaN: one chunk only), in table order."""
     ids = log.table.id
-    row = {int(i): k for k, i in enumerate(ids)}
-    rows = np.array([row[int(i)] for i in log.chunk_request], dtype=np.int64)
+    by_id = np.argsort(ids, kind="stable")
+    rows = by_id[np.searchsorted(ids[by_id], log.chunk_request)]
     chunks = np.bincount(rows, minlength=len(ids)).astype(float)
     tokens = np.bincount(rows, weights=log.chunk_tokens, minlength=len(ids))
-    first = np.full(len(ids), -1, dtype=np.int64)
-    order = np.argsort(log.chunk_time_s, kind="stable")
-    for c in order[::-1]:  # the earliest chunk of each row wins
-        first[rows[c]] = c
-    first_tokens = np.where(first >= 0, log.chunk_tokens[np.maximum(first, 0)], 0)
+    in_time = np.argsort(log.chunk_time_s, kind="stable")
+    seen, first = np.unique(rows[in_time], return_index=True)  # each row's earliest chunk
+    first_tokens = np.zeros(len(ids))
+    first_tokens[seen] = log.chunk_tokens[in_time[first]]
     with np.errstate(invalid="ignore", divide="ignore"):
         out = (tokens - first_tokens) / (chunks - 1)
     out[chunks < 2] = np.nan

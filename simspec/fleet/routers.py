@@ -147,20 +147,19 @@ class _Fluid:
             self.left[running[self.left[running] <= 1e-12]] = 0.0
             dt -= first * step
 
-    def add(self, i: int, request: Request) -> None:
+    def add(self, i: int, rounds: float, prefill_s: float) -> None:
         self.ids.append(i)
-        self.left = np.append(self.left, self.model.rounds(request))
-        self.prefill_owed += self.model.prefill_s(request)
+        self.left = np.append(self.left, rounds)
+        self.prefill_owed += prefill_s
 
     def drop(self, gone: set[int]) -> None:
         keep = [k for k, i in enumerate(self.ids) if i not in gone]
         self.ids = [self.ids[k] for k in keep]
         self.left = self.left[keep]
 
-    def finish_in(self, request: Request) -> float:
-        """Seconds until ``request``, sent now, would finish in this model."""
-        m = self.model
-        return self.prefill_owed + m.prefill_s(request) + self._decode_in(m.rounds(request))
+    def finish_in(self, rounds: float, prefill_s: float) -> float:
+        """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of prefill, sent now, would finish."""
+        return self.prefill_owed + prefill_s + self._decode_in(rounds)
 
     def _decode_in(self, rounds: float) -> float:
         m = self.model
@@ -286,17 +285,20 @@ class _PrefixAffinity(Router):
 class _SpecAware(Router):
     def __init__(self, replicas, rng, model: ReplicaModel):
         super().__init__(replicas, rng)
+        self.model = model  # the replicas are alike: one model, one estimate of a request for all
         self.fluid = [_Fluid(model) for _ in range(replicas)]
+        self.estimate = (0.0, 0.0)  # the request last chosen for: its rounds and prefill seconds
 
     def choose(self, request, fleet):
+        self.estimate = rounds, prefill = self.model.rounds(request), self.model.prefill_s(request)
         finish = []
         for f in self.fluid:
             f.advance(request.arrival_s)
-            finish.append(f.finish_in(request))
+            finish.append(f.finish_in(rounds, prefill))
         return self.least(finish)
 
     def sent(self, k, i, request):
-        self.fluid[k].add(i, request)
+        self.fluid[k].add(i, *self.estimate)
 
     def heard(self, k, finished):
         if finished:
