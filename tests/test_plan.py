@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from simspec import experiment, metrics, plan as planning, policies
+from simspec import experiment, metrics, plan as planning, policies, seeds
+from simspec.costs.gpus import GPUS
+from simspec.plan import search
 from simspec.config import SimConfig
 from simspec.fleet.run import simulate_fleet
 from simspec.types import InputError
@@ -33,7 +35,7 @@ def test_price_file_replaces_the_table(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text("[prices]\nh100-sxm = 2.5\n")
     assert planning.load_prices(path) == {"h100-sxm": 2.5}
-    assert set(planning.PRICES) == set(planning.GPUS)  # the shipped table prices every GPU simspec knows
+    assert set(planning.PRICES) == set(GPUS)  # the shipped table prices every GPU simspec knows
     with pytest.raises(InputError, match="no price for a100-80gb"):
         planning.PlanConfig(devices=("h100-sxm", "a100-80gb"), slos=(planning.parse_slo("p99_ttft_ms=9"),),
                             prices=planning.load_prices(path))
@@ -58,9 +60,9 @@ def test_the_winner_meets_every_slo_when_served_again(small_plan):
     assert [r.usd_per_hour for r in confirmed] == sorted(r.usd_per_hour for r in confirmed)
     assert w.usd_per_hour == pytest.approx(w.replicas * w.candidate.tp * planning.PRICES[w.candidate.device])
     # Served again here, outside the planner, on the planner's first confirm seed: every SLO within its bound.
-    seed = int(planning.seeding.stream(BASE.seed, planning.CONFIRM_SEED_TAG).spawn(pc.confirm_seeds)[0]
+    seed = int(seeds.stream(BASE.seed, search.CONFIRM_SEED_TAG).spawn(pc.confirm_seeds)[0]
                .generate_state(1)[0])
-    config = planning.at_rate(w.candidate.config(BASE), p.target_per_s, 24.0, requests=pc.requests * w.replicas,
+    config = search.at_rate(w.candidate.config(BASE), p.target_per_s, 24.0, requests=pc.requests * w.replicas,
                               seed=seed)
     s = experiment.resolve(config)
     log = simulate_fleet(s.requests, replicas=w.replicas, router=BASE.router, policy=policies.parse(w.candidate.policy),
@@ -71,9 +73,9 @@ def test_the_winner_meets_every_slo_when_served_again(small_plan):
     # one replica fewer misses an SLO on some confirm seed: the count is the least that serves
     if w.replicas > 1:
         missed = []
-        for x in planning.seeding.stream(BASE.seed, planning.CONFIRM_SEED_TAG).spawn(pc.confirm_seeds):
+        for x in seeds.stream(BASE.seed, search.CONFIRM_SEED_TAG).spawn(pc.confirm_seeds):
             seed = int(x.generate_state(1)[0])
-            cfg = planning.at_rate(w.candidate.config(BASE), p.target_per_s, 24.0,
+            cfg = search.at_rate(w.candidate.config(BASE), p.target_per_s, 24.0,
                                    requests=pc.requests * (w.replicas - 1), seed=seed)
             s = experiment.resolve(cfg)
             fewer = metrics.summarize(simulate_fleet(

@@ -1,0 +1,160 @@
+"""What simspec plan shows and writes: the table, its typed frame and
+Markdown, the verdict, the launch commands, the files, the Pareto front and plot.
+
+Imports: the standard library, simspec.policies, simspec.config, simspec.plan.records;
+pandas and matplotlib inside the functions that write or draw.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from simspec import policies
+from simspec.config import SimConfig
+from simspec.plan.records import Plan, Row
+
+# -- what plan shows and writes --------------------------------------------------------------------------------
+
+COLUMNS = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "replicas", "gpus", "usd_per_hour",
+           "capacity_per_replica", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
+
+
+def table(p: Plan) -> list[dict]:
+    out = []
+    for i, r in enumerate(p.rows):
+        c = r.candidate
+        row = {"rank": i + 1 if r.status == "confirmed" else "", "status": r.status, "device": c.device, "tp": c.tp,
+               "max_num_seqs": c.max_num_seqs, "policy": c.policy, "replicas": r.replicas or "",
+               "gpus": r.gpus or "", "usd_per_hour": round(r.usd_per_hour, 2) if r.replicas else "",
+               "capacity_per_replica": round(r.capacity_per_s, 3) if math.isfinite(r.capacity_per_s) else "",
+               "headroom_per_s": round(r.capacity_per_s * r.replicas, 2) if r.replicas and math.isfinite(
+                   r.capacity_per_s) else "",
+               "tokens_per_usd": round(r.tokens_per_usd) if math.isfinite(r.tokens_per_usd) else "",
+               "tightest_slo": r.worst_slo, "tightest_ratio": round(r.worst_ratio, 3) if math.isfinite(
+                   r.worst_ratio) else ""}
+        for s in p.slos:
+            v = r.values.get(s.metric)
+            row[s.metric] = round(v, 3) if v is not None else ""
+        row["note"] = r.note
+        out.append(row)
+    return out
+
+
+def markdown(p: Plan, limit: int = 12) -> str:
+    rows = [r for r in table(p) if r["status"] in ("confirmed", "missed", "estimated")][:limit]
+    if not rows:
+        return "(no candidate fits and can meet the SLOs)\n"
+    cols = [c for c in COLUMNS if c not in ("tightest_slo",)] + [s.metric for s in p.slos]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def verdict(p: Plan) -> str:
+    w = p.winner
+    if w is not None:
+        c = w.candidate
+        return (f"cheapest within every SLO: {w.replicas} x {c.device} at tp {c.tp} ({w.gpus} GPU{'s' * (w.gpus > 1)}), "
+                f"{c.policy}, "
+                f"max_num_seqs {c.max_num_seqs}: ${w.usd_per_hour:,.2f}/h, {w.tokens_per_usd:,.0f} output tokens/$")
+    tried = [r for r in p.rows if r.status == "missed"] or [r for r in p.rows if r.note and r.status == "cannot meet"]
+    if not tried:
+        return "no candidate meets the SLOs: none fits its model at the candidate tensor-parallel degrees"
+    close = min(tried, key=lambda r: r.worst_ratio if math.isfinite(r.worst_ratio) else math.inf)
+    miss = (f"misses {close.worst_slo} by {close.worst_ratio - 1:.0%} at {close.replicas} replicas"
+            if math.isfinite(close.worst_ratio) else close.note)
+    return f"no candidate meets every SLO; the closest, {close.candidate.label}, {miss}"
+
+
+def launch(p: Plan, base: SimConfig) -> str:
+    """The winner's serving command for vLLM and SGLang (one replica; run ``replicas`` of them behind the router)."""
+    w = p.winner
+    if w is None:
+        return ""
+    c = w.candidate
+    spec = policies.parse(c.policy)
+    k = getattr(spec, "k", None)
+    vllm = f"vllm serve {base.model} --tensor-parallel-size {c.tp} --max-num-seqs {c.max_num_seqs}"
+    sglang = f"python -m sglang.launch_server --model-path {base.model} --tp {c.tp} --max-running-requests {c.max_num_seqs}"
+    note = ""
+    if spec.name == "linear" and k:
+        vllm += (" --speculative-config '{\"method\": \"eagle\", \"model\": \"<your EAGLE drafter>\", "
+                 f"\"num_speculative_tokens\": {k}}}'")
+        sglang += (f" --speculative-algorithm EAGLE --speculative-draft-model-path <your EAGLE drafter> "
+                   f"--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
+    elif spec.name != "ar":
+        note = (f"\n(note: {c.policy} has no one-flag engine setting; tune it and use `simspec export` for the "
+                f"engine's nearest settings)")
+    return f"vLLM:   {vllm}\nSGLang: {sglang}{note}"
+
+
+def frame(p: Plan):
+    """:func:`table` as a typed pandas DataFrame (numbers as numbers, an empty cell missing)."""
+    import pandas as pd
+
+    typed = pd.DataFrame(table(p)).replace("", None).infer_objects()
+    return typed.astype({"rank": "Int64", "tightest_slo": "string", "note": "string"})
+
+
+def write(p: Plan, out: str | Path) -> list[Path]:
+    """plan.csv, plan.parquet and pareto.png (and pareto.csv) under ``out``, each written whole or not at all."""
+    import pandas as pd
+
+    from simspec.files import write_bytes, write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "plan.csv", pd.DataFrame(table(p)).to_csv(index=False))
+    write_bytes(out / "plan.parquet", frame(p).to_parquet(index=False))
+    front = pareto(p)
+    write_text(out / "pareto.csv", pd.DataFrame(
+        [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
+          "policy": r.candidate.policy, "replicas": r.replicas, "usd_per_hour": round(r.usd_per_hour, 2),
+          "tightest_ratio": round(r.worst_ratio, 4)} for r in front]).to_csv(index=False))
+    write_bytes(out / "pareto.png", pareto_plot(p, front))
+    return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]
+
+
+def pareto(p: Plan) -> list[Row]:
+    """The confirmed and missed fleets no other beats on both $/hour and the tightest SLO ratio."""
+    pts = sorted((r for r in p.rows if r.status in ("confirmed", "missed") and math.isfinite(r.worst_ratio)),
+                 key=lambda r: (r.usd_per_hour, r.worst_ratio))
+    front, best = [], math.inf
+    for r in pts:
+        if r.worst_ratio < best:
+            front.append(r)
+            best = r.worst_ratio
+    return front
+
+
+def pareto_plot(p: Plan, front: list[Row] | None = None) -> bytes:
+    """The Pareto plot (PNG): every confirmed or missed fleet by $/hour and tightest SLO ratio, the front dashed."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    front = pareto(p) if front is None else front
+    pts = [r for r in p.rows if r.status in ("confirmed", "missed") and math.isfinite(r.worst_ratio)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for status, marker in (("confirmed", "o"), ("missed", "x")):
+        sel = [r for r in pts if r.status == status]
+        ax.scatter([r.usd_per_hour for r in sel], [r.worst_ratio for r in sel], marker=marker, label=status)
+    if front:
+        ax.plot([r.usd_per_hour for r in front], [r.worst_ratio for r in front], "k--", lw=1, label="Pareto front")
+    ax.axhline(1.0, color="red", lw=0.8)
+    ax.set_xlabel("fleet $ per hour")
+    ax.set_ylabel("tightest SLO: value / bound (<= 1 meets)")
+    ax.set_title(f"{p.target_per_s:.3g} req/s")
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+
+__all__ = ["COLUMNS", "table", "frame", "markdown", "verdict", "launch", "write", "pareto", "pareto_plot"]
