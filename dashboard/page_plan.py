@@ -31,14 +31,18 @@ SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "replicas",
          "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
 
 
+def plan_config(settings: tuple) -> planning.PlanConfig:
+    """The plan's settings (hashable: the cache's key) as the search takes them."""
+    s = dict(settings)
+    return planning.PlanConfig(**{**s, "slos": tuple(planning.parse_slo(x) for x in s["slos"]),
+                                  "prices": dict(s["prices"])})
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
-def run_plan(config_toml: str, pc_items: tuple) -> tuple[planning.Plan, str]:
+def run_plan(config_toml: str, settings: tuple) -> tuple[planning.Plan, str]:
     """The cached search: keyed by the scenario (as TOML) and the plan's settings."""
     base = configuration.build(tomllib.loads(config_toml))
-    settings = dict(pc_items)
-    settings["slos"] = tuple(planning.parse_slo(s) for s in settings["slos"])
-    settings["prices"] = dict(settings["prices"])
-    result = planning.plan(base, planning.PlanConfig(**settings))
+    result = planning.plan(base, plan_config(settings))
     return result, planning.launch(result, base)
 
 
@@ -49,19 +53,16 @@ def _numbers(text: str, cast, label: str) -> tuple:
         raise Refused(f"{label} must be numbers separated by commas (got {text!r})") from None
 
 
-def sidebar() -> tuple[configuration.SimConfig, tuple]:
-    """Read the widgets into the scenario and the plan's settings; raise Refused naming the bad input."""
-    sb = st.sidebar
+def _traffic(sb) -> tuple[dict, float]:
+    """The model, engine and workload widgets: simspec.config.from_flags' values, and the growth."""
     sb.header("Model and traffic")
     model = sb.selectbox("Model (model)", list(MODELS), index=list(MODELS).index(SIM.model), key="plan_model")
     model_config = sb.text_input("…or its config.json (model)", value="", key="plan_model_config",
                                  placeholder="path to a Hugging Face config.json or its folder")
-    if model_config.strip():
-        model = model_config.strip()
-    engine = sb.selectbox("Engine (engine)", modes.KINDS, index=modes.KINDS.index(SIM.engine.kind), key="plan_engine")
-    source = sb.radio("Requests from", (SYNTHETIC, TRACE), horizontal=True, key="plan_source")
-    flags: dict = {}
-    if source == SYNTHETIC:
+    flags: dict = {"model": model_config.strip() or model}
+    flags["engine"] = sb.selectbox("Engine (engine)", modes.KINDS, index=modes.KINDS.index(SIM.engine.kind),
+                                   key="plan_engine")
+    if sb.radio("Requests from", (SYNTHETIC, TRACE), horizontal=True, key="plan_source") == SYNTHETIC:
         flags["arrival"] = "gamma"
         flags["rate"] = sb.number_input("Rate (rate_per_s, requests/s)", value=WORKLOAD.rate_per_s, step=1.0,
                                         key="plan_rate")
@@ -77,7 +78,10 @@ def sidebar() -> tuple[configuration.SimConfig, tuple]:
     growth = sb.number_input("Growth (growth: the traffic x this)", value=PLAN.growth, step=0.5, key="plan_growth")
     flags["multimodal_share"] = sb.slider("Multimodal share (multimodal_share)", 0.0, 1.0,
                                           WORKLOAD.multimodal_share, 0.05, key="plan_multimodal_share")
+    return flags, float(growth)
 
+
+def _slos(sb) -> tuple[str, ...]:
     sb.header("SLOs (0: no bound)")
     slos = []
     for metric, default in SLO_WIDGETS:
@@ -86,7 +90,11 @@ def sidebar() -> tuple[configuration.SimConfig, tuple]:
             slos.append(f"{metric}={bound:g}")
     if not slos:
         raise Refused("SLOs: give at least one bound (e.g. p99_ttft_ms 2000)")
+    return tuple(slos)
 
+
+def _candidates(sb) -> dict:
+    """The candidate GPUs (with their prices), TP degrees, policies and batch limits."""
     sb.header("Candidates")
     devices = sb.multiselect("GPUs (devices)", list(planning.PRICES), default=list(PLAN.devices), key="plan_devices")
     if not devices:
@@ -103,7 +111,14 @@ def sidebar() -> tuple[configuration.SimConfig, tuple]:
                                           key="plan_batch_limits"), int, "max_num_seqs")
     with sb.expander("Prices ($ per GPU-hour)"):
         st.caption(planning.PRICES_SOURCE)
-        prices = {d: st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}") for d in devices}
+        prices = tuple((d, float(st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}")))
+                       for d in sorted(devices))
+    return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, batch_limits=batch_limits,
+                prices=prices)
+
+
+def _search(sb) -> tuple[dict, int]:
+    """The search's size, and the seed."""
     with sb.expander("Search"):
         requests = st.number_input("Requests per capacity probe (requests)", value=PLAN.requests, step=50,
                                    key="plan_requests")
@@ -112,19 +127,24 @@ def sidebar() -> tuple[configuration.SimConfig, tuple]:
         finalists = st.number_input("Finalists (finalists)", value=PLAN.finalists, key="plan_finalists")
         jobs = st.number_input("Worker processes (jobs)", value=PLAN.jobs, key="plan_jobs")
         seed = st.number_input("Seed (seed)", value=SIM.seed, step=1, key="plan_seed")
+    return dict(requests=int(requests), confirm_seeds=int(confirm_seeds), finalists=int(finalists),
+                jobs=int(jobs)), int(seed)
 
+
+def sidebar() -> tuple[configuration.SimConfig, tuple]:
+    """Read the widgets into the scenario and the plan's settings (hashable); raise Refused naming the bad input."""
+    sb = st.sidebar
+    flags, growth = _traffic(sb)
+    slos = _slos(sb)
+    candidates = _candidates(sb)
+    search, seed = _search(sb)
+    settings = tuple(sorted({**candidates, **search, "slos": slos, "growth": growth}.items()))
     try:
-        base = configuration.from_flags({**flags, "model": model, "engine": engine, "seed": int(seed)})
-        settings = dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs,
-                        batch_limits=batch_limits, slos=tuple(planning.parse_slo(s) for s in slos),
-                        growth=float(growth), requests=int(requests), confirm_seeds=int(confirm_seeds),
-                        finalists=int(finalists), jobs=int(jobs), prices={d: float(v) for d, v in prices.items()})
-        planning.PlanConfig(**settings)  # checked here, so that an error names its widget before any search
+        base = configuration.from_flags({**flags, "seed": seed})
+        plan_config(settings)  # checked here, so that an error names its widget before any search
     except InputError as err:
         raise Refused(str(err)) from None
-    settings["slos"] = tuple(slos)
-    settings["prices"] = tuple(sorted(settings["prices"].items()))
-    return base, tuple(sorted(settings.items()))
+    return base, settings
 
 
 def show(result: planning.Plan, command: str) -> None:
