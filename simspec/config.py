@@ -22,11 +22,11 @@ import tomli_w
 
 from simspec.serving import modes
 from simspec.acceptance import DEFAULT_PRESET
-from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS, model_spec
+from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS, gpu_spec, model_spec
 from simspec.costs.catalog import check_drafter
 from simspec.costs.specs import TP_DEGREES
 from simspec.files import read_toml
-from simspec.fleet import routers
+from simspec.fleet import groups as fleet_groups, routers
 from simspec.serving.config import EngineConfig
 from simspec.types import InputError, check_types, checked, field_types, require
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -54,6 +54,9 @@ class SimConfig:
     replicas: int = 1
     router: str = "round_robin"
     router_staleness_ms: float = 0.0  # how late a router that reads load hears that a request finished
+    # Or groups of replicas of different setups behind the router
+    # (simspec.fleet.groups): each group's unset keys are this config's.
+    fleet: tuple = ()
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -75,12 +78,54 @@ class SimConfig:
         check_drafter(self.drafter)
         require(self.tp in TP_DEGREES, f"tp must be one of {', '.join(map(str, TP_DEGREES))} (got {self.tp})")
         modes.check_draft_tp(self.engine.kind, self.tp, self.draft_tp)
-        routers.check(self.router, self.replicas)
+        require(all(isinstance(g, fleet_groups.Group) for g in self.fleet),
+                f"fleet must be groups (simspec.fleet.groups.Group; got {self.fleet!r})")
+        if self.fleet:
+            require(self.replicas == 1, f"replicas and fleet both say how many replicas serve: give --replicas for "
+                                        f"identical ones or a fleet's groups (got replicas {self.replicas} and a fleet)")
+            routers.check(self.router, self.fleet_replicas)
+            for group in self.fleet:
+                group_config(self, group)  # each group's setup valid, on its device
+        else:
+            routers.check(self.router, self.replicas)
         require(0 <= self.router_staleness_ms <= routers.MAX_STALENESS_MS,
                 f"router_staleness_ms must be in 0..{routers.MAX_STALENESS_MS:g} (got {self.router_staleness_ms})")
         for name in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2el_ms"):
             value = getattr(self, name)
             require(value is None or value > 0, f"{name} must be > 0 (got {value})")
+
+
+    @property
+    def fleet_replicas(self) -> int:
+        """The replicas serving: the fleet's groups' in all, else ``replicas``."""
+        return sum(g.replicas for g in self.fleet) if self.fleet else self.replicas
+
+
+def group_config(config: SimConfig, group: fleet_groups.Group) -> SimConfig:
+    """One replica of fleet ``group`` as a config of its own: the group's
+    keys over ``config``'s (simspec.fleet.groups). A group that changes the
+    engine kind, device or degree starts from that engine's preset there;
+    one that names a policy serves with it alone."""
+    device = group.device if group.device is not None else config.device
+    tp = group.tp if group.tp is not None else config.tp
+    draft_tp = group.draft_tp if group.draft_tp is not None else (config.draft_tp if group.tp is None else None)
+    overrides = group.engine_overrides
+    engine = config.engine
+    kind = overrides.get("kind", engine.kind)
+    try:
+        gpu_spec(device)  # a device the run does not use otherwise is checked here, named with its group
+        if (kind, device, tp) != (engine.kind, config.device, config.tp):
+            engine = _replace(engine, modes.preset(kind, device, tp))
+        engine = _replace(engine, overrides)
+        return SimConfig(model=config.model, device=device, cost_model=group.cost_model or config.cost_model,
+                         drafter=config.drafter, tp=tp, draft_tp=draft_tp, acceptance=config.acceptance,
+                         policies=(group.policy,) if group.policy else config.policies, seed=config.seed,
+                         slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
+                         slo_e2el_ms=config.slo_e2el_ms, workload=config.workload, engine=engine)
+    except InputError as err:
+        raise InputError(f"fleet group {group.name}: {err}") from None
+    except TypeError as err:
+        raise InputError(f"fleet group {group.name} [engine]: {err}") from None
 
 
 _TABLES = {"workload": WorkloadConfig, "engine": EngineConfig}
@@ -157,6 +202,11 @@ def load(path: str | Path) -> dict:
             require(isinstance(data[name], dict), f"{path}: [{name}] must be a table")
             _checked(data[name], record, f"{path} [{name}]")
     _image_size_list(data, str(path))
+    if "fleet" in data:
+        fleet = fleet_groups.fleet_overrides(data.pop("fleet"), f"{path} [fleet]")
+        for key in ("router", "router_staleness_ms"):
+            require(not (key in fleet and key in data), f"{path}: {key} is set twice, at the top and in [fleet]")
+        data.update(fleet)
     _check_file_types(data, path)
     if "policies" in data:
         require(isinstance(data["policies"], list), f"{path}: policies must be a list")
@@ -234,7 +284,7 @@ def _replace(record, overrides: dict):
     return type(record)(**values)
 
 
-LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin", "router_staleness_ms": 0.0}
+LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin", "router_staleness_ms": 0.0, "fleet": ()}
 """Keys left out of :func:`to_toml` at these values: a one-GPU, one-replica config reads (and hashes) as it did
 before them."""
 
@@ -249,6 +299,8 @@ def to_toml(config: SimConfig) -> str:
     top["policies"] = list(config.policies)
     for name in _TABLES:
         top[name] = plain(getattr(config, name))
+    if config.fleet:
+        top["fleet"] = {"group": [g.as_table() for g in config.fleet]}
     return tomli_w.dumps(top)
 
 
@@ -339,7 +391,8 @@ FLAGS = (
     Flag("--drafter-context", ("engine", "drafter_context"), str, "drafter's view: full, none, selected:K, pooled:K"),
 )
 """The scenario flags of ``simulate`` and ``tune``, each setting one config field."""
-EXTRA_FLAGS = {"cv": "inter-arrival CV (sets burstiness)", "policy": "policies to compare (a list)"}
+EXTRA_FLAGS = {"cv": "inter-arrival CV (sets burstiness)", "policy": "policies to compare (a list)",
+               "fleet": "a fleet file of replica groups (simspec.fleet.groups)"}
 """Values :func:`from_flags` also takes, beyond :data:`FLAGS`."""
 
 
@@ -364,6 +417,9 @@ def flag_overrides(values: dict) -> dict:
         workload["arrival"] = "trace"
     if values.get("policy"):
         out["policies"] = list(values["policy"])
+    if values.get("fleet"):
+        for key, value in fleet_groups.load(values["fleet"]).items():
+            out.setdefault(key, value)  # --router and --router-staleness-ms over the file's
     return out
 
 
@@ -374,4 +430,4 @@ def from_flags(values: dict, config_file: str | Path | None = None) -> SimConfig
 
 
 __all__ = ["SimConfig", "DEFAULT_POLICIES", "DEFAULT_WORKLOAD", "FLAGS", "Flag", "load", "build", "to_toml",
-           "flag_overrides", "from_flags"]
+           "flag_overrides", "from_flags", "group_config"]

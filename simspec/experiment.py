@@ -18,11 +18,12 @@ from tqdm import tqdm
 
 from simspec import acceptance, compiled, costs, metrics, policies, seeds, workloads
 from simspec.serving import modes
-from simspec.config import SimConfig
+from simspec.config import SimConfig, group_config
+from simspec.fleet.groups import Group
 from simspec.runfolder import RunMeta
 from simspec.fleet.run import FleetRun, simulate_fleet
 from simspec.sim import simulate
-from simspec.types import Request, RunLog, require
+from simspec.types import InputError, Request, RunLog, require
 
 TABLE_COLUMNS = (
     [f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p95", "p99")]
@@ -42,6 +43,19 @@ class Scenario:
     requests: tuple[Request, ...]
     kv_budget_tokens: int
     clipped_requests: int = 0  # requests cut to the model's context (workload.over_context = "clip")
+    members: tuple["Member", ...] = ()  # the fleet's groups, resolved (config.fleet; none: identical replicas)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    """One group of a fleet resolved: its own config, cost model and KV budget."""
+
+    group: Group
+    config: SimConfig  # simspec.config.group_config
+    model: costs.ModelSpec
+    gpu: costs.GpuSpec
+    costs: costs.CostModel
+    kv_budget_tokens: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +69,7 @@ class Results:
     def meta(self) -> RunMeta:
         """What the run folder's marker says of this run."""
         s = self.scenario
-        return RunMeta(kind="simulate", seed=s.config.seed, policies=tuple(s.config.policies),
+        return RunMeta(kind="simulate", seed=s.config.seed, policies=served_policies(s.config),
                        cost_model=s.costs.label, calibrated=s.costs.calibrated, calibration=s.costs.calibration,
                        acceptance=s.acceptance.name, model=s.model.name, device=s.gpu.slug,
                        kv_budget_tokens=s.kv_budget_tokens, clipped_requests=s.clipped_requests,
@@ -107,7 +121,48 @@ def resolve(config: SimConfig) -> Scenario:
     cost_model = costs.build(config.cost_model, model, gpu, engine=config.engine.kind)
     return Scenario(config=config, model=model, gpu=gpu, costs=cost_model,
                     acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
-                    clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu))
+                    clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu),
+                    members=tuple(_member(config, group) for group in config.fleet))
+
+
+def _member(config: SimConfig, group: Group) -> Member:
+    own = group_config(config, group)
+    try:
+        model, gpu = model_of(own), costs.gpu_spec(own.device)
+        return Member(group=group, config=own, model=model, gpu=gpu,
+                      costs=costs.build(own.cost_model, model, gpu, engine=own.engine.kind),
+                      kv_budget_tokens=own.engine.kv_budget_tokens(model, gpu))
+    except InputError as err:
+        raise InputError(f"fleet group {group.name}: {err}") from None
+
+
+def served_policies(config: SimConfig) -> tuple[str, ...]:
+    """The runs' labels: the config's policies, or, for a fleet whose every
+    group names its policy, the one run of those (``"h100 linear:k=3 + a100 ar"``)."""
+    if config.fleet and all(g.policy for g in config.fleet):
+        return (" + ".join(f"{g.name} {g.policy}" for g in config.fleet),)
+    return config.policies
+
+
+def replica_groups(scenario: Scenario) -> list[str] | None:
+    """Each replica's group name (None: identical replicas, no groups)."""
+    return [m.group.name for m in scenario.members for _ in range(m.group.replicas)] or None
+
+
+def replica_policies(scenario: Scenario, spec: str) -> list[str]:
+    """The policy each replica serves in the run of ``spec`` (a group's own, else ``spec``)."""
+    return [m.group.policy or spec for m in scenario.members for _ in range(m.group.replicas)]
+
+
+def replica_setups(scenario: Scenario, spec: str) -> list[dict]:
+    """Each replica's simspec.sim.simulate arguments for the run of policy
+    ``spec`` on the scenario's fleet (a group with its own policy keeps it)."""
+    setups = []
+    for m in scenario.members:
+        serve = dict(policy=policies.parse(m.group.policy or spec), costs=m.costs, engine=m.config.engine,
+                     kv_budget_tokens=m.kv_budget_tokens)
+        setups += [serve] * m.group.replicas
+    return setups
 
 
 def run(config: SimConfig, *, progress: bool = False, event_detail: bool = True) -> Results:
@@ -124,8 +179,9 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
     logs, fleets = [], []
     n = len(scenario.requests)
     compiling = progress and compile_note()
-    with tqdm(total=n * len(config.policies), unit="req", disable=not progress, leave=False) as bar:
-        for k, spec in enumerate(config.policies):
+    labels = served_policies(config)
+    with tqdm(total=n * len(labels), unit="req", disable=not progress, leave=False) as bar:
+        for k, spec in enumerate(labels):
             bar.set_description(spec)
 
             def advance(done: int, offset=k * n) -> None:
@@ -135,21 +191,28 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                     bar.reset()
                 bar.update(offset + done - bar.n)
 
-            run = simulate_fleet(scenario.requests, replicas=config.replicas, router=config.router,
-                                 staleness_s=config.router_staleness_ms / 1e3,
-                                 policy=policies.parse(spec), label=spec, costs=scenario.costs,
-                                 acceptance=scenario.acceptance, engine=config.engine,
-                                 kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
-                                 progress=advance if progress else None, event_detail=event_detail)
+            if config.fleet:
+                run = simulate_fleet(scenario.requests, replicas=config.fleet_replicas, router=config.router,
+                                     staleness_s=config.router_staleness_ms / 1e3, label=spec,
+                                     setups=replica_setups(scenario, spec), acceptance=scenario.acceptance,
+                                     seed=config.seed, progress=advance if progress else None,
+                                     event_detail=event_detail)
+            else:
+                run = simulate_fleet(scenario.requests, replicas=config.replicas, router=config.router,
+                                     staleness_s=config.router_staleness_ms / 1e3,
+                                     policy=policies.parse(spec), label=spec, costs=scenario.costs,
+                                     acceptance=scenario.acceptance, engine=config.engine,
+                                     kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
+                                     progress=advance if progress else None, event_detail=event_detail)
             logs.append(run.log)
             fleets.append(run)
     table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
                                            slo_e2el_ms=config.slo_e2el_ms,
                                            empty_as_zero=config.engine.kind == "vllm")
              for log in logs}
-    if config.replicas > 1:  # the merged log's busy time is the replicas'; the fleet's share is their mean
+    if config.fleet_replicas > 1:  # the merged log's busy time is the replicas'; the fleet's share is their mean
         for row in table.values():
-            row["gpu_busy_fraction"] /= config.replicas
+            row["gpu_busy_fraction"] /= config.fleet_replicas
     return Results(scenario=scenario, logs=tuple(logs), metrics=table, fleets=tuple(fleets))
 
 

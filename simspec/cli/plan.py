@@ -6,6 +6,7 @@ import argparse
 import time
 
 from simspec import __version__, plan as planning
+from simspec.types import require
 from simspec.cli.scenario import add_scenario_flags, scenario_config
 from simspec.files import check_writable
 
@@ -27,6 +28,8 @@ def _bound(slo: planning.Slo) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     args.tp = args.max_num_seqs = args.device = None  # lists here: the candidates, not the scenario's one value
     base = scenario_config(args)
+    require(not base.fleet, "plan: --fleet (or a config's [fleet]) names a fleet; plan searches for one: give the "
+                            "traffic and the candidates instead")
     slos = tuple(planning.parse_slo(s) for s in args.slo or [])
     d = planning.PlanConfig.__dataclass_fields__
     pc = planning.PlanConfig(devices=args.devices or d["devices"].default, tps=args.tps or d["tps"].default,

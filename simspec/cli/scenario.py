@@ -39,6 +39,9 @@ def add_scenario_flags(parser: argparse.ArgumentParser) -> None:
                         help="add the policies `simspec tune` chose: the load-adaptive one of the nearest CV and "
                              "each family's best at the nearest load (after --policy / the config's, else after ar)")
     parser.add_argument("--cv", type=number(float, "--cv"), help="inter-arrival CV (sets --burstiness)")
+    parser.add_argument("--fleet", metavar="FILE.toml",
+                        help="serve on groups of replicas of different setups (GPU, tp, engine, policy) behind "
+                             "--router: a fleet file of [[group]] tables (docs/fleets.md)")
     for flag in FLAGS:
         kind = flag.type if flag.type is str else on_off(flag.name) if flag.type is bool else number(flag.type, flag.name)
         default = {True: "on", False: "off"}.get(flag.default, flag.default) if flag.type is bool else flag.default

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.cli.scenario import add_scenario_flags, scenario_config
-from simspec.files import write_text
-from simspec.fleet import report as fleet_report
+from simspec.files import write_png, write_text
+from simspec.fleet import groups as fleet_groups, report as fleet_report
 from simspec.workloads import WorkloadConfig, image_sizes
 
 
@@ -23,13 +24,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = experiment.run(cfg, progress=not args.quiet, event_detail=False)
     wall_s = time.perf_counter() - started
     scenario = results.scenario
-    fleet = f" | {cfg.replicas} replicas ({cfg.router})" if cfg.replicas > 1 else ""
-    print(f"simspec {__version__} | {scenario.model.name} on {scenario.gpu.name}{fleet} | "
+    replicas = cfg.fleet_replicas
+    fleet = f" | {replicas} replicas ({cfg.router})" if replicas > 1 else ""
+    where = "a fleet of groups" if cfg.fleet else scenario.gpu.name
+    print(f"simspec {__version__} | {scenario.model.name} on {where}{fleet} | "
           f"{len(scenario.requests)} requests | seed {cfg.seed}")
-    print(experiment.cost_model_line(scenario))
+    if cfg.fleet:
+        print(f"fleet: {fleet_groups.describe(cfg.fleet)}")
+        for m in scenario.members:
+            print(f"group {m.group.name} x{m.group.replicas}: {m.gpu.name}, tp {m.config.tp} | "
+                  f"{modes.describe(m.config.engine)}")
+            print("  " + experiment.cost_model_line(replace(scenario, costs=m.costs), width=None))
+    else:
+        print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
-    print(modes.describe(cfg.engine))
+    if not cfg.fleet:
+        print(modes.describe(cfg.engine))
     if scenario.clipped_requests:
         print(f"workload: {scenario.clipped_requests} of {len(scenario.requests)} requests cut to the model's "
               f"{scenario.model.max_context_tokens:,}-token context (--over-context error refuses them)")
@@ -41,11 +52,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print("\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
     print(runfolder.verdict(results.metrics))
     extra = {}
-    if cfg.replicas > 1:
-        rows = fleet_report.replica_rows({log.policy: run for log, run in zip(results.logs, results.fleets)},
-                                         empty_as_zero=cfg.engine.kind == "vllm")
-        print(fleet_report.describe(rows, cfg.replicas, cfg.router))
+    if replicas > 1:
+        runs = {log.policy: run for log, run in zip(results.logs, results.fleets)}
+        groups = experiment.replica_groups(scenario)
+        served = {label: experiment.replica_policies(scenario, label) for label in runs} if cfg.fleet else None
+        rows = fleet_report.replica_rows(runs, groups=groups, served=served, empty_as_zero=cfg.engine.kind == "vllm")
+        print(fleet_report.describe(rows, replicas, cfg.router))
         extra["replicas.csv"] = lambda path: write_text(path, fleet_report.csv_text(rows))
+        extra["fleet_load.png"] = lambda path: write_png(path, fleet_report.plot_load(runs, groups))
+        extra["fleet_latency_cdf.png"] = lambda path: write_png(path, fleet_report.plot_latency_by_group(runs, groups))
     print(f"simulated in {wall_s:.1f} s")
     if args.out:
         runfolder.write_run(args.out, logs=list(results.logs), metrics=results.metrics,

@@ -41,6 +41,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     require(not args.policy_file, "tune writes a policy file; --policy-file is for simulate")
     require(not (args.load and args.rates), "give --load or --rates, not both")
     base = configuration.from_flags({**vars(args), "cv": None}, args.config)  # --cv here lists the CVs to tune
+    require(not base.fleet, "tune: --fleet (or a config's [fleet]) is a fleet of groups; tune tunes one setup's "
+                            "policy: give that setup's --device, --tp and engine flags (and --replicas N)")
     require(base.engine.kind == "simspec",
             f"tune builds a load-adaptive (staged) policy, which only --engine simspec runs (got --engine "
             f"{base.engine.kind}); tune on the simspec engine, then `simspec export --format {base.engine.kind}` "

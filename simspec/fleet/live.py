@@ -140,12 +140,14 @@ def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
 
 
 def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Router, seed: int, label: str,
-                    replica_seeds: list[int], difficulty: np.ndarray, staleness_s: float = 0.0,
-                    progress: Callable[[int], None] | None = None, **serve) -> tuple[list[RunLog | None], np.ndarray]:
+                    replica_seeds: list[int], difficulty: np.ndarray, setups: Sequence[dict], staleness_s: float = 0.0,
+                    progress: Callable[[int], None] | None = None) -> tuple[list[RunLog | None], np.ndarray]:
     """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
-    a stateful ``router``; returns each replica's log and who served what."""
+    a stateful ``router``, replica k with simspec.sim.simulate's arguments
+    ``setups[k]``; returns each replica's log and who served what."""
     tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
-    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve=dict(serve)) for s in replica_seeds]
+    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve=dict(setup))
+             for s, setup in zip(replica_seeds, setups)]
     assignment = np.empty(len(requests), dtype=np.int64)
     every = max(1, len(requests) // 200)
     for i, request in enumerate(requests):

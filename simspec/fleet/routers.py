@@ -283,22 +283,26 @@ class _PrefixAffinity(Router):
 
 
 class _SpecAware(Router):
-    def __init__(self, replicas, rng, model: ReplicaModel):
+    def __init__(self, replicas, rng, models: Sequence[ReplicaModel]):
         super().__init__(replicas, rng)
-        self.model = model  # the replicas are alike: one model, one estimate of a request for all
-        self.fluid = [_Fluid(model) for _ in range(replicas)]
-        self.estimate = (0.0, 0.0)  # the request last chosen for: its rounds and prefill seconds
+        self.models = list(models)  # each replica's; alike replicas share one (one estimate of a request for all)
+        self.fluid = [_Fluid(model) for model in self.models]
+        self.estimates: list[tuple[float, float]] = []  # the request last chosen for, on each replica: rounds, prefill s
 
     def choose(self, request, fleet):
-        self.estimate = rounds, prefill = self.model.rounds(request), self.model.prefill_s(request)
+        own: dict[int, tuple[float, float]] = {}
+        for m in self.models:
+            if id(m) not in own:
+                own[id(m)] = (m.rounds(request), m.prefill_s(request))
+        self.estimates = [own[id(m)] for m in self.models]
         finish = []
-        for f in self.fluid:
+        for f, (rounds, prefill) in zip(self.fluid, self.estimates):
             f.advance(request.arrival_s)
             finish.append(f.finish_in(rounds, prefill))
         return self.least(finish)
 
     def sent(self, k, i, request):
-        self.fluid[k].add(i, *self.estimate)
+        self.fluid[k].add(i, *self.estimates[k])
 
     def heard(self, k, finished):
         if finished:
@@ -309,12 +313,16 @@ _KINDS = {"round_robin": _RoundRobin, "random": _Random, "least_requests": _Leas
           "least_tokens": _LeastTokens, "power_of_two": _PowerOfTwo, "prefix_affinity": _PrefixAffinity}
 
 
-def router(name: str, replicas: int, rng: np.random.Generator, model: ReplicaModel | None = None) -> Router:
-    """The router ``name`` for simspec.fleet.live (``spec_aware`` needs the replicas' ``model``)."""
+def router(name: str, replicas: int, rng: np.random.Generator,
+           model: ReplicaModel | Sequence[ReplicaModel] | None = None) -> Router:
+    """The router ``name`` for simspec.fleet.live (``spec_aware`` needs the
+    replicas' ``model``: one for alike replicas, or one a replica)."""
     check(name, replicas)
     if name == "spec_aware":
         require(model is not None, "router spec_aware needs the replicas' ReplicaModel (simspec.fleet.predict)")
-        return _SpecAware(replicas, rng, model)
+        models = [model] * replicas if isinstance(model, ReplicaModel) else list(model)
+        require(len(models) == replicas, f"router spec_aware: one ReplicaModel a replica ({replicas}; got {len(models)})")
+        return _SpecAware(replicas, rng, models)
     return _KINDS[name](replicas, rng)
 
 

@@ -1,4 +1,4 @@
-"""Serve one workload on a fleet of identical replicas.
+"""Serve one workload on a fleet: identical replicas, or groups of different ones.
 
 Imports: numpy, simspec.seeds, simspec.sim, simspec.fleet.
 
@@ -15,7 +15,9 @@ replica i draws its rounds from its own child of the run's seed
 their choices from ``seeds.stream(seed, "router")``; none depends on the
 policy, so the policies of one run share their routing (where the router
 does not read the replicas' state) and their draws (common random
-numbers), as one replica's do.
+numbers), as one replica's do. A fleet of groups (simspec.fleet.groups)
+gives each replica its own setup (cost model, engine, KV budget, policy:
+``setups``); everything else is the same.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from simspec.fleet.live import simulate_routed
 from simspec.fleet.merge import merge
 from simspec.fleet.predict import calibrate
 from simspec.sim import simulate
-from simspec.types import Request, RunLog
+from simspec.types import Request, RunLog, require
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,35 +53,51 @@ def replica_seeds(seed: int, replicas: int) -> list[int]:
 
 def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, seed: int, label: str,
                    progress: Callable[[int], None] | None = None, staleness_s: float = 0.0, _live: bool = False,
-                   **serve) -> FleetRun:
+                   setups: Sequence[dict] | None = None, **serve) -> FleetRun:
     """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
-    ``router``; ``serve`` is :func:`simspec.sim.simulate`'s other arguments;
-    ``staleness_s``: how late a stateful router hears a finish. ``_live``
-    runs a stateless router side by side too (tests compare the two)."""
+    ``router``; ``serve`` is :func:`simspec.sim.simulate`'s other arguments,
+    each replica's own in ``setups`` (one dict a replica over ``serve``:
+    a fleet of groups); ``staleness_s``: how late a stateful router hears a
+    finish. ``_live`` runs a stateless router side by side too (tests
+    compare the two)."""
     routers.check(router, replicas)
+    require(setups is None or len(setups) == replicas,
+            f"setups: one a replica ({replicas}; got {len(setups or ())})")
+    own = [{**serve, **setup} for setup in setups] if setups is not None else [serve] * replicas
     if replicas == 1:
-        log = simulate(requests, label=label, seed=seed, progress=progress, **serve)
+        log = simulate(requests, label=label, seed=seed, progress=progress, **own[0])
         return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
     difficulty = serve["acceptance"].request_logits(np.random.default_rng(seeds.stream(seed, "difficulty")),
                                                     len(requests))
     rng = np.random.default_rng(seeds.stream(seed, "router"))
     if router not in routers.STATELESS or _live:
-        model = calibrate(requests, seed=seed, **serve) if router == "spec_aware" else None
+        models = _replica_models(requests, seed, own, setups) if router == "spec_aware" else None
         logs, assignment = simulate_routed(requests, replicas=replicas,
-                                           router=routers.router(router, replicas, rng, model),
+                                           router=routers.router(router, replicas, rng, models),
                                            seed=seed, label=label, replica_seeds=replica_seeds(seed, replicas),
                                            difficulty=difficulty, staleness_s=staleness_s, progress=progress,
-                                           **serve)
+                                           setups=own)
     else:
         arrival_s = np.array([r.arrival_s for r in requests], dtype=float)
         assignment = routers.route(arrival_s, replicas=replicas, router=router, rng=rng)
-        logs = _by_share(requests, assignment, replicas, seed, label, difficulty, progress, serve)
+        logs = _by_share(requests, assignment, replicas, seed, label, difficulty, progress, own)
     served = [log for log in logs if log is not None]
     return FleetRun(log=merge(served, label), replicas=tuple(logs), assignment=assignment)
 
 
-def _by_share(requests, assignment, replicas, seed, label, difficulty, progress, serve) -> list[RunLog | None]:
-    """Each replica's share served as a simulation of its own."""
+def _replica_models(requests, seed, own, setups) -> list:
+    """spec_aware's model of each replica, measured once per distinct setup (simspec.fleet.predict)."""
+    if setups is None:
+        return [calibrate(requests, seed=seed, **own[0])] * len(own)
+    measured: dict[int, object] = {}
+    for setup, serve in zip(setups, own):
+        if id(setup) not in measured:
+            measured[id(setup)] = calibrate(requests, seed=seed, **serve)
+    return [measured[id(setup)] for setup in setups]
+
+
+def _by_share(requests, assignment, replicas, seed, label, difficulty, progress, own) -> list[RunLog | None]:
+    """Each replica's share served as a simulation of its own (``own``: each replica's arguments)."""
     done = np.zeros(replicas, dtype=np.int64)
     logs: list[RunLog | None] = []
     for i, replica_seed in enumerate(replica_seeds(seed, replicas)):
@@ -93,7 +111,7 @@ def _by_share(requests, assignment, replicas, seed, label, difficulty, progress,
             progress(int(done.sum()))
 
         logs.append(simulate([requests[j] for j in mine], label=label, seed=replica_seed, difficulty=difficulty[mine],
-                             progress=advance if progress else None, **serve))
+                             progress=advance if progress else None, **own[i]))
     return logs
 
 
