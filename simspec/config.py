@@ -57,6 +57,8 @@ class SimConfig:
     # Or groups of replicas of different setups behind the router
     # (simspec.fleet.groups): each group's unset keys are this config's.
     fleet: tuple = ()
+    # What a disaggregated fleet's KV cache moves over (simspec.fleet.groups.LINKS, or GB_PER_S:LATENCY_US).
+    kv_link: str = fleet_groups.DEFAULT_LINK
     acceptance: str = DEFAULT_PRESET
     policies: tuple[str, ...] = DEFAULT_POLICIES
     seed: int = 0
@@ -80,6 +82,7 @@ class SimConfig:
         modes.check_draft_tp(self.engine.kind, self.tp, self.draft_tp)
         require(all(isinstance(g, fleet_groups.Group) for g in self.fleet),
                 f"fleet must be groups (simspec.fleet.groups.Group; got {self.fleet!r})")
+        fleet_groups.parse_link(self.kv_link)
         if self.fleet:
             require(self.replicas == 1, f"replicas and fleet both say how many replicas serve: give --replicas for "
                                         f"identical ones or a fleet's groups (got replicas {self.replicas} and a fleet)")
@@ -204,7 +207,7 @@ def load(path: str | Path) -> dict:
     _image_size_list(data, str(path))
     if "fleet" in data:
         fleet = fleet_groups.fleet_overrides(data.pop("fleet"), f"{path} [fleet]")
-        for key in ("router", "router_staleness_ms"):
+        for key in ("router", "router_staleness_ms", "kv_link"):
             require(not (key in fleet and key in data), f"{path}: {key} is set twice, at the top and in [fleet]")
         data.update(fleet)
     _check_file_types(data, path)
@@ -284,7 +287,8 @@ def _replace(record, overrides: dict):
     return type(record)(**values)
 
 
-LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin", "router_staleness_ms": 0.0, "fleet": ()}
+LEFT_OUT = {"tp": 1, "replicas": 1, "router": "round_robin", "router_staleness_ms": 0.0, "fleet": (),
+            "kv_link": fleet_groups.DEFAULT_LINK}
 """Keys left out of :func:`to_toml` at these values: a one-GPU, one-replica config reads (and hashes) as it did
 before them."""
 

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from simspec import acceptance, compiled, costs, metrics, policies, seeds, workloads
 from simspec.serving import modes
 from simspec.config import SimConfig, group_config
+from simspec.fleet import disagg, groups as fleet_groups
 from simspec.fleet.groups import Group
 from simspec.runfolder import RunMeta
 from simspec.fleet.run import FleetRun, simulate_fleet
@@ -138,10 +139,16 @@ def _member(config: SimConfig, group: Group) -> Member:
 
 def served_policies(config: SimConfig) -> tuple[str, ...]:
     """The runs' labels: the config's policies, or, for a fleet whose every
-    group names its policy, the one run of those (``"h100 linear:k=3 + a100 ar"``)."""
-    if config.fleet and all(g.policy for g in config.fleet):
-        return (" + ".join(f"{g.name} {g.policy}" for g in config.fleet),)
+    group (every decode group, disaggregated) names its policy, the one run
+    of those (``"h100 linear:k=3 + a100 ar"``)."""
+    serving = [g for g in config.fleet if g.role != disagg.PREFILL]
+    if serving and all(g.policy for g in serving):
+        return (" + ".join(f"{g.name} {g.policy}" for g in serving),)
     return config.policies
+
+
+def _policy_of(group: Group, spec: str) -> str:
+    return "ar" if group.role == disagg.PREFILL else group.policy or spec
 
 
 def replica_groups(scenario: Scenario) -> list[str] | None:
@@ -150,8 +157,9 @@ def replica_groups(scenario: Scenario) -> list[str] | None:
 
 
 def replica_policies(scenario: Scenario, spec: str) -> list[str]:
-    """The policy each replica serves in the run of ``spec`` (a group's own, else ``spec``)."""
-    return [m.group.policy or spec for m in scenario.members for _ in range(m.group.replicas)]
+    """The policy each replica serves in the run of ``spec`` (a group's own,
+    else ``spec``; a prefill replica's: ar)."""
+    return [_policy_of(m.group, spec) for m in scenario.members for _ in range(m.group.replicas)]
 
 
 def replica_setups(scenario: Scenario, spec: str) -> list[dict]:
@@ -159,7 +167,7 @@ def replica_setups(scenario: Scenario, spec: str) -> list[dict]:
     ``spec`` on the scenario's fleet (a group with its own policy keeps it)."""
     setups = []
     for m in scenario.members:
-        serve = dict(policy=policies.parse(m.group.policy or spec), costs=m.costs, engine=m.config.engine,
+        serve = dict(policy=policies.parse(_policy_of(m.group, spec)), costs=m.costs, engine=m.config.engine,
                      kv_budget_tokens=m.kv_budget_tokens)
         setups += [serve] * m.group.replicas
     return setups
@@ -191,7 +199,15 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                     bar.reset()
                 bar.update(offset + done - bar.n)
 
-            if config.fleet:
+            if fleet_groups.disaggregated(config.fleet):
+                run = disagg.serve(scenario.requests, setups=replica_setups(scenario, spec),
+                                   roles=[m.group.role for m in scenario.members for _ in range(m.group.replicas)],
+                                   router=config.router, seed=config.seed, label=spec,
+                                   link=fleet_groups.parse_link(config.kv_link),
+                                   bytes_per_token=max(m.model.kv_bytes_per_token for m in scenario.members),
+                                   staleness_s=config.router_staleness_ms / 1e3, acceptance=scenario.acceptance,
+                                   progress=advance if progress else None, event_detail=event_detail)
+            elif config.fleet:
                 run = simulate_fleet(scenario.requests, replicas=config.fleet_replicas, router=config.router,
                                      staleness_s=config.router_staleness_ms / 1e3, label=spec,
                                      setups=replica_setups(scenario, spec), acceptance=scenario.acceptance,

@@ -381,3 +381,35 @@ def test_the_live_engine_refuses_a_prefix_id_on_different_content():
                         LiveConfig(max_num_seqs=1, prefix_caching=True))
     with pytest.raises(ValueError, match="request 1 shares prefix 0 with request 0, but their first 16 tokens differ"):
         engine.serve(requests, examples, realtime=False)
+
+
+def test_a_transferred_prompt_arrives_computed_but_its_last_token():
+    """The decode side of a disaggregated fleet: each request's prompt KV is
+    in place at admission (all but the last token, which runs here, as
+    after a prefix hit), in blocks of its own; a preempted one recomputes."""
+    s = Scheduler(context=np.array([40, 30]), visual=np.array([16, 0]), output=np.array([5, 5]), max_num_seqs=4,
+                  max_num_batched_tokens=64, kv_budget_tokens=10_000, reserve_tokens=1, transferred=True)
+    s.arrive(0)
+    s.arrive(1)
+    assert s.admit() == [0, 1]
+    assert s.cache.tolist() == [39, 29] and s.ready.tolist() == [0, 0]
+    prefill = s.prefill(s.prefill_chunks(np.zeros(0, np.int64)))
+    assert prefill.tokens == 2 and prefill.vision_tokens == 0  # the images were encoded on the prefill side
+    tight = Scheduler(context=np.array([40]), visual=np.array([0]), output=np.array([5]), max_num_seqs=4,
+                      max_num_batched_tokens=64, kv_budget_tokens=40, reserve_tokens=1, transferred=True)
+    tight.arrive(0)
+    assert tight.admit() == []  # 40 + 1 tokens of its own: the budget of 40 cannot hold it
+    plain = scheduler([40, 30], [5, 5])
+    plain.arrive(0)
+    plain.admit()
+    assert plain.cache[0] == 0  # without a transfer nothing arrives computed
+    again = Scheduler(context=np.array([40, 40]), visual=np.array([0, 0]), output=np.array([9, 9]), max_num_seqs=4,
+                      max_num_batched_tokens=64, kv_budget_tokens=85, reserve_tokens=4, transferred=True)
+    again.arrive(0)
+    again.arrive(1)
+    assert again.admit() == [0, 1]
+    again.cache[:] = 40
+    again.emitted[:] = 1
+    _, preempted, _ = again.decode_batch()  # 2 x 40 + 2 x 4 = 88 > 85: request 1 goes
+    assert preempted == [1]
+    assert again.admit() == [1] and again.cache[1] == 0  # its transferred KV is gone: it recomputes

@@ -6,6 +6,8 @@ import argparse
 import time
 from dataclasses import replace
 
+import numpy as np
+
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
 from simspec.acceptance import PRESETS
@@ -31,6 +33,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"{len(scenario.requests)} requests | seed {cfg.seed}")
     if cfg.fleet:
         print(f"fleet: {fleet_groups.describe(cfg.fleet)}")
+        if fleet_groups.disaggregated(cfg.fleet):
+            link = fleet_groups.parse_link(cfg.kv_link)
+            moved = results.fleets[0].transfer_s * 1e3
+            print(f"prefill/decode: kv cache over {link.name} ({link.bytes_per_s / 1e9:g} GB/s a GPU each way, "
+                  f"{link.latency_s * 1e6:g} us a transfer; {link.source}): a transfer {moved.mean():.2f} ms mean, "
+                  f"{np.percentile(moved, 99):.2f} ms p99")
         for m in scenario.members:
             print(f"group {m.group.name} x{m.group.replicas}: {m.gpu.name}, tp {m.config.tp} | "
                   f"{modes.describe(m.config.engine)}")

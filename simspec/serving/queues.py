@@ -82,6 +82,11 @@ class Tokens(NamedTuple):
     emitted: np.ndarray  # [N] int tokens generated so far
     hit: np.ndarray  # [N] int prefix-cache hit at the latest admission (0 without prefix caching)
     shared: np.ndarray  # [N] int tokens of the cache held in a shared prefix entry (0 without prefix caching)
+    # [N] int prompt tokens whose KV arrives with the request (a disaggregated
+    # prefill's, moved to this replica): computed at its first admission, in
+    # blocks of its own, as vLLM's KV connector reports external tokens;
+    # spent there (a preempted request recomputes them). 0: none.
+    ready: np.ndarray
 
 
 class State(NamedTuple):
@@ -172,7 +177,13 @@ def admit(s: State, lim: Limits, budgeted: bool, token_budget: int, admitted: np
         hit = extra = 0
         if lim.prefix_caching:
             hit, extra = lookup(pre, lim.block_size, i, tok.target[i])
-        need = blocks(tok.target[i] + 1 - hit, lim.block_size) + extra
+        ready = min(tok.ready[i], tok.target[i] - 1)  # the last prompt token runs here, as after a prefix hit
+        if ready > hit:
+            hit, extra = ready, 0
+            need = blocks(tok.target[i] + 1, lim.block_size)  # the arrived KV in blocks of its own
+        else:
+            ready = 0
+            need = blocks(tok.target[i] + 1 - hit, lim.block_size) + extra
         if used + need > lim.kv_budget:
             break
         q.counts[WAIT_HEAD] = (q.counts[WAIT_HEAD] + 1) % len(q.waiting)
@@ -182,7 +193,11 @@ def admit(s: State, lim: Limits, budgeted: bool, token_budget: int, admitted: np
         admitted[count] = i
         count += 1
         used += need
-        if lim.prefix_caching:
+        if ready > 0:
+            tok.cache[i] = ready
+            tok.hit[i] = ready
+            tok.ready[i] = 0
+        elif lim.prefix_caching:
             if hit > 0:
                 use(pre, i)
                 tok.cache[i] = hit

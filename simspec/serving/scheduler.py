@@ -37,7 +37,7 @@ class Scheduler:
     def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
                  max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
                  images: list[tuple[int, ...]] | None = None, block_size: int = 1,
-                 prefixes: tuple[np.ndarray, np.ndarray] | None = None):
+                 prefixes: tuple[np.ndarray, np.ndarray] | None = None, transferred: bool = False):
         """``images`` (each request's visual tokens per image, at the
         prompt's start in order): given, the vision encoder runs under
         vLLM's per-step encoder budget (simspec.serving.prefixes). Without,
@@ -46,7 +46,10 @@ class Scheduler:
         ``prefixes`` (each request's prefix_id and prefix_tokens, as
         Request has them): given, the engine caches prefixes: a request
         admitted while its prefix's blocks are cached starts with them
-        computed, and holds only the rest."""
+        computed, and holds only the rest.
+
+        ``transferred``: every request arrives with its prompt's KV cache
+        (the decode side of a disaggregated fleet: Tokens.ready)."""
         n = len(context)
         self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
         self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
@@ -57,6 +60,7 @@ class Scheduler:
         self.emitted = np.zeros(n, np.int64)  # [N] tokens generated so far
         self.hit = np.zeros(n, np.int64)  # [N] prefix-cache hit at the request's latest admission
         self.shared = np.zeros(n, np.int64)  # [N] tokens of the cache held in a shared prefix entry
+        self.ready = self.context.copy() if transferred else np.zeros(n, np.int64)  # [N] KV arriving with it
         self.block_size = block_size  # KV is held in blocks of this many tokens (vLLM: 16)
         self.images = images
         self.prefix_caching = prefixes is not None
@@ -68,7 +72,7 @@ class Scheduler:
         self.reserve = reserve_tokens
         seqs = max(1, min(max_num_seqs, n))
         self.tokens = Tokens(self.context, self.visual, self.output, self.cache, self.target, self.drafted,
-                             self.emitted, self.hit, self.shared)
+                             self.emitted, self.hit, self.shared, self.ready)
         self.state = State(new_queues(n, seqs), self.tokens, prefix_cache, new_images(images, n))
         self.queues = self.state.queues
         self.kv_budget = kv_budget_tokens

@@ -201,13 +201,15 @@ class Replica:
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator | None, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
-                 difficulty: np.ndarray | None = None, routed: bool = False):
+                 difficulty: np.ndarray | None = None, routed: bool = False, transferred_kv: bool = False):
         """``event_detail``: keep the log's per-chunk and per-round arrays
         (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
         (tests compare the two); ``difficulty``: the requests' top-1 logits
         (None: drawn from ``rng_difficulty``); ``routed``: ``requests`` are
         the fleet's whole stream, of which a router hands this replica its
-        share as it runs (simspec.fleet.live): no arrival is known yet."""
+        share as it runs (simspec.fleet.live): no arrival is known yet;
+        ``transferred_kv``: each request arrives with its prompt's KV cache
+        (the decode side of a disaggregated fleet, simspec.fleet.disagg)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
@@ -221,7 +223,8 @@ class Replica:
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
             images=images if images is not None and any(images) else None,  # no image: the budget never binds
-            block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None)
+            block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None,
+            transferred=transferred_kv)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
         self.state = steps.RequestState(
@@ -372,7 +375,7 @@ class Replica:
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
              acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
              seed: int = 0, progress: Callable[[int], None] | None = None, event_detail: bool = True,
-             _python: bool = False, difficulty: np.ndarray | None = None) -> RunLog:
+             _python: bool = False, difficulty: np.ndarray | None = None, transferred_kv: bool = False) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
     The run's seed gives the difficulty and round streams (simspec.seeds
@@ -383,14 +386,16 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     rest of the log is the same). ``difficulty`` gives the requests' top-1
     logits instead of the seed's draw (a fleet's replica: its share of the
     fleet's draw). ``_python`` runs the SimPy-process driver
-    (module docstring; tests compare the two paths).
+    (module docstring; tests compare the two paths). ``transferred_kv``:
+    each request arrives with its prompt's KV cache (Replica).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
                                   for purpose in ("difficulty", "rounds"))
     env = simpy.Environment()
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
-                      progress=progress, event_detail=event_detail, _python=_python, difficulty=difficulty)
+                      progress=progress, event_detail=event_detail, _python=_python, difficulty=difficulty,
+                      transferred_kv=transferred_kv)
     if not replica.fast:
         env.process(replica.arrivals())
     env.process(replica.replica())
