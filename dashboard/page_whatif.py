@@ -22,6 +22,8 @@ from simspec.serving import modes
 from simspec.acceptance import PRESETS
 from simspec.costs import MODELS
 from simspec.costs.specs import TP_DEGREES
+from simspec.fleet import groups as fleet_groups
+from simspec.fleet.routers import MAX_REPLICAS, ROUTERS
 from simspec.policies import POLICIES
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -127,6 +129,15 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
         flags["images_max"] = int(st.number_input("Images per multimodal request, at most (images_max)",
                                                      value=WORKLOAD.images_max, key="images_max"))
 
+    sb.header("Fleet")
+    replicas = sb.number_input(f"Replicas (replicas, 1..{MAX_REPLICAS}; the rate is the fleet's)", value=SIM.replicas,
+                               step=1, key="replicas")
+    router = sb.selectbox("Router (router)", ROUTERS, index=ROUTERS.index(SIM.router), key="router")
+    fleet_text = sb.text_area("…or groups of different replicas (fleet: a fleet file's TOML)", value="", key="fleet",
+                              height=100, placeholder='[[group]]\nreplicas = 2\ndevice = "a100-80gb"',
+                              help="[[group]] tables as `simspec simulate --fleet` reads them (docs/fleets.md): "
+                                   "each group's unset keys are the scenario's; with groups, Replicas stays 1")
+
     sb.header("Policies")
     text = sb.text_area("One per line, NAME or NAME:k=v,... (policies)", value="\n".join(DASH.policies), key="policies",
                         height=130)
@@ -147,10 +158,17 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
     if not specs:
         raise Refused("policies must name at least one policy (got none)")
     try:
+        fleet = {}
+        if fleet_text.strip():
+            try:
+                table = tomllib.loads(fleet_text)
+            except tomllib.TOMLDecodeError as err:
+                raise InputError(f"fleet: not valid TOML ({err})") from None
+            fleet = fleet_groups.fleet_overrides(table, "fleet")
         dash = DashboardConfig(loads=loads, num_requests=int(num_requests), workers=int(workers))
-        config = configuration.from_flags({**flags, "model": model, "tp": int(tp), "device": device,
-                                           "acceptance": acceptance,
-                                           "seed": int(seed), "policy": specs, "engine": engine})
+        values = {**flags, "model": model, "tp": int(tp), "device": device, "acceptance": acceptance,
+                  "seed": int(seed), "policy": specs, "engine": engine, "replicas": int(replicas), "router": router}
+        config = configuration.build(fleet, configuration.flag_overrides(values))
     except InputError as err:
         raise Refused(str(err)) from None
     return config, dash
@@ -191,6 +209,11 @@ def show(result: whatif.WhatIf) -> None:
         st.caption("`ar` was added: it is the baseline of every speedup.")
 
     st.caption(modes.describe(config.engine))
+    if config.fleet:
+        st.caption(f"fleet behind {config.router}: {fleet_groups.describe(config.fleet)}; AR saturation is the "
+                   f"groups' summed")
+    elif config.replicas > 1:
+        st.caption(f"fleet: {config.replicas} replicas behind {config.router}; AR saturation is the fleet's")
     st.subheader("Latency per policy at your rate")
     st.dataframe(_table(at))
     st.caption("Latencies in ms (vLLM `bench serve` definitions); speedup vs AR = AR's mean E2EL / the "

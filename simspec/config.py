@@ -256,6 +256,10 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
             raise InputError(f"[{name}]: {err}") from None
     if "policies" in merged:
         merged["policies"] = tuple(merged["policies"])
+    if isinstance(merged.get("fleet"), dict):  # a [fleet] table read straight from TOML (to_toml's output)
+        fleet = fleet_groups.fleet_overrides(merged.pop("fleet"), "[fleet]")
+        for key, value in fleet.items():
+            merged.setdefault(key, value)
     if "drafter" not in merged:  # a model with its own drafter (DeepSeek-V3's MTP module) drafts with it
         own = own_drafter(merged.get("model", base.model), base.drafter)
         if own != base.drafter:

@@ -262,12 +262,20 @@ def cost_model_line(scenario: Scenario, width: int | None = 120) -> str:
 
 
 def saturation_rate(config: SimConfig, *, policy: str = "ar", requests: int = 800) -> float:
-    """Requests per second the scenario's replica sustains with ``policy``
-    (:func:`burst_rate` over ``requests`` of the workload's mix)."""
-    burst = replace(config, workload=replace(config.workload, num_requests=requests, duration_s=None))
+    """Requests per second the scenario's replicas sustain with ``policy``
+    (:func:`burst_rate` over ``requests`` of the workload's mix): one
+    replica's rate times the replicas, or summed over a fleet's groups (a
+    disaggregated fleet's decode groups, each measured as if it prefilled
+    too: a reference rate, not the split fleet's own)."""
+    if config.fleet:
+        return sum(saturation_rate(group_config(config, g), policy=policy, requests=requests) * g.replicas
+                   for g in config.fleet if g.role != disagg.PREFILL)
+    burst = replace(config, replicas=1,
+                    workload=replace(config.workload, num_requests=requests, duration_s=None))
     scenario = resolve(burst)
-    return burst_rate(scenario.requests, policy=policy, costs=scenario.costs, acceptance=scenario.acceptance,
-                      engine=config.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
+    return config.replicas * burst_rate(scenario.requests, policy=policy, costs=scenario.costs,
+                                        acceptance=scenario.acceptance, engine=config.engine,
+                                        kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed)
 
 
 def rate_at_load(load: float, saturation_per_s: float) -> float:

@@ -212,6 +212,39 @@ def test_the_tp_widget_serves_a_70b_model_on_four_gpus(app):
     assert list(app.dataframe[0].value.index)[:2] == ["ar", "linear:k=3"]
 
 
+def test_the_fleet_widgets_serve_a_fleet_and_scale_the_saturation(app):
+    one = float(metric(app, "AR saturation").split()[0])
+    app.number_input(key="replicas").set_value(3).run()
+    app.selectbox(key="router").set_value("least_requests").run()
+    ok(app)
+    assert any("fleet: 3 replicas behind least_requests" in c.value for c in app.caption)
+    assert float(metric(app, "AR saturation").split()[0]) == pytest.approx(3 * one, rel=0.01)
+    app.number_input(key="replicas").set_value(1).run()
+    app.text_area(key="fleet").set_value('[[group]]\nname = "h"\nreplicas = 2\n'
+                                        '[[group]]\nname = "a"\nreplicas = 1\ndevice = "a100-80gb"\n').run()
+    ok(app)
+    assert any("fleet behind least_requests: h x2; a x1 (device a100-80gb)" in c.value for c in app.caption)
+    grouped = float(metric(app, "AR saturation").split()[0])
+    assert 2 * one < grouped < 3 * one  # an A100 sustains less than an H100
+    expected = whatif.what_if(configuration.build(
+        {"fleet": {"group": [{"name": "h", "replicas": 2}, {"name": "a", "replicas": 1, "device": "a100-80gb"}]}},
+        {"policies": list(DashboardConfig().policies), "router": "least_requests", "workload": {"num_requests": 40}}),
+        DashboardConfig(loads=(0.5, 1.0), num_requests=40, workers=0))
+    shown = app.dataframe[0].value
+    assert shown.loc["linear:k=3", "mean E2EL"] == round(expected.at_rate.metrics["linear:k=3"]["mean_e2el_ms"])
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[[group]\n", "fleet: not valid TOML"),
+    ("[[group]]\nreplicas = 0\n", "replicas must be in 1..1024"),
+    ('[[group]]\nreplicas = 1\nrole = "prefill"\n', "prefill and decode groups"),
+])
+def test_a_bad_fleet_is_one_clear_error(app, value, message):
+    app.text_area(key="fleet").set_value(value).run()
+    assert not app.exception
+    assert len(app.error) == 1 and message in app.error[0].value, [e.value for e in app.error]
+
+
 def test_a_model_from_its_config_file(app, tmp_path):
     from test_hfconfig import LLAVA_15_7B  # llava-hf/llava-1.5-7b-hf's config.json: the catalog model's shape
 
