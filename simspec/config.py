@@ -384,6 +384,10 @@ FLAGS = (
          "448x448:0.5,1920x1080:0.5): a dynamic-resolution model (Qwen2-VL, Qwen2.5-VL) turns each image's size into "
          "its visual tokens, a fixed-size one keeps its count; a trace's image_width/image_height or image_size "
          "column wins (default: the model's own, docs/models.md)"),
+    Flag("--mix", ("workload", "mix"), str,
+         "request classes and their shares, CLASS:SHARE,... of chat, translate, summarize, qa, math, rag, code (e.g. "
+         "code:0.3,chat:0.5,summarize:0.2), or spec-bench (its six alike); each class its own acceptance level "
+         "(docs/modelling.md; default: none, every request at the preset's level)"),
     Flag("--image-pool", ("workload", "image_pool"), int,
          "multimodal requests show one of N images first (repeats hit the prefix cache; 0: all distinct)"),
     Flag("--prefix-caching", ("engine", "prefix_caching"), bool, "on or off: reuse KV of shared prefixes "

@@ -155,6 +155,7 @@ class Request:
     # ``prefix_id`` (a system prompt, a repeated image); -1: none shared.
     prefix_id: int = -1
     prefix_tokens: int = 0
+    task: str = ""  # its class (simspec.acceptance.classes): what it asks for; "": none
 
     @property
     def images(self) -> int:

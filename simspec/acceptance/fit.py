@@ -151,4 +151,12 @@ def load_acceptance(path: str | Path, model: str | None = None) -> AcceptanceMod
                                         f"(source.model; written by an older simspec: refit it with `simspec validate`)")
     require(model is None or model == fitted_to, f"acceptance file {path} was fitted to {fitted_to}'s drafter; the "
                                                  f"run is of {model} (choose --model {fitted_to} or a preset)")
-    return load_record(path, "acceptance", ACCEPTANCE_FORMAT, lambda r: AcceptanceModel(**r["model"]))
+    return load_record(path, "acceptance", ACCEPTANCE_FORMAT, lambda r: AcceptanceModel(**_pairs(r["model"])))
+
+
+def _pairs(fields: dict) -> dict:
+    """A model record from JSON: its class levels back as (class, offset) pairs (JSON has lists)."""
+    pairs = fields.get("class_logit")
+    if isinstance(pairs, list):
+        fields = {**fields, "class_logit": tuple(tuple(p) if isinstance(p, list) else p for p in pairs)}
+    return fields

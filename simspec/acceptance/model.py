@@ -228,9 +228,20 @@ class AcceptanceModel:
     # 1 - conf(rank 1); None: shaped as the true ranks' tail (presets).
     conf_tail_mass: float | None = None
     conf_tail_decay: float | None = None
+    # Request classes (simspec.acceptance.classes): (class, logit offset from
+    # top1_logit) pairs, sorted; a request of another class (or none) keeps top1_logit.
+    class_logit: tuple = ()
+    # Long contexts: the top-1 logit falls by this much per doubling of a
+    # request's context beyond context_knee_tokens (0: no fall).
+    context_decay_logit: float = 0.0
+    context_knee_tokens: int = 2048
 
     def __post_init__(self):
         check_types(self)
+        require(all(isinstance(c, str) and isinstance(v, float) for c, v in self.class_logit),
+                f"class_logit must be (class, logit offset) pairs (got {self.class_logit!r})")
+        require(self.context_decay_logit >= 0.0, f"context_decay_logit must be >= 0 (got {self.context_decay_logit})")
+        require(self.context_knee_tokens >= 1, f"context_knee_tokens must be >= 1 (got {self.context_knee_tokens})")
         require(0.0 <= self.tail_mass <= 1.0, f"tail_mass must be in [0, 1] (got {self.tail_mass})")
         require(0.0 < self.tail_decay < 1.0, f"tail_decay must be in (0, 1) (got {self.tail_decay})")
         for field in ("request_sigma", "round_sigma", "token_sigma", "confidence_sigma", "depth_decay_logit"):
@@ -275,9 +286,23 @@ class AcceptanceModel:
         loss = (1.0 - self.retention_none) * (1.0 - kept_share)
         return np.where(visual_tokens > 0, 1.0 - loss, 1.0)
 
-    def request_logits(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """Per-request difficulty: the top-1 logit of each of ``n`` requests."""
-        return self.top1_logit + self.request_sigma * rng.standard_normal(n)
+    def request_logits(self, rng: np.random.Generator, n: int, classes=None, context_tokens=None) -> np.ndarray:
+        """Per-request difficulty: the top-1 logit of each of ``n`` requests,
+        moved by each one's class (``classes``: a name a request, "" for
+        none) and its context length (``context_tokens``) where the model
+        has those terms. The normals drawn are the same whatever they are."""
+        logits = self.top1_logit + self.request_sigma * rng.standard_normal(n)
+        if classes is not None and self.class_logit:
+            offset = dict(self.class_logit)
+            logits = logits + np.array([offset.get(c, 0.0) for c in classes], dtype=float)
+        if context_tokens is not None and self.context_decay_logit > 0.0:
+            doublings = np.log2(np.maximum(np.asarray(context_tokens, dtype=float) / self.context_knee_tokens, 1.0))
+            logits = logits - self.context_decay_logit * doublings
+        return logits
+
+    def class_offset(self, name: str) -> float:
+        """The logit offset of class ``name`` (0 for one the model does not move)."""
+        return dict(self.class_logit).get(name, 0.0)
 
     def draw(self, rand: "RandomBlocks", request_logit: np.ndarray, retention: np.ndarray,
              depth: int, ranks: int) -> Round:

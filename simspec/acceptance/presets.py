@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simspec import trees
+from simspec.acceptance import classes
 from simspec.acceptance.model import AcceptanceModel, RandomBlocks
 from simspec.types import InputError
 
@@ -149,7 +150,51 @@ def fit_preset(name: str) -> AcceptanceModel:
     return template.with_top1_logit(fit_top1_logit(template, p.draft, p.accept_length))
 
 
-def preset(name: str) -> AcceptanceModel:
-    """The acceptance model of a published preset, with its shipped fit."""
+def class_lengths(name: str) -> dict[str, float]:
+    """Each class's acceptance length under the preset's draft setting at
+    concurrency 1: the preset's, times its Spec-Bench ratio (simspec.acceptance.classes)."""
     p = _preset_entry(name)
-    return AcceptanceModel(name=p.name, top1_logit=FITTED_TOP1_LOGIT[p.name])
+    return {c: p.accept_length * classes.length_ratio(c) for c in classes.CLASSES}
+
+
+def fit_class_logits(name: str) -> dict[str, float]:
+    """Each Spec-Bench class's top-1 logit offset from the preset's, fitted
+    afresh (about two seconds a class) so that the preset's draft setting
+    gives :func:`class_lengths` (``code`` keeps the preset's: 0)."""
+    p = _preset_entry(name)
+    template = AcceptanceModel(name=p.name, top1_logit=0.0)
+    base = FITTED_TOP1_LOGIT[p.name]
+    return {c: round(fit_top1_logit(template, p.draft, length) - base, 4)
+            for c, length in class_lengths(name).items() if not classes.assumed(c)}
+
+
+def preset(name: str) -> AcceptanceModel:
+    """The acceptance model of a published preset, with its shipped fits."""
+    p = _preset_entry(name)
+    offsets = FITTED_CLASS_LOGIT.get(p.name, {})
+    return AcceptanceModel(name=p.name, top1_logit=FITTED_TOP1_LOGIT[p.name],
+                           class_logit=tuple(sorted((c, float(v)) for c, v in offsets.items())))
+
+
+# Each class's top-1 logit offset (``fit_class_logits``), shipped as the
+# top-1 logits are; a test refits some. Regenerate:
+# python -c "from simspec.acceptance import presets as p; print({n: p.fit_class_logits(n) for n in p.FITTED_TOP1_LOGIT})"
+FITTED_CLASS_LOGIT: dict[str, dict[str, float]] = {
+    'EagleVLM/LLaVA-1.5-7B': {'chat': 0.5612, 'translate': -0.5396, 'summarize': -0.1045, 'qa': -0.2952, 'math': 0.5612, 'rag': -0.4484},
+    'SpecVLM/LLaVA-1.5-7B': {'chat': 0.5733, 'translate': -0.5308, 'summarize': -0.0912, 'qa': -0.2958, 'math': 0.5733, 'rag': -0.4351},
+    'EagleVLM/LLaVA-1.6-7B': {'chat': 0.567, 'translate': -0.554, 'summarize': -0.106, 'qa': -0.3022, 'math': 0.567, 'rag': -0.4434},
+    'SpecVLM/LLaVA-1.6-7B': {'chat': 0.5788, 'translate': -0.5235, 'summarize': -0.0818, 'qa': -0.2918, 'math': 0.5788, 'rag': -0.4192},
+    'EagleVLM/LLaVA-1.5-13B': {'chat': 0.5733, 'translate': -0.53, 'summarize': -0.0896, 'qa': -0.2971, 'math': 0.5733, 'rag': -0.4374},
+    'SpecVLM/LLaVA-1.5-13B': {'chat': 0.5777, 'translate': -0.5243, 'summarize': -0.0881, 'qa': -0.2806, 'math': 0.5777, 'rag': -0.4212},
+    'EagleVLM/LLaVA-1.6-13B': {'chat': 0.5747, 'translate': -0.5174, 'summarize': -0.1047, 'qa': -0.2866, 'math': 0.5747, 'rag': -0.4306},
+    'SpecVLM/LLaVA-1.6-13B': {'chat': 0.5791, 'translate': -0.521, 'summarize': -0.1026, 'qa': -0.2942, 'math': 0.5791, 'rag': -0.4442},
+    'SpecVLM/LLaVA-1.5-7B@5ep': {'chat': 0.7005, 'translate': -0.5806, 'summarize': -0.1293, 'qa': -0.3283, 'math': 0.7005, 'rag': -0.4818},
+    'SpecVLM/LLaVA-1.6-13B@5ep': {'chat': 0.7282, 'translate': -0.5816, 'summarize': -0.1232, 'qa': -0.3379, 'math': 0.7282, 'rag': -0.4902},
+    'EAGLE-2/LLaVA-1.6-7B': {'chat': 0.9836, 'translate': -1.9053, 'summarize': -0.2327, 'qa': -0.7873, 'math': 0.9836, 'rag': -1.3804},
+    'ViSpec/LLaVA-1.6-7B': {'chat': 0.6658, 'translate': -0.5787, 'summarize': -0.0995, 'qa': -0.3029, 'math': 0.6658, 'rag': -0.4698},
+    'EAGLE-2/LLaVA-1.6-13B': {'chat': 0.6721, 'translate': -0.746, 'summarize': -0.1265, 'qa': -0.3801, 'math': 0.6721, 'rag': -0.5877},
+    'ViSpec/LLaVA-1.6-13B': {'chat': 0.6466, 'translate': -0.5869, 'summarize': -0.109, 'qa': -0.3156, 'math': 0.6466, 'rag': -0.4839},
+    'EAGLE-2/Qwen2.5-VL-7B': {'chat': 0.9467, 'translate': -1.716, 'summarize': -0.1959, 'qa': -0.7247, 'math': 0.9467, 'rag': -1.2586},
+    'ViSpec/Qwen2.5-VL-7B': {'chat': 0.6368, 'translate': -0.6398, 'summarize': -0.1068, 'qa': -0.3282, 'math': 0.6368, 'rag': -0.5228},
+    'ViSpec/Qwen2.5-VL-3B': {'chat': 0.6446, 'translate': -0.6528, 'summarize': -0.1159, 'qa': -0.3417, 'math': 0.6446, 'rag': -0.5297},
+}

@@ -10,7 +10,7 @@ import numpy as np
 
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
-from simspec.acceptance import PRESETS
+from simspec.acceptance import PRESETS, classes
 from simspec.cli.scenario import add_scenario_flags, scenario_config
 from simspec.files import write_png, write_text
 from simspec.fleet import groups as fleet_groups, report as fleet_report
@@ -47,6 +47,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
+    if cfg.workload.mix is not None:
+        print(_classes_line(cfg.workload.mix, scenario.acceptance))
     if not cfg.fleet:
         print(modes.describe(cfg.engine))
     if scenario.clipped_requests:
@@ -86,11 +88,27 @@ def _describe(w: WorkloadConfig) -> str:
             f"{sizes}")
 
 
+def _classes_line(mix: str, model) -> str:
+    """What the request classes do in this run, and on what their levels rest."""
+    m = classes.parse_mix(mix)
+    if not model.class_logit:
+        return (f"classes: {m.describe()}; {model.name} has no class levels: every class at its level "
+                f"(a preset has them)")
+    assumed = [name for name in m.names if classes.assumed(name)]
+    note = f"; {', '.join(assumed)} at the preset's level (an assumption: no published figure)" if assumed else ""
+    return f"classes: {m.describe()}; levels fitted to {classes.SPEC_BENCH_SOURCE} per-category speedups{note}"
+
+
 def cmd_presets(args: argparse.Namespace) -> int:
     print(f"{'preset':32s} {'accept length':>13s} {'speedup':>8s}  draft setting (source)")
     for p in PRESETS.values():
         print(f"{p.name:32s} {p.accept_length:13.2f} {p.speedup_vs_ar:8.2f}  "
               f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+    print(f"\nrequest classes (--mix): each class's acceptance length is the preset's times its category's "
+          f"speedup over the overall ({classes.SPEC_BENCH_SOURCE}; the EAGLE row):")
+    print("  " + "  ".join(f"{name} {classes.length_ratio(name):.3f}" + ("*" if classes.assumed(name) else "")
+                           for name in classes.CLASSES))
+    print("  * an assumption: no Spec-Bench category")
     return 0
 
 

@@ -33,6 +33,7 @@ from simspec.fleet.live import simulate_routed
 from simspec.fleet.merge import merge
 from simspec.fleet.predict import calibrate
 from simspec.sim import simulate
+from simspec.sim.replica import request_logits
 from simspec.types import Request, RunLog, require
 
 
@@ -67,8 +68,8 @@ def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, s
     if replicas == 1:
         log = simulate(requests, label=label, seed=seed, progress=progress, **own[0])
         return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
-    difficulty = serve["acceptance"].request_logits(np.random.default_rng(seeds.stream(seed, "difficulty")),
-                                                    len(requests))
+    difficulty = request_logits(serve["acceptance"], np.random.default_rng(seeds.stream(seed, "difficulty")),
+                                requests)
     rng = np.random.default_rng(seeds.stream(seed, "router"))
     if router not in routers.STATELESS or _live:
         models = _replica_models(requests, seed, own, setups) if router == "spec_aware" else None

@@ -186,6 +186,15 @@ class _LogBuffers:
         b.chunks_logged[0] = b.rounds_logged[0] = b.steps_logged[0] = 0
 
 
+def request_logits(acceptance: AcceptanceModel, rng: np.random.Generator, requests: Sequence[Request]) -> np.ndarray:
+    """The requests' top-1 logits (AcceptanceModel.request_logits), each
+    moved by its class and its context where the model has those terms."""
+    if not acceptance.class_logit and acceptance.context_decay_logit == 0.0:
+        return acceptance.request_logits(rng, len(requests))
+    return acceptance.request_logits(rng, len(requests), classes=[r.task for r in requests],
+                                     context_tokens=[r.context_tokens for r in requests])
+
+
 def _prefixes(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray] | None:
     """Each request's (prefix_id, prefix_tokens); None when nothing is shared."""
     prefix_id = np.array([r.prefix_id for r in requests], dtype=np.int64)
@@ -231,7 +240,7 @@ class Replica:
             context=sched.context, visual=visual, kept=context.kept(visual).astype(np.int64), output=sched.output,
             emitted=sched.emitted, cache=sched.cache, absorbed=np.zeros(n, np.int64), recent=self.estimate.recent,
             drafted=sched.drafted,
-            difficulty=acceptance.request_logits(rng_difficulty, n) if difficulty is None else difficulty,
+            difficulty=request_logits(acceptance, rng_difficulty, requests) if difficulty is None else difficulty,
             retention=acceptance.retention(context, visual).astype(float), population=self.estimate.population)
         self.acceptance = acceptance.draws
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simspec.acceptance.classes import parse_mix
 from simspec.types import InputError, check_types, require
 from simspec.workloads.traces import MAX_COUNT, MAX_IMAGE_SIDE
 
@@ -150,6 +151,10 @@ class WorkloadConfig:
     # (simspec.costs.ModelSpec.at_image_size), a fixed-size one keeps its
     # count. A trace's image-size columns, where a row has them, win.
     image_size: str | None = None
+    # The request classes' mix, CLASS:SHARE,... (simspec.acceptance.classes;
+    # "spec-bench": its six categories alike); each request draws its class
+    # from it. None: no classes (every request at the acceptance model's level).
+    mix: str | None = None
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
@@ -171,6 +176,8 @@ class WorkloadConfig:
         )
         if self.image_size is not None:
             image_sizes(self.image_size)
+        if self.mix is not None:
+            parse_mix(self.mix)
         require(self.arrival_rescale in RESCALES,
                 f"arrival_rescale must be one of {', '.join(RESCALES)} (got {self.arrival_rescale!r})")
         if self.arrival_rescale == "vllm":
@@ -222,9 +229,10 @@ class WorkloadStreams:
     images: np.random.Generator
     prefixes: np.random.Generator  # which system prompt, which image (shared content)
     sizes: np.random.Generator  # each image's size, from a distribution of them (image_size)
+    tasks: np.random.Generator  # each request's class, from the mix
 
     @classmethod
     def from_seed_sequence(cls, ss: np.random.SeedSequence) -> WorkloadStreams:
-        # The fifth child came last: spawning five leaves the first four as they were.
-        arrivals, lengths, images, prefixes, sizes = (np.random.default_rng(s) for s in ss.spawn(5))
-        return cls(arrivals=arrivals, lengths=lengths, images=images, prefixes=prefixes, sizes=sizes)
+        # Children come in the order they were added: spawning six leaves the first five as they were.
+        arrivals, lengths, images, prefixes, sizes, tasks = (np.random.default_rng(s) for s in ss.spawn(6))
+        return cls(arrivals=arrivals, lengths=lengths, images=images, prefixes=prefixes, sizes=sizes, tasks=tasks)

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from simspec.acceptance.classes import parse_mix
 from simspec.types import InputError, Request, require
 from simspec.workloads.arrivals import arrival_times
 from simspec.workloads.config import WorkloadConfig, WorkloadStreams, image_sizes
@@ -108,13 +109,25 @@ def make_workload(
         each = [counts[k] for k in images.tolist()]
     else:
         each = _tuples(per_image, first, images)
+    tasks = _tasks(cfg, streams, n)
     return Workload(clipped=int(over.sum()), requests=tuple(
-        Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=e, output_tokens=o, prefix_id=g, prefix_tokens=s)
-        for i, (t, p, e, o, g, s) in enumerate(
+        Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=e, output_tokens=o, prefix_id=g, prefix_tokens=s,
+                task=c)
+        for i, (t, p, e, o, g, s, c) in enumerate(
             zip(arrival_s.tolist(), prompt.tolist(), each, output.tolist(), prefix_id.tolist(),
-                prefix_tokens.tolist())
+                prefix_tokens.tolist(), tasks)
         )
     ))
+
+
+def _tasks(cfg: WorkloadConfig, streams: WorkloadStreams, n: int) -> list[str]:
+    """Each request's class, drawn from ``cfg.mix`` (its own stream: nothing else moves); "" without a mix."""
+    if cfg.mix is None:
+        return [""] * n
+    mix = parse_mix(cfg.mix)
+    shares = np.array([share for _, share in mix.shares])
+    drawn = streams.tasks.choice(len(shares), size=n, p=shares / shares.sum())
+    return [mix.names[k] for k in drawn.tolist()]
 
 
 def _arrivals(cfg: WorkloadConfig, streams: WorkloadStreams) -> tuple[Trace | None, np.ndarray]:

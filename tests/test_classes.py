@@ -1,0 +1,83 @@
+"""Request classes (simspec.acceptance.classes): a mix draws each request's
+class, each class moves its acceptance level as fitted to Spec-Bench's
+per-category speedups, long contexts lower acceptance where the model says so."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simspec import config, experiment
+from simspec.acceptance import AcceptanceModel, classes, load_acceptance, presets, save_acceptance
+from simspec.types import InputError
+
+AT_ONE = {"policies": ["linear:k=3"], "workload": {"arrival": "poisson", "rate_per_s": 0.2, "num_requests": 120,
+                                                   "output_mean_tokens": 200.0, "multimodal_share": 0.0}}
+
+
+def _length(mix: str | None) -> float:
+    values = {**AT_ONE, "workload": {**AT_ONE["workload"], **({"mix": mix} if mix else {})}}
+    return experiment.run(config.build({}, values)).metrics["linear:k=3"]["spec_decode_acceptance_length"]
+
+
+def test_the_mix_parses_and_refuses_what_is_not_a_mix():
+    assert classes.parse_mix("code:0.3,chat:0.5,summarize:0.2").shares == (
+        ("chat", 0.5), ("summarize", 0.2), ("code", 0.3))
+    assert classes.parse_mix("spec-bench") == classes.UNIFORM
+    for text, says in [("chat:0.5,poetry:0.5", "unknown class 'poetry'"), ("chat:0.5,qa:0.4", "sum to 1"),
+                       ("chat:-0.5,qa:1.5", "in [0, 1]"), ("chat", "look like"), ("chat:x", "must be a number"),
+                       ("chat:0.5,chat:0.5", "given twice")]:
+        with pytest.raises(InputError, match=says.replace("[", r"\[").replace("]", r"\]")):
+            classes.parse_mix(text)
+
+
+def test_the_shipped_class_levels_reproduce_the_class_lengths():
+    p = presets.PRESETS[presets.DEFAULT_PRESET.lower()]
+    model = presets.preset(p.name)
+    for name, length in presets.class_lengths(p.name).items():
+        shifted = model.with_top1_logit(model.top1_logit + model.class_offset(name))
+        assert presets.expected_length(shifted, p.draft) == pytest.approx(length, abs=0.01), name
+
+
+@pytest.mark.slow
+def test_the_class_levels_refit_to_the_shipped_table():
+    for name in (presets.DEFAULT_PRESET, "EAGLE-2/Qwen2.5-VL-7B"):
+        fitted = presets.fit_class_logits(name)
+        assert fitted == pytest.approx(presets.FITTED_CLASS_LOGIT[name], abs=2e-3)
+
+
+def test_a_class_mix_moves_acceptance_as_its_categories_rank():
+    lengths = {mix: _length(mix) for mix in ("chat:1", "summarize:1", "translate:1")}
+    assert lengths["chat:1"] > lengths["summarize:1"] > lengths["translate:1"]
+    assert lengths["translate:1"] / lengths["chat:1"] < 0.85  # Spec-Bench: 1.99x against 2.67x
+
+
+def test_code_alone_is_served_as_no_class_at_all():
+    # code has no Spec-Bench category: the preset's level; the mix draws from its own stream, so nothing else moves
+    assert _length("code:1") == _length(None)
+
+
+def test_the_mix_draws_each_request_a_class_in_its_shares():
+    values = {"workload": {"num_requests": 6000, "mix": "chat:0.5,code:0.3,rag:0.2"}}
+    tasks = [r.task for r in experiment.resolve(config.build({}, values)).requests]
+    shares = {name: tasks.count(name) / len(tasks) for name in ("chat", "code", "rag")}
+    assert shares == pytest.approx({"chat": 0.5, "code": 0.3, "rag": 0.2}, abs=0.02)
+    plain = experiment.resolve(config.build({}, {"workload": {"num_requests": 6000}})).requests
+    assert [r.arrival_s for r in plain] == [r.arrival_s for r in experiment.resolve(
+        config.build({}, values)).requests]  # the other streams do not move
+
+
+def test_long_contexts_lower_acceptance_by_the_fitted_rule(tmp_path):
+    model = AcceptanceModel(name="t", top1_logit=1.0, request_sigma=0.0, context_decay_logit=0.4,
+                            context_knee_tokens=2048)
+    rng = np.random.default_rng(0)
+    logits = model.request_logits(rng, 4, context_tokens=[512, 2048, 4096, 16384])
+    assert logits.tolist() == pytest.approx([1.0, 1.0, 0.6, -0.2])
+    path = tmp_path / "a.json"
+    save_acceptance(model, path, fitted_to="LLaVA-1.5-7B")
+    assert load_acceptance(path) == model
+    shifted = AcceptanceModel(name="c", top1_logit=0.5, class_logit=(("chat", 0.5), ("qa", -0.25)))
+    save_acceptance(shifted, path, fitted_to="LLaVA-1.5-7B")
+    assert load_acceptance(path) == shifted and json.loads(path.read_text())["model"]["class_logit"][0] == ["chat", 0.5]
