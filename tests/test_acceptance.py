@@ -81,7 +81,8 @@ def test_shipped_fit_is_reproducible(name):
 def test_presets_match_the_published_table():
     path = shared("published_acceptance.csv")
     rows = [r for r in csv.DictReader(path.open()) if r["accept_length"]]
-    assert len(rows) == len(PRESETS)
+    sources = {r["source"] for r in rows}
+    assert len(rows) == len([p for p in PRESETS.values() if p.source in sources])
     for row in rows:
         length = float(row["accept_length"]) + (0 if row["accept_length_includes_bonus"] == "yes" else 1)
         matches = [p for p in PRESETS.values() if p.method == row["method"] and p.model == row["model"]

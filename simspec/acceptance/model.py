@@ -231,7 +231,7 @@ class AcceptanceModel:
     # Request classes (simspec.acceptance.classes): (class, logit offset from
     # top1_logit) pairs, sorted; a request of another class (or none) keeps top1_logit.
     class_logit: tuple = ()
-    # Long contexts: the top-1 logit falls by this much per doubling of a
+    # Long contexts: the top-1 logit falls by this much per 1,000 tokens of a
     # request's context beyond context_knee_tokens (0: no fall).
     context_decay_logit: float = 0.0
     context_knee_tokens: int = 2048
@@ -296,8 +296,8 @@ class AcceptanceModel:
             offset = dict(self.class_logit)
             logits = logits + np.array([offset.get(c, 0.0) for c in classes], dtype=float)
         if context_tokens is not None and self.context_decay_logit > 0.0:
-            doublings = np.log2(np.maximum(np.asarray(context_tokens, dtype=float) / self.context_knee_tokens, 1.0))
-            logits = logits - self.context_decay_logit * doublings
+            beyond = np.maximum(np.asarray(context_tokens, dtype=float) - self.context_knee_tokens, 0.0)
+            logits = logits - self.context_decay_logit * beyond / 1000.0
         return logits
 
     def class_offset(self, name: str) -> float:

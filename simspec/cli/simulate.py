@@ -11,6 +11,7 @@ import numpy as np
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
 from simspec.acceptance import PRESETS, classes
+from simspec.acceptance.presets import CONTEXT_RULES
 from simspec.cli.scenario import add_scenario_flags, scenario_config
 from simspec.files import write_png, write_text
 from simspec.fleet import groups as fleet_groups, report as fleet_report
@@ -102,8 +103,13 @@ def _classes_line(mix: str, model) -> str:
 def cmd_presets(args: argparse.Namespace) -> int:
     print(f"{'preset':32s} {'accept length':>13s} {'speedup':>8s}  draft setting (source)")
     for p in PRESETS.values():
-        print(f"{p.name:32s} {p.accept_length:13.2f} {p.speedup_vs_ar:8.2f}  "
+        speedup = f"{p.speedup_vs_ar:8.2f}" if p.speedup_vs_ar == p.speedup_vs_ar else f"{'-':>8s}"
+        print(f"{p.name:32s} {p.accept_length:13.2f} {speedup}  "
               f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+        if p.name in CONTEXT_RULES:
+            decay, knee = CONTEXT_RULES[p.name]
+            print(f"{'':32s} long contexts: top-1 logit -{decay:g} per 1,000 tokens past {knee:,} (fitted to the "
+                  f"source's acceptance against context length)")
     print(f"\nrequest classes (--mix): each class's acceptance length is the preset's times its category's "
           f"speedup over the overall ({classes.SPEC_BENCH_SOURCE}; the EAGLE row):")
     print("  " + "  ".join(f"{name} {classes.length_ratio(name):.3f}" + ("*" if classes.assumed(name) else "")
