@@ -287,6 +287,8 @@ CASES = [
     case("profile-gpu-model", "profile-gpu --device cpu --model NoSuchModel --out p", "NoSuchModel"),
     case("simulate-router", "simulate --replicas 2 --router least_loaded", "router", "round_robin, random"),
     case("simulate-replicas-zero", "simulate --replicas 0", "replicas", "1..1024"),
+    case("sensitivity-range", f"{SIM} --sensitivity 0.7", "--sensitivity", "(0, 0.5)"),
+    case("sensitivity-text", f"{SIM} --sensitivity lots", "--sensitivity", "number"),
     case("mix-unknown-class", f"{SIM} --mix chat:0.5,poetry:0.5", "mix", "unknown class 'poetry'", "chat, translate"),
     case("mix-sum", f"{SIM} --mix chat:0.5,qa:0.4", "mix", "sum to 1"),
     case("mix-negative", f"{SIM} --mix chat:-0.5,qa:1.5", "mix", "in [0, 1]"),

@@ -19,7 +19,7 @@ CORE = ("simspec.trees", "simspec.workloads", "simspec.acceptance", "simspec.cos
 ABOVE_CORE = ("simspec.sim", "simspec.live", "simspec.models", "simspec.cli", "simspec.config",
               "simspec.experiment", "simspec.sweep", "simspec.tune", "simspec.report", "simspec.export",
               "simspec.runfolder", "simspec.profiling", "simspec.vllm", "simspec.validation", "simspec.fleet",
-              "simspec.plan")
+              "simspec.plan", "simspec.sensitivity")
 # Outside the layers: the package itself (its version).
 UNLAYERED = ("simspec",)
 

@@ -12,14 +12,17 @@ from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
 from simspec.acceptance import PRESETS, classes
 from simspec.acceptance.presets import CONTEXT_RULES
-from simspec.cli.scenario import add_scenario_flags, scenario_config
+from simspec.cli.scenario import add_scenario_flags, number, scenario_config
 from simspec.files import write_png, write_text
+from simspec.types import require
 from simspec.fleet import groups as fleet_groups, report as fleet_report
 from simspec.workloads import WorkloadConfig, image_sizes
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     cfg = scenario_config(args)
+    require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
+            f"--sensitivity must be in (0, 0.5): the share the acceptance length moves (got {args.sensitivity})")
     replacing = runfolder.check_target(args.out) if args.out else None  # a bad --out fails before any work
     started = time.perf_counter()
     # The table, metrics.json, requests.csv and the plots never read the
@@ -62,6 +65,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(runfolder.compact_table(results.metrics))
     print("\nlatencies in ms, throughputs per second (vllm bench serve's definitions); * lowest mean E2EL")
     print(runfolder.verdict(results.metrics))
+    if args.sensitivity is not None:
+        from simspec import sensitivity  # only when asked: it serves the run twice more
+
+        print(sensitivity.check(results, args.sensitivity).line())
     extra = {}
     if replicas > 1:
         runs = {log.policy: run for log, run in zip(results.logs, results.fleets)}
@@ -124,6 +131,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     add_scenario_flags(sim)
     sim.add_argument("--out", metavar="DIR", help="write a run folder (metrics.json, requests.csv, plots)")
     sim.add_argument("--quiet", action="store_true", help="no progress bars")
+    sim.add_argument("--sensitivity", type=number(float, "--sensitivity"), nargs="?", const=0.10, default=None,
+                     metavar="SPREAD", help="serve the policies again with the acceptance length moved by -SPREAD "
+                                            "and +SPREAD (default 0.10) and say whether the best policy stays best")
     sim.add_argument("--all-columns", action="store_true",
                      help="print every latency statistic (mean, median, p95, p99 of ttft, tpot, itl, e2el) and the "
                           "request rate; metrics.json always holds every metric")
