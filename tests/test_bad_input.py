@@ -289,6 +289,8 @@ CASES = [
     case("simulate-replicas-zero", "simulate --replicas 0", "replicas", "1..1024"),
     case("sensitivity-range", f"{SIM} --sensitivity 0.7", "--sensitivity", "(0, 0.5)"),
     case("sensitivity-text", f"{SIM} --sensitivity lots", "--sensitivity", "number"),
+    case("trace-task", f"{SIM} --trace {{in}}/t.csv", "t.csv", "task is no class", "row 1", "poetry",
+         t__csv="TIMESTAMP,ContextTokens,GeneratedTokens,task\n2023-11-16 18:15:46.6805900,374,44,poetry\n"),
     case("mix-unknown-class", f"{SIM} --mix chat:0.5,poetry:0.5", "mix", "unknown class 'poetry'", "chat, translate"),
     case("mix-sum", f"{SIM} --mix chat:0.5,qa:0.4", "mix", "sum to 1"),
     case("mix-negative", f"{SIM} --mix chat:-0.5,qa:1.5", "mix", "in [0, 1]"),

@@ -94,3 +94,16 @@ def test_the_eagle3_preset_follows_its_published_context_curve(context, publishe
                            "output_cv": 0.0}}
     simulated = experiment.run(config.build({}, values)).metrics["linear:k=3"]["spec_decode_acceptance_length"]
     assert simulated == pytest.approx(published, abs=0.13)
+
+
+def test_a_trace_column_gives_each_request_its_class(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens,task\n"
+                    + "".join(f"2023-11-16 18:15:{40 + i:02d}.0000000,{100 + i},20,{c}\n"
+                              for i, c in enumerate(["code", "", "translate", ""])))
+    as_given = experiment.resolve(config.build({}, {"workload": {"arrival": "trace", "trace_path": str(path),
+                                                                 "multimodal_share": 0.0}})).requests
+    assert [r.task for r in as_given] == ["code", "", "translate", ""]
+    mixed = experiment.resolve(config.build({}, {"workload": {"arrival": "trace", "trace_path": str(path),
+                                                              "multimodal_share": 0.0, "mix": "qa:1"}})).requests
+    assert [r.task for r in mixed] == ["code", "qa", "translate", "qa"]  # the mix fills the rows that give none

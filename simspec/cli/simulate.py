@@ -51,8 +51,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
-    if cfg.workload.mix is not None:
-        print(_classes_line(cfg.workload.mix, scenario.acceptance))
+    classed = sum(1 for r in scenario.requests if r.task)
+    if classed:
+        print(_classes_line(cfg.workload.mix, scenario.acceptance, classed, len(scenario.requests)))
     if not cfg.fleet:
         print(modes.describe(cfg.engine))
     if scenario.clipped_requests:
@@ -96,15 +97,16 @@ def _describe(w: WorkloadConfig) -> str:
             f"{sizes}")
 
 
-def _classes_line(mix: str, model) -> str:
+def _classes_line(mix: str | None, model, classed: int, total: int) -> str:
     """What the request classes do in this run, and on what their levels rest."""
-    m = classes.parse_mix(mix)
+    m = classes.parse_mix(mix) if mix is not None else None
+    given = m.describe() if m is not None else f"from the trace's task column ({classed} of {total} requests)"
     if not model.class_logit:
-        return (f"classes: {m.describe()}; {model.name} has no class levels: every class at its level "
-                f"(a preset has them)")
-    assumed = [name for name in m.names if classes.assumed(name)]
+        return f"classes: {given}; {model.name} has no class levels: every class at its level (a preset has them)"
+    names = m.names if m is not None else classes.CLASSES
+    assumed = [name for name in names if classes.assumed(name)]
     note = f"; {', '.join(assumed)} at the preset's level (an assumption: no published figure)" if assumed else ""
-    return f"classes: {m.describe()}; levels fitted to {classes.SPEC_BENCH_SOURCE} per-category speedups{note}"
+    return f"classes: {given}; levels fitted to {classes.SPEC_BENCH_SOURCE} per-category speedups{note}"
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

@@ -109,7 +109,7 @@ def make_workload(
         each = [counts[k] for k in images.tolist()]
     else:
         each = _tuples(per_image, first, images)
-    tasks = _tasks(cfg, streams, n)
+    tasks = _tasks(cfg, streams, n, trace)
     return Workload(clipped=int(over.sum()), requests=tuple(
         Request(id=i, arrival_s=t, prompt_tokens=p, image_tokens=e, output_tokens=o, prefix_id=g, prefix_tokens=s,
                 task=c)
@@ -120,14 +120,17 @@ def make_workload(
     ))
 
 
-def _tasks(cfg: WorkloadConfig, streams: WorkloadStreams, n: int) -> list[str]:
-    """Each request's class, drawn from ``cfg.mix`` (its own stream: nothing else moves); "" without a mix."""
+def _tasks(cfg: WorkloadConfig, streams: WorkloadStreams, n: int, trace: Trace | None) -> list[str]:
+    """Each request's class: the trace's where its row gives one, else a
+    draw from ``cfg.mix`` (its own stream, one draw a request whatever the
+    trace gives: nothing else moves), else ""."""
+    given = list(trace.task[:n]) if trace is not None and trace.task is not None else [""] * n
     if cfg.mix is None:
-        return [""] * n
+        return given
     mix = parse_mix(cfg.mix)
     shares = np.array([share for _, share in mix.shares])
     drawn = streams.tasks.choice(len(shares), size=n, p=shares / shares.sum())
-    return [mix.names[k] for k in drawn.tolist()]
+    return [g or mix.names[k] for g, k in zip(given, drawn.tolist())]
 
 
 def _arrivals(cfg: WorkloadConfig, streams: WorkloadStreams) -> tuple[Trace | None, np.ndarray]:

@@ -15,6 +15,9 @@ Any schema may also give each request's image size, in pixels: columns
 (CSV) or keys (JSONL) ``image_width`` and ``image_height``, or
 ``image_size`` as ``WIDTHxHEIGHT``; an empty cell or a missing key gives
 none (the request's images then follow the workload's ``image_size``).
+And each request's class (simspec.acceptance.classes): a column or key
+``task``, one of the classes' names; an empty cell or a missing key gives
+none (the request then draws one from the workload's ``mix``, if any).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Iterator
 
 import numpy as np
 
+from simspec.acceptance.classes import CLASSES
 from simspec.types import MAX_IMAGE_SIDE, InputError, require
 
 BLOCK_ROWS = 1 << 16  # rows parsed at a time
@@ -43,6 +47,7 @@ CSV_SCHEMAS = {
 JSONL_KEYS = ("timestamp", "input_length", "output_length")
 JSONL_IMAGE_KEYS = ("num_images", "images")
 SIZE_COLUMNS = ("image_width", "image_height", "image_size")  # optional in every schema (module docstring)
+TASK = "task"  # optional in every schema: the request's class
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +62,7 @@ class Trace:
     # None when the file has no image-size column.
     image_width: np.ndarray | None = None
     image_height: np.ndarray | None = None
+    task: np.ndarray | None = None  # [N] str each request's class, "" where a row gives none; None: no such column
     source: str  # schema name: "azure-llm-2023", "azure-lmm-2025", "mooncake-jsonl"
 
 
@@ -72,6 +78,7 @@ class _Block:
     images: np.ndarray  # 0 where a row gives none
     width: np.ndarray  # image size, pixels; 0 where a row gives none
     height: np.ndarray
+    task: np.ndarray  # [n] str class, "" where a row gives none
 
     def take(self, keep: np.ndarray) -> "_Block":
         """The rows ``keep`` [k] (indices) of this block."""
@@ -93,13 +100,14 @@ def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: f
         with path.open("r", encoding="utf-8") as f:
             first = next((line.strip() for line in f if line.strip()), "")
         require(first != "", f"trace {path}: the file is empty (no rows)")
-        seen = {"images": False, "sizes": False}  # does any row give an image count, an image size?
+        seen = {"images": False, "sizes": False, "tasks": False}  # does any row give an image count, a size, a class?
         if path.suffix.lower() in (".jsonl", ".json") or first.startswith("{"):
             blocks, scale, source = _jsonl_blocks(path, seen), 1000.0, "mooncake-jsonl"
         else:
             source = _csv_schema(path)
             seen["images"] = "NumImages" in CSV_SCHEMAS[source]
             seen["sizes"] = bool(_size_columns(path, _csv_header(path)))
+            seen["tasks"] = TASK in _csv_header(path)
             blocks, scale = _csv_blocks(path, source), float(NS)
         kept = _select(blocks, limit, within_s, scale)
     except UnicodeDecodeError as err:
@@ -111,7 +119,8 @@ def read_trace(path: str | os.PathLike, *, limit: int | None = None, within_s: f
     sized = seen["sizes"]
     return Trace(arrival_s=seconds, prompt_tokens=kept.prompt[order], output_tokens=kept.output[order],
                  images=kept.images[order] if seen["images"] else None, source=source,
-                 image_width=kept.width[order] if sized else None, image_height=kept.height[order] if sized else None)
+                 image_width=kept.width[order] if sized else None, image_height=kept.height[order] if sized else None,
+                 task=kept.task[order] if seen["tasks"] else None)
 
 
 def _select(blocks: Iterator[_Block], limit: int | None, within_s: float | None, scale: float) -> _Block | None:
@@ -149,7 +158,8 @@ def _csv_blocks(path: Path, source: str) -> Iterator[_Block]:
         reader = csv.reader(f, skipinitialspace=True)
         header = [c.strip() for c in next(reader)]
         width = len(header)
-        where = {name: header.index(name) for name in CSV_SCHEMAS[source] + _size_columns(path, header)}
+        where = {name: header.index(name) for name in CSV_SCHEMAS[source] + _size_columns(path, header)
+                 + ((TASK,) if TASK in header else ())}
         rows: list[list[str]] = []
         first = 1
         for number, row in enumerate(reader, start=1):
@@ -187,7 +197,7 @@ def _csv_block(path: Path, rows: list[list[str]], first: int, where: dict[str, i
     return _Block(time=time_ns, order=numbers,
                   prompt=_counts(path, "ContextTokens", column["ContextTokens"], 1, "row", numbers),
                   output=_counts(path, "GeneratedTokens", column["GeneratedTokens"], 1, "row", numbers),
-                  images=images, width=width, height=height)
+                  images=images, width=width, height=height, task=_tasks(path, column.get(TASK), "row", numbers))
 
 
 _PLAIN_STAMP = re.compile(r"(19|20)\d\d-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d{1,9})?Z?")
@@ -227,6 +237,7 @@ def _jsonl_blocks(path: Path, seen: dict) -> Iterator[_Block]:
                                  f"(expected timestamp, input_length, output_length, optional num_images)")
             seen["images"] |= any(k in row for k in JSONL_IMAGE_KEYS)
             seen["sizes"] |= any(row.get(k) is not None for k in SIZE_COLUMNS)
+            seen["tasks"] |= row.get(TASK) is not None
             rows.append((number, row))
             if len(rows) == BLOCK_ROWS:
                 yield _jsonl_block(path, rows)
@@ -249,10 +260,24 @@ def _jsonl_block(path: Path, rows: list[tuple[int, dict]]) -> _Block:
     _size_columns(path, given, "keys")
     width, height = _sizes(path, {k: np.array([r.get(k) for _, r in rows], dtype=object) for k in given}, "line",
                            numbers)
+    tasks = np.array([r.get(TASK) for _, r in rows], dtype=object)
     return _Block(time=_numbers(path, "timestamp", values("timestamp"), numbers, "line"), order=numbers,
                   prompt=_counts(path, "input_length", values("input_length"), 1, "line", numbers),
                   output=_counts(path, "output_length", values("output_length"), 1, "line", numbers),
-                  images=images, width=width, height=height)
+                  images=images, width=width, height=height, task=_tasks(path, tasks, "line", numbers))
+
+
+def _tasks(path: Path, raw: np.ndarray | None, unit: str, rows: np.ndarray) -> np.ndarray:
+    """Each row's class ("" for an empty cell or a missing key), refused by row where it is no class."""
+    if raw is None:
+        return np.full(len(rows), "", dtype=object)
+    out = np.empty(len(raw), dtype=object)
+    for k, value in enumerate(raw.tolist()):
+        text = "" if value is None else value.strip() if isinstance(value, str) else value
+        require(text == "" or text in CLASSES, f"trace {path}: task is no class (the {unit} {rows[k]} has {value!r}; "
+                                               f"allowed: {', '.join(CLASSES)})")
+        out[k] = text
+    return out
 
 
 # -- values ----------------------------------------------------------------------------
