@@ -78,12 +78,14 @@ def run_cell(label: str, flags: dict, policies=FIXED + ADAPTIVE) -> Cell:
                 {p: m["p99_e2el_ms"] for p, m in results.metrics.items()}, e2el)
 
 
-def grid(requests: int, saturation: float, seed: int = 0) -> list[tuple[str, dict]]:
+def grid(requests: int, saturation: float, seed: int = 0, mix: str | None = None) -> list[tuple[str, dict]]:
     cells = []
+    classes = {"mix": mix} if mix else {}
     for arrival, shape in ARRIVALS.items():
         for load in LOADS:
             cells.append((f"{arrival} {load:.2f}x", {"seed": seed, "workload": {
-                "arrival": "gamma", "burstiness": shape, "rate_per_s": load * saturation, "num_requests": requests}}))
+                "arrival": "gamma", "burstiness": shape, "rate_per_s": load * saturation, "num_requests": requests,
+                **classes}}))
     return cells
 
 
@@ -99,17 +101,19 @@ def main() -> None:
     parser.add_argument("--no-trace", action="store_true")
     parser.add_argument("--trace", default=None, help="default: shared/data/traces/azure_llm_2023_conv.csv")
     parser.add_argument("--adaptive", default=",".join(ADAPTIVE), help="the policies compared, comma-separated")
+    parser.add_argument("--mix", default=None, help="request classes, as simspec simulate --mix (e.g. spec-bench)")
     args = parser.parse_args()
     adaptive = tuple(args.adaptive.split(","))
     saturation = experiment.saturation_rate(configuration.build())
     print(f"AR saturation: {saturation:.2f} req/s; {args.requests} requests a cell; pass: mean and p99 E2EL "
           f"<= {TOLERANCE:.2f}x the best of {', '.join(FIXED)}")
-    cells = grid(args.requests, saturation, args.seed)
+    cells = grid(args.requests, saturation, args.seed, args.mix)
     if not args.no_trace:
         from _shared import shared_file
         trace = args.trace or str(shared_file("traces", "azure_llm_2023_conv.csv"))
         cells.append(("azure conv trace", {"workload": {"arrival": "trace", "trace_path": trace,
-                                                        "num_requests": None, "duration_s": None}}))
+                                                        "num_requests": None, "duration_s": None,
+                                                        **({"mix": args.mix} if args.mix else {})}}))
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(_run, [(label, flags, FIXED + adaptive) for label, flags in cells]))
     header = f"{'cell':18s} {'best mean':>11s} {'best p99':>11s}" + "".join(

@@ -85,7 +85,8 @@ class SimConfig:
         fleet_groups.parse_link(self.kv_link)
         if self.fleet:
             require(self.replicas == 1, f"replicas and fleet both say how many replicas serve: give --replicas for "
-                                        f"identical ones or a fleet's groups (got replicas {self.replicas} and a fleet)")
+                                        f"identical ones or a fleet's groups (got replicas {self.replicas} and a "
+                                        f"fleet)")
             routers.check(self.router, self.fleet_replicas)
             for group in self.fleet:
                 group_config(self, group)  # each group's setup valid, on its device

@@ -119,7 +119,8 @@ def _fleet_log(decoded: RunLog, prefill: FleetRun, requests: Sequence[Request], 
     table = decoded.table
     rows = np.array([order[int(i)] for i in table.id], dtype=np.int64)
     arrival_s = np.array([requests[j].arrival_s for j in rows])
-    table = table._replace(arrival_s=arrival_s, admitted_s=admitted_s[rows], preemptions=table.preemptions + preempted[rows])
+    table = table._replace(arrival_s=arrival_s, admitted_s=admitted_s[rows],
+                           preemptions=table.preemptions + preempted[rows])
     both = prefill.log.steps
     steps = StepStats(steps=decoded.steps.steps + both.steps, busy_s=decoded.steps.busy_s + both.busy_s,
                       plans=decoded.steps.plans, decode_busy_s=decoded.steps.decode_busy_s,

@@ -201,4 +201,5 @@ def describe(groups: tuple[Group, ...]) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["Link", "LINKS", "DEFAULT_LINK", "parse_link", "Group", "GROUP_KEYS", "ROLES", "groups_of", "disaggregated", "fleet_overrides", "load", "describe"]
+__all__ = ["Link", "LINKS", "DEFAULT_LINK", "parse_link", "Group", "GROUP_KEYS", "ROLES", "groups_of", "disaggregated",
+           "fleet_overrides", "load", "describe"]
