@@ -54,9 +54,19 @@ def test_a_class_mix_moves_acceptance_as_its_categories_rank():
     assert lengths["translate:1"] / lengths["chat:1"] < 0.85  # Spec-Bench: 1.99x against 2.67x
 
 
-def test_code_alone_is_served_as_no_class_at_all():
-    # code has no Spec-Bench category: the preset's level; the mix draws from its own stream, so nothing else moves
-    assert _length("code:1") == _length(None)
+def test_a_model_without_class_levels_serves_a_mix_as_no_mix():
+    # iid acceptance has no class levels; the mix draws from its own stream, so nothing else moves either
+    def length(mix):
+        workload = {**AT_ONE["workload"], **({"mix": mix} if mix else {})}
+        values = {**AT_ONE, "acceptance": "iid:0.6", "workload": workload}
+        return experiment.run(config.build({}, values)).metrics["linear:k=3"]["spec_decode_acceptance_length"]
+    assert length("code:1") == length(None)
+
+
+def test_code_speculates_best():
+    # HumanEval over MT-Bench for one EAGLE-3 head (vLLM PR 32628), on top of Spec-Bench's chat level
+    assert classes.length_ratio("code") == pytest.approx(classes.length_ratio("chat") * 3.04 / 2.57)
+    assert _length("code:1") > _length("chat:1")
 
 
 def test_the_mix_draws_each_request_a_class_in_its_shares():

@@ -106,7 +106,8 @@ def _classes_line(mix: str | None, model, classed: int, total: int) -> str:
     names = m.names if m is not None else classes.CLASSES
     assumed = [name for name in names if classes.assumed(name)]
     note = f"; {', '.join(assumed)} at the preset's level (an assumption: no published figure)" if assumed else ""
-    return f"classes: {given}; levels fitted to {classes.SPEC_BENCH_SOURCE} per-category speedups{note}"
+    code = f", code to {classes.CODE_SOURCE}" if "code" in names and not classes.assumed("code") else ""
+    return f"classes: {given}; levels fitted to {classes.SPEC_BENCH_SOURCE} per-category speedups{code}{note}"
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
@@ -121,9 +122,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
                   f"source's acceptance against context length)")
     print(f"\nrequest classes (--mix): each class's acceptance length is the preset's times its category's "
           f"speedup over the overall ({classes.SPEC_BENCH_SOURCE}; the EAGLE row):")
-    print("  " + "  ".join(f"{name} {classes.length_ratio(name):.3f}" + ("*" if classes.assumed(name) else "")
-                           for name in classes.CLASSES))
-    print("  * an assumption: no Spec-Bench category")
+    print("  " + "  ".join(f"{name} {classes.length_ratio(name):.3f}" for name in classes.CLASSES))
+    print(f"  code: chat's ratio x HumanEval's acceptance length over MT-Bench's ({classes.CODE_SOURCE})")
     return 0
 
 
