@@ -117,3 +117,26 @@ def test_a_trace_column_gives_each_request_its_class(tmp_path):
     mixed = experiment.resolve(config.build({}, {"workload": {"arrival": "trace", "trace_path": str(path),
                                                               "multimodal_share": 0.0, "mix": "qa:1"}})).requests
     assert [r.task for r in mixed] == ["code", "qa", "translate", "qa"]  # the mix fills the rows that give none
+
+
+def test_a_fitted_depth_profile_reproduces_the_published_per_position_rates():
+    # vllm-project/vllm PR 32628: a vanilla EAGLE-3 head at K=8; the simulator, serving one request at a time with
+    # an 8-token chain, gives them back in spec_decode_per_position_acceptance_rates (the run folder's metrics)
+    published = presets.POSITION_RATES["EAGLE-3/gpt-oss-120b"]
+    values = {"acceptance": "EAGLE-3/gpt-oss-120b", "policies": ["linear:k=8"],
+              "workload": {"arrival": "poisson", "rate_per_s": 0.1, "num_requests": 150, "multimodal_share": 0.0,
+                           "output_mean_tokens": 200.0}}
+    results = experiment.run(config.build({}, values))
+    from simspec.metrics import per_position_acceptance
+
+    simulated = per_position_acceptance(results.logs[0])
+    assert len(simulated) == 8
+    assert simulated == pytest.approx(list(published), abs=0.025)
+
+
+def test_the_depth_profile_refits_to_the_shipped_one():
+    refit = presets.fit_preset("EAGLE-3/gpt-oss-120b")
+    assert refit.top1_logit == pytest.approx(presets.FITTED_TOP1_LOGIT["EAGLE-3/gpt-oss-120b"], abs=1e-3)
+    assert refit.depth_profile == pytest.approx(presets.DEPTH_PROFILES["EAGLE-3/gpt-oss-120b"], abs=2e-3)
+    default = presets.preset(presets.DEFAULT_PRESET)
+    assert default.depth_profile == () and default.fall[:3].tolist() == [0.0, 0.1, 0.2]  # depth_decay_logit x d

@@ -159,4 +159,6 @@ def _pairs(fields: dict) -> dict:
     pairs = fields.get("class_logit")
     if isinstance(pairs, list):
         fields = {**fields, "class_logit": tuple(tuple(p) if isinstance(p, list) else p for p in pairs)}
+    if isinstance(fields.get("depth_profile"), list):
+        fields = {**fields, "depth_profile": tuple(fields["depth_profile"])}
     return fields

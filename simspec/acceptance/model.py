@@ -10,10 +10,11 @@ so linear drafts (rank-1 chains) and trees are priced by one model.
 
 Per request i, round, and depth d (all on the logit scale):
 
-    logit p1 = top1_logit + z_i + w_ir - depth_decay_logit * (d - 1) + e,
+    logit p1 = top1_logit + z_i + w_ir - fall(d) + e,
     z_i  ~ N(0, request_sigma)       per-request difficulty
     w_ir ~ N(0, round_sigma)         per-round variation, shared by the round's every node
     e    ~ N(0, token_sigma)         per-position variation
+    fall(d) = depth_decay_logit * (d - 1), or the fitted ``depth_profile`` (depths 1..), then on by the decay
 
 The round term is what makes a round all or nothing while the request's
 share of good rounds stays moderate: a drafter that copies runs the target
@@ -51,7 +52,7 @@ import numpy as np
 
 from simspec.acceptance.context import SELECTION_SCALES, DraftContext
 from simspec.compiled import jit
-from simspec.types import MAX_RANK, check_types, require
+from simspec.types import MAX_DEPTH, MAX_RANK, check_types, require
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Round:
@@ -140,7 +141,7 @@ class Randoms(NamedTuple):
 class Draws(NamedTuple):
     """An AcceptanceModel's numbers, for compiled code (same meaning)."""
 
-    decay: float  # depth_decay_logit
+    fall: np.ndarray  # [MAX_DEPTH + 1] logit fall at each depth (0-based): depth_decay_logit x d, or the profile
     token_sigma: float
     confidence_sigma: float
     visual_share: float
@@ -165,8 +166,8 @@ def draw_round(request_logit: np.ndarray, retention: np.ndarray, depth: int, ran
     logits and visual retention [B], ``depth`` x ``ranks`` confidences;
     ``normals`` holds normals_per_round(model, B, depth) numbers and
     ``uniforms`` 2 * B * depth."""
-    decay, token_sigma, confidence_sigma, visual_share = (model.decay, model.token_sigma, model.confidence_sigma,
-                                                           model.visual_share)
+    fall, token_sigma, confidence_sigma, visual_share = (model.fall, model.token_sigma, model.confidence_sigma,
+                                                          model.visual_share)
     round_sigma = model.round_sigma
     tail, conf_tail = model.tail, model.conf_tail
     b = len(request_logit)
@@ -179,7 +180,7 @@ def draw_round(request_logit: np.ndarray, retention: np.ndarray, depth: int, ran
         shared = request_logit[i] + round_sigma * normals[2 * n + i] if round_sigma > 0.0 else request_logit[i]
         for d in range(depth):
             k = i * depth + d
-            logit = shared - decay * d + token_sigma * normals[k]
+            logit = shared - fall[d] + token_sigma * normals[k]
             p1 = 1.0 / (1.0 + np.exp(-logit))
             if uniforms[k] < visual_share:  # a position grounded in the image
                 p1 *= retention[i]
@@ -235,6 +236,10 @@ class AcceptanceModel:
     # request's context beyond context_knee_tokens (0: no fall).
     context_decay_logit: float = 0.0
     context_knee_tokens: int = 2048
+    # The fall of the top-1 logit at depths 2, 3, ... from depth 1's (fitted
+    # to per-position acceptance rates); beyond it the last fall grows by
+    # depth_decay_logit a depth. (): depth_decay_logit x (depth - 1).
+    depth_profile: tuple = ()
 
     def __post_init__(self):
         check_types(self)
@@ -242,6 +247,8 @@ class AcceptanceModel:
                 f"class_logit must be (class, logit offset) pairs (got {self.class_logit!r})")
         require(self.context_decay_logit >= 0.0, f"context_decay_logit must be >= 0 (got {self.context_decay_logit})")
         require(self.context_knee_tokens >= 1, f"context_knee_tokens must be >= 1 (got {self.context_knee_tokens})")
+        require(len(self.depth_profile) < MAX_DEPTH and all(isinstance(v, float) for v in self.depth_profile),
+                f"depth_profile must be at most {MAX_DEPTH - 1} numbers (got {self.depth_profile!r})")
         require(0.0 <= self.tail_mass <= 1.0, f"tail_mass must be in [0, 1] (got {self.tail_mass})")
         require(0.0 < self.tail_decay < 1.0, f"tail_decay must be in (0, 1) (got {self.tail_decay})")
         for field in ("request_sigma", "round_sigma", "token_sigma", "confidence_sigma", "depth_decay_logit"):
@@ -320,8 +327,19 @@ class AcceptanceModel:
     @property
     def draws(self) -> Draws:
         """The model as compiled draws read it."""
-        return Draws(self.depth_decay_logit, self.token_sigma, self.confidence_sigma, self.visual_share,
+        return Draws(self.fall, self.token_sigma, self.confidence_sigma, self.visual_share,
                      np.ascontiguousarray(self.tail), np.ascontiguousarray(self.conf_tail), self.round_sigma)
+
+    @property
+    def fall(self) -> np.ndarray:
+        """The top-1 logit's fall at each depth (0-based), [MAX_DEPTH + 1]."""
+        depth = np.arange(MAX_DEPTH + 1)
+        fall = self.depth_decay_logit * depth
+        if self.depth_profile:
+            given = np.array((0.0, *self.depth_profile))
+            fall = np.where(depth < len(given), given[np.minimum(depth, len(given) - 1)],
+                            given[-1] + self.depth_decay_logit * (depth - len(given) + 1))
+        return np.ascontiguousarray(fall, dtype=np.float64)
 
     def with_top1_logit(self, value: float) -> "AcceptanceModel":
         return replace(self, top1_logit=float(value))

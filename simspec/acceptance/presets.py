@@ -11,7 +11,7 @@ concurrency 1 gives the published acceptance length; the fits ship in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -86,8 +86,19 @@ PRESETS: dict[str, Preset] = {
                setting="longbench-v2 truncated to 2k tokens, greedy; 3-token chain assumed", accept_length=2.295,
                speedup_vs_ar=float("nan"), draft=DraftSetting(depth=3, topk=1, budget=3),
                source="vllm-project/speculators PR 684, acceptance length vs context length"),
+        # Per-position acceptance of a vanilla EAGLE-3 head at K=8 (the PR's first
+        # table, MT-Bench by its summary, which names MT-Bench and HumanEval):
+        # 0.63, 0.38, 0.23, 0.14, 0.09, 0.05, 0.03, 0.02; length 1 + their sum.
+        Preset(name="EAGLE-3/gpt-oss-120b", method="EAGLE-3", model="gpt-oss-120b",
+               setting="MT-Bench, K=8 chain, per-position rates", accept_length=2.57, speedup_vs_ar=float("nan"),
+               draft=DraftSetting(depth=8, topk=1, budget=8),
+               source="vllm-project/vllm PR 32628, vanilla EAGLE-3 per-position acceptance"),
     )
 }
+POSITION_RATES: dict[str, tuple[float, ...]] = {
+    "EAGLE-3/gpt-oss-120b": (0.63, 0.38, 0.23, 0.14, 0.09, 0.05, 0.03, 0.02),
+}
+"""Published per-position acceptance rates a preset's depth profile is fitted to (``fit_depth_profile``)."""
 CONTEXT_RULES: dict[str, tuple[float, int]] = {
     # (top-1 logit fall per 1,000 tokens beyond the knee, knee tokens): fitted by least squares to the
     # logits that reproduce PR 684's ten lengths (2k..20k) under the preset's draft; acceptance length
@@ -108,6 +119,48 @@ def expected_length(model: AcceptanceModel, draft: DraftSetting, *, rounds: int 
     rnd = model.draw(RandomBlocks(rng), logits, np.ones(rounds), draft.depth, draft.topk)
     plan = trees.eagle_tree(rnd.conf, draft.depth, draft.topk, draft.budget)
     return 1.0 + float(trees.accepted_length(plan, rnd.true_ranks).mean())
+
+
+POSITION_REQUESTS, POSITION_ROUNDS = 400, 16  # the profile fit's Monte Carlo: requests, rounds each
+
+
+def chain_rates(model: AcceptanceModel, k: int, *, seed: int = FIT_SEED) -> np.ndarray:
+    """Monte-Carlo per-position acceptance rates of a k-token chain at
+    concurrency 1 as a server counts them (drafts accepted at least that
+    deep over drafts, every round counted), [k]. A request that accepts
+    less needs more rounds for the same output, so each request's rounds
+    weigh in inversely to its tokens per round (requests of one length)."""
+    rng = np.random.default_rng(seed)
+    n, m = POSITION_REQUESTS, POSITION_ROUNDS
+    logits = np.repeat(model.request_logits(rng, n), m)
+    rnd = model.draw(RandomBlocks(rng), logits, np.ones(n * m), k, 1)
+    kept = np.cumprod(rnd.true_ranks == 1, axis=1).reshape(n, m, k)
+    per_round = 1.0 + kept.sum(axis=2).mean(axis=1)  # [n] tokens a round
+    weight = 1.0 / per_round
+    return (kept.mean(axis=1) * weight[:, None]).sum(axis=0) / weight.sum()
+
+
+def fit_depth_profile(template: AcceptanceModel, rates) -> AcceptanceModel:
+    """``template`` with its top-1 logit and depth profile fitted, position by
+    position, so that a chain reproduces the per-position acceptance
+    ``rates`` (common random numbers: each rate a monotone function of its
+    position's fall, fitted exactly by a bracketing root finder)."""
+    from scipy import optimize  # only when fitting
+
+    k = len(rates)
+
+    def at(model, j):
+        return float(chain_rates(model, k)[j])
+
+    top1 = optimize.brentq(lambda x: at(template.with_top1_logit(x), 0) - rates[0], -6.0, 8.0, xtol=1e-4)
+    model = template.with_top1_logit(top1)
+    falls: list[float] = []
+    for j in range(1, k):
+        def gap(f, j=j):
+            return at(replace(model, depth_profile=tuple(falls) + (f,)), j) - rates[j]
+        falls.append(round(optimize.brentq(gap, -4.0, 12.0, xtol=1e-4), 4))
+        model = replace(model, depth_profile=tuple(falls))
+    return replace(model, top1_logit=round(top1, 4))
 
 
 def fit_top1_logit(template: AcceptanceModel, draft: DraftSetting, target_length: float) -> float:
@@ -147,6 +200,12 @@ FITTED_TOP1_LOGIT: dict[str, float] = {
     'ViSpec/Qwen2.5-VL-7B': 0.1243,
     'ViSpec/Qwen2.5-VL-3B': 0.0559,
     'EAGLE-3/Qwen3-8B': 0.8643,
+    'EAGLE-3/gpt-oss-120b': 0.9597,
+}
+# Each depth profile (``fit_depth_profile`` on POSITION_RATES), shipped as the top-1 logits are; a test refits it.
+# The published rates have two digits, so the deep falls carry their rounding (0.05 vs 0.03 is 40%).
+DEPTH_PROFILES: dict[str, tuple[float, ...]] = {
+    'EAGLE-3/gpt-oss-120b': (0.1985, 0.3184, 0.2227, 0.2329, 0.8589, 0.1741, 0.5152),
 }
 
 
@@ -159,9 +218,11 @@ def _preset_entry(name: str) -> Preset:
 
 
 def fit_preset(name: str) -> AcceptanceModel:
-    """Fit a preset's top-1 logit afresh (about two seconds)."""
+    """Fit a preset's top-1 logit (and depth profile, where it has per-position rates) afresh (seconds)."""
     p = _preset_entry(name)
     template = AcceptanceModel(name=p.name, top1_logit=0.0)
+    if p.name in POSITION_RATES:
+        return fit_depth_profile(template, POSITION_RATES[p.name])
     return template.with_top1_logit(fit_top1_logit(template, p.draft, p.accept_length))
 
 
@@ -169,15 +230,18 @@ def class_lengths(name: str) -> dict[str, float]:
     """Each class's acceptance length under the preset's draft setting at
     concurrency 1: the preset's, times its Spec-Bench ratio (simspec.acceptance.classes)."""
     p = _preset_entry(name)
-    return {c: p.accept_length * classes.length_ratio(c) for c in classes.CLASSES}
+    # A preset fitted to per-position rates counts rounds as a server does (chain_rates); the class fit prices
+    # a request's rounds alike (expected_length), so its classes move from that measure of its own level.
+    own = expected_length(preset(name), p.draft) if name in POSITION_RATES else p.accept_length
+    return {c: own * classes.length_ratio(c) for c in classes.CLASSES}
 
 
 def fit_class_logits(name: str) -> dict[str, float]:
-    """Each Spec-Bench class's top-1 logit offset from the preset's, fitted
-    afresh (about two seconds a class) so that the preset's draft setting
-    gives :func:`class_lengths` (``code`` keeps the preset's: 0)."""
+    """Each class's top-1 logit offset from the preset's, fitted afresh
+    (about a second a class) so that the preset's draft setting gives
+    :func:`class_lengths` (a class whose level is assumed keeps the preset's: 0)."""
     p = _preset_entry(name)
-    template = AcceptanceModel(name=p.name, top1_logit=0.0)
+    template = replace(preset(name), top1_logit=0.0, class_logit=())
     base = FITTED_TOP1_LOGIT[p.name]
     return {c: round(fit_top1_logit(template, p.draft, length) - base, 4)
             for c, length in class_lengths(name).items() if not classes.assumed(c)}
@@ -190,7 +254,8 @@ def preset(name: str) -> AcceptanceModel:
     decay, knee = CONTEXT_RULES.get(p.name, (0.0, 2048))
     return AcceptanceModel(name=p.name, top1_logit=FITTED_TOP1_LOGIT[p.name],
                            class_logit=tuple(sorted((c, float(v)) for c, v in offsets.items())),
-                           context_decay_logit=decay, context_knee_tokens=knee)
+                           context_decay_logit=decay, context_knee_tokens=knee,
+                           depth_profile=DEPTH_PROFILES.get(p.name, ()))
 
 
 # Each class's top-1 logit offset (``fit_class_logits``), shipped as the
@@ -233,4 +298,6 @@ FITTED_CLASS_LOGIT: dict[str, dict[str, float]] = {
         'qa': -0.3417, 'math': 0.6446, 'rag': -0.5297, 'code': 1.3355},
     'EAGLE-3/Qwen3-8B': {'chat': 0.6383, 'translate': -0.5858, 'summarize': -0.1132,
         'qa': -0.3238, 'math': 0.6383, 'rag': -0.4887, 'code': 1.5962},
+    'EAGLE-3/gpt-oss-120b': {'chat': 0.3886, 'translate': -0.3789, 'summarize': -0.0763,
+        'qa': -0.218, 'math': 0.3886, 'rag': -0.31, 'code': 0.7751},
 }
