@@ -207,8 +207,9 @@ def test_the_tp_widget_serves_a_70b_model_on_four_gpus(app):
     assert any("try --tp 2 or more" in e.value for e in app.error)  # one GPU cannot hold it
     app.selectbox(key="tp").set_value(4).run()
     assert not app.exception
-    errors = [e.value for e in app.error]  # what is left: the cost model's status, uncalibrated (no profile of a shard)
-    assert len(errors) == 1 and "tensor parallel 4: all-reduce measured" in errors[0], errors
+    assert not app.error, [e.value for e in app.error]  # partly calibrated: the linear layers from the shape law
+    status = [w.value for w in app.warning if "tensor parallel 4" in w.value]
+    assert status and "all-reduce measured" in status[0] and "shape law" in status[0], status
     assert list(app.dataframe[0].value.index)[:2] == ["ar", "linear:k=3"]
 
 

@@ -121,4 +121,4 @@ def test_a_sweep_runs_every_scenario_at_the_given_degree(tmp_path):
                            "--num-requests", "20", "--policy", "ar", "--out", out, "--quiet", "--workers", "1"])
     assert code == 0, err
     table = pd.read_parquet(out)
-    assert "tp = 4" in table.config_toml[0] and (table.cost_calibration == "uncalibrated").all()
+    assert "tp = 4" in table.config_toml[0] and (table.cost_calibration == "partly calibrated").all()  # shape law

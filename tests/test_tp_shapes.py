@@ -145,3 +145,22 @@ def test_report_prints_the_held_out_errors_of_the_fit(device, capsys):
     for group in shapes.GROUPS:  # the target: 10% over each group's held-out points
         pooled = float(re.search(rf"{group}: .* held-out median error ([\d.]+)%", printed).group(1))
         assert pooled <= 10.0
+
+
+def test_auto_prices_a_sharded_model_s_linear_layers_with_the_device_s_shape_law():
+    from simspec import costs
+
+    h100 = costs.gpu_spec("h100-sxm")
+    spec = costs.model_spec("Llama-3.3-70B", "eagle1", 4)
+    auto, prior = costs.build("auto", spec, h100), costs.build("roofline", spec, h100)
+    assert auto.calibration == "partly calibrated" and "shape law fitted to Vidur's tensor-parallel GEMMs" in auto.label
+    assert prior.calibration == "uncalibrated" and "shape law" not in prior.label  # --cost-model roofline stays the prior
+    laws = shapes.device_laws(str(costs.profiles.default_root()), "h100-sxm")
+    per_layer = (laws[0].layer_seconds("attention", spec, np.array([64.0]))
+                 + laws[1].layer_seconds("mlp", spec, np.array([64.0])))
+    assert auto.layers_s[64] > spec.layers * per_layer[0]  # the law's GEMMs, plus the kernels' nodes and all-reduces
+    assert np.array_equal(auto.attention, prior.attention) and np.array_equal(auto.head_s, prior.head_s)  # GEMMs only
+    l40s = costs.build("auto", costs.model_spec("Llama-3.3-70B", "eagle1", 8), costs.gpu_spec("l40s"))
+    assert l40s.calibration == "uncalibrated"  # no tensor-parallel tables of that device
+    moe = costs.build("auto", costs.model_spec("Qwen3-30B-A3B", "eagle1", 2), h100)
+    assert "shape law" not in moe.label  # sparse layers keep the prior

@@ -60,18 +60,27 @@ __all__ = ["CostModel", "CostTables", "constant", "affine", "roofline", "GpuSpec
 COST_MODEL_FORMS = "auto, roofline, profile:DIR, steps:FILE, constant:STEP_MS, affine:BASE_MS,PER_TOKEN_MS"
 
 
-def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str = "simspec") -> CostModel:
-    """The datasheet prior, refused for a device known only from profiles of other models."""
+def _roofline(model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str = "simspec",
+              measured_linear: bool = False) -> CostModel:
+    """The datasheet prior, refused for a device known only from profiles of
+    other models; ``measured_linear``: a dense 16-bit model sharded over
+    several GPUs gets its linear layers from the device's shape laws where
+    it has tensor-parallel GEMM tables (simspec.costs.shapes)."""
     if gpu.hbm_bytes_per_s <= 0 or gpu.bf16_flops <= 0:
         folder = (profiles_root or profiles.default_root()) / gpu.slug
         profiled = sorted(p.name for p in folder.glob("*") if (p / "meta.json").is_file())
         raise InputError(f"device {gpu.slug} has no datasheet for a roofline prior and no profile of {model.name} "
                          f"(profiled models: {', '.join(profiled) or 'none'}; profile it with `simspec profile-gpu "
                          f"--model {model.name}` or choose a datasheet GPU: {', '.join(GPUS)})")
-    comm = None
+    comm = linear = None
+    root = profiles_root or profiles.default_root()
     if model.tensor_parallel > 1:
-        comm = collectives.all_reduce(gpu, model.tensor_parallel, profiles_root or profiles.default_root(), engine)
-    return roofline(model, gpu, all_reduce=comm)
+        comm = collectives.all_reduce(gpu, model.tensor_parallel, root, engine)
+        if measured_linear and not model.sparse_layers and model.weight_bytes_per_param == 2:
+            from simspec.costs import shapes  # pandas and scipy: only for a sharded model on a measured device
+
+            linear = shapes.device_laws(str(root), gpu.slug)
+    return roofline(model, gpu, all_reduce=comm, linear=linear)
 
 
 MAX_STEP_MS = 1e6  # a closed-form step price above 1000 s is a typo
@@ -188,7 +197,7 @@ def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None,
     if kind == "auto" and not args:
         found = profiles.find(gpu.slug, model, profiles_root)
         return fitted.fit_profiles(found, model, gpu).cost_model if found else _roofline(model, gpu, profiles_root,
-                                                                                          engine)
+                                                                                          engine, measured_linear=True)
     if kind == "profile" and args:
         profile = profiles.load(args)
         profiles.check_fits(profile, model, gpu)

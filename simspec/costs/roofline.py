@@ -167,14 +167,16 @@ ATTENTION_FIXED = {
 
 
 def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
-             all_reduce: AllReduce | None = None) -> CostModel:
+             all_reduce: AllReduce | None = None, linear=None) -> CostModel:
     """The datasheet prior for ``model`` on ``gpu`` (uncalibrated), with the
     fixed costs ``fixed`` (default: this module's :data:`FIXED`, read at the
     call, which benchmarks/published.py --fit varies to refit its terms).
     Sharded over ``model.tensor_parallel`` GPUs, every figure is one GPU's
     (ModelSpec), and each sharded layer ends in two all-reduces of its
     tokens' activations (``all_reduce``: simspec.costs.collectives; default
-    its prior)."""
+    its prior). ``linear``: (attention, MLP) shape laws fitted to this
+    device's measured GEMMs (simspec.costs.shapes), which then price a dense
+    model's four linear layers in place of the datasheet GEMM."""
     fixed = fixed if fixed is not None else FIXED
     tp = model.tensor_parallel
     if tp > 1 and all_reduce is None:
@@ -212,12 +214,14 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
         draft_step = draft_step + _drafter_comm(model, reduced, gathered)
     drafter_on = f", drafter at tp {model.draft_degree}" if model.draft_degree != tp else ""
     sharded = f"; tensor parallel {tp}{drafter_on}: {all_reduce.label}" if tp > 1 else ""
+    measured = (f"; linear layers: the shape law fitted to {linear[0].source}" if linear is not None else "")
     return CostModel(
         label=f"roofline prior: {gpu.name} / {model.name} (speculation-round costs fitted to published "
-              f"results{sharded})",
-        calibrated=False, overhead_s=fixed.cpu_step_s,
+              f"results{sharded}{measured})",
+        calibrated=False, partly_calibrated=linear is not None, overhead_s=fixed.cpu_step_s,
         overhead_s_per_request=fixed.cpu_per_request_s,
-        layers_s=frozen_table(_layers(model, gemm, bw, flops, fixed.kernels_per_layer * node)
+        layers_s=frozen_table((_layers(model, gemm, bw, flops, fixed.kernels_per_layer * node) if linear is None
+                               else _measured_layers(model, linear, fixed.kernels_per_layer * node))
                               + reduced(TOKENS, model.hidden, model.layers)),
         head_s=frozen_table(head), attention=attention_prior(model, gpu),
         vision_s_table=frozen_table(vision),
@@ -253,6 +257,13 @@ def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float) -
     dense = model.layers - model.sparse_layers
     sparse = sparse_layer(model, gemm, bw, flops, TOKENS) + kernels_s
     return dense * (gemm(model.layer_params) + kernels_s) + model.sparse_layers * sparse
+
+
+def _measured_layers(model: ModelSpec, linear, kernels_s: float) -> np.ndarray:
+    """A dense model's decoder layers with their four GEMMs from the device's shape laws (one GPU's shard)."""
+    attention, mlp = linear
+    return model.layers * (attention.layer_seconds("attention", model, TOKENS)
+                           + mlp.layer_seconds("mlp", model, TOKENS) + kernels_s)
 
 
 def sparse_layer(model: ModelSpec, gemm, bw: float, flops: float, tokens) -> np.ndarray:

@@ -25,7 +25,8 @@ model only by its GEMMs' shapes, so a shape it never saw is a fair test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import functools
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,7 @@ class ShapeLaw:
     bytes_per_s: float  # effective bandwidth for weights and activations
     flops_per_s: float  # effective throughput of the GEMM
     sharpness: float  # 1: bytes and FLOPs times add; large: the larger of them
+    source: str = ""  # what it was fitted to, as a cost-model label says it
 
     def seconds(self, tokens, k, n, dtype_bytes: int = 2):
         """One GEMM of ``tokens`` x ``k`` by ``k`` x ``n`` (arrays broadcast)."""
@@ -170,6 +172,26 @@ class GroupCheck:
     rows: tuple[HeldOut, ...]  # per held-out model and degree
     median_error: float  # over every held-out point of the group
     points: int
+
+
+def measured_models(root: Path, device: str) -> tuple[str, ...]:
+    """The catalogue models with tensor-parallel GEMM tables on ``device`` under ``root``."""
+    folder = Path(root) / device
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(p.name for p in folder.iterdir() if p.name in MODELS and (p / SHARD_FOLDER).is_dir()))
+
+
+@functools.lru_cache(maxsize=16)
+def device_laws(root: str, device: str) -> tuple[ShapeLaw, ShapeLaw] | None:
+    """The (attention, MLP) laws of ``device`` fitted to every model it has
+    tensor-parallel tables of (None: it has none), as ``auto`` prices a
+    sharded model's linear layers with them."""
+    models = measured_models(Path(root), device)
+    if not models:
+        return None
+    source = f"Vidur's tensor-parallel GEMMs of {', '.join(models)} on {device}"
+    return tuple(replace(fit_device(Path(root), device, group, models), source=source) for group in GROUPS)
 
 
 def held_out_check(root: Path, devices: tuple[str, ...] | None = None) -> list[GroupCheck]:
