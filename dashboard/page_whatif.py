@@ -166,6 +166,9 @@ def sidebar() -> tuple[configuration.SimConfig, DashboardConfig]:
                 raise InputError(f"fleet: not valid TOML ({err})") from None
             fleet = fleet_groups.fleet_overrides(table, "fleet")
         dash = DashboardConfig(loads=loads, num_requests=int(num_requests), workers=int(workers))
+        measured_with = PRESETS.get(acceptance.lower())  # an EAGLE-3 preset is priced with the head it was measured with
+        if measured_with is not None and measured_with.drafter != "eagle1":
+            flags["drafter"] = measured_with.drafter
         values = {**flags, "model": model, "tp": int(tp), "device": device, "acceptance": acceptance,
                   "seed": int(seed), "policy": specs, "engine": engine, "replicas": int(replicas), "router": router}
         config = configuration.build(fleet, configuration.flag_overrides(values))

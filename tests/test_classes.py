@@ -98,7 +98,7 @@ def test_the_eagle3_preset_follows_its_published_context_curve(context, publishe
     # vllm-project/speculators PR 684: EAGLE-3 on Qwen3-8B, longbench-v2 truncated to each length. The preset's
     # fitted rule is within 0.10 of every point (0.10 at 8k, its worst); the simulator, serving 150 requests one
     # at a time, adds their sampling error (request spread 0.5 logit: about 0.03 in length at 2 s.e.): 0.13 in all
-    values = {"model": "Qwen3-8B", "acceptance": "EAGLE-3/Qwen3-8B", "policies": ["linear:k=3"],
+    values = {"model": "Qwen3-8B", "acceptance": "EAGLE-3/Qwen3-8B", "drafter": "eagle3", "policies": ["linear:k=3"],
               "workload": {"arrival": "poisson", "rate_per_s": 0.1, "num_requests": 150, "multimodal_share": 0.0,
                            "prompt_mean_tokens": float(context), "prompt_cv": 0.0, "output_mean_tokens": 128.0,
                            "output_cv": 0.0}}
@@ -123,7 +123,7 @@ def test_a_fitted_depth_profile_reproduces_the_published_per_position_rates():
     # vllm-project/vllm PR 32628: a vanilla EAGLE-3 head at K=8; the simulator, serving one request at a time with
     # an 8-token chain, gives them back in spec_decode_per_position_acceptance_rates (the run folder's metrics)
     published = presets.POSITION_RATES["EAGLE-3/gpt-oss-120b"]
-    values = {"acceptance": "EAGLE-3/gpt-oss-120b", "policies": ["linear:k=8"],
+    values = {"acceptance": "EAGLE-3/gpt-oss-120b", "drafter": "eagle3", "policies": ["linear:k=8"],
               "workload": {"arrival": "poisson", "rate_per_s": 0.1, "num_requests": 150, "multimodal_share": 0.0,
                            "output_mean_tokens": 200.0}}
     results = experiment.run(config.build({}, values))

@@ -41,6 +41,7 @@ class Preset:
     speedup_vs_ar: float
     draft: DraftSetting
     source: str
+    drafter: str = "eagle1"  # the drafter kind it was measured with, as --drafter names it (an EAGLE-2 tree: eagle1)
 
 
 _SPECVLM_TREE = DraftSetting(depth=7, topk=10, budget=60)  # "tree topk 10, 60 draft tokens, depth 7"
@@ -85,14 +86,14 @@ PRESETS: dict[str, Preset] = {
         Preset(name="EAGLE-3/Qwen3-8B", method="EAGLE-3", model="Qwen3-8B",
                setting="longbench-v2 truncated to 2k tokens, greedy; 3-token chain assumed", accept_length=2.295,
                speedup_vs_ar=float("nan"), draft=DraftSetting(depth=3, topk=1, budget=3),
-               source="vllm-project/speculators PR 684, acceptance length vs context length"),
+               source="vllm-project/speculators PR 684, acceptance length vs context length", drafter="eagle3"),
         # Per-position acceptance of a vanilla EAGLE-3 head at K=8 (the PR's first
         # table, MT-Bench by its summary, which names MT-Bench and HumanEval):
         # 0.63, 0.38, 0.23, 0.14, 0.09, 0.05, 0.03, 0.02; length 1 + their sum.
         Preset(name="EAGLE-3/gpt-oss-120b", method="EAGLE-3", model="gpt-oss-120b",
                setting="MT-Bench, K=8 chain, per-position rates", accept_length=2.57, speedup_vs_ar=float("nan"),
                draft=DraftSetting(depth=8, topk=1, budget=8),
-               source="vllm-project/vllm PR 32628, vanilla EAGLE-3 per-position acceptance"),
+               source="vllm-project/vllm PR 32628, vanilla EAGLE-3 per-position acceptance", drafter="eagle3"),
     )
 }
 POSITION_RATES: dict[str, tuple[float, ...]] = {
@@ -245,6 +246,17 @@ def fit_class_logits(name: str) -> dict[str, float]:
     base = FITTED_TOP1_LOGIT[p.name]
     return {c: round(fit_top1_logit(template, p.draft, length) - base, 4)
             for c, length in class_lengths(name).items() if not classes.assumed(c)}
+
+
+def check_drafter(spec: str, drafter: str) -> None:
+    """Refuse an acceptance preset measured with another drafter than the
+    run's ``--drafter`` (one line naming both and what to give instead);
+    ``iid:P`` and calibrated files pass (a file is checked by its model)."""
+    entry = PRESETS.get(spec.lower())
+    if entry is not None and entry.drafter != drafter:
+        raise InputError(f"acceptance preset {entry.name} was measured with a {entry.drafter} drafter; the run drafts "
+                         f"with {drafter}: give --drafter {entry.drafter}, or --acceptance iid:P or a calibrated "
+                         f"acceptance.json for {drafter}")
 
 
 def preset(name: str) -> AcceptanceModel:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from simspec import config as configuration
+from simspec.acceptance.presets import check_drafter
 from simspec.config import FLAGS, SimConfig
 from simspec.policies import POLICIES
 
@@ -53,6 +54,8 @@ def scenario_config(args: argparse.Namespace) -> SimConfig:
     policies of ``--policy-file`` added after those named."""
     file_values = configuration.load(args.config) if args.config else {}
     config = configuration.build(file_values, configuration.flag_overrides(vars(args)))
+    if getattr(args, "acceptance", None) is not None or "acceptance" in file_values:  # chosen, not the default
+        check_drafter(config.acceptance, config.drafter)
     if getattr(args, "policy_file", None):
         from simspec import tune  # only for --policy-file: a simulate process need not import the tuner
 

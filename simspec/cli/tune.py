@@ -10,6 +10,7 @@ from simspec import __version__, config as configuration
 from simspec.cli.scenario import add_scenario_flags
 from simspec.files import check_writable, write_text
 from simspec.tune import FAMILIES, OBJECTIVES, TuneConfig, dumps, notes, table_csv, table_markdown, tune
+from simspec.acceptance.presets import check_drafter
 from simspec.types import InputError, require
 from simspec.workloads import image_sizes
 
@@ -41,6 +42,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     require(not args.policy_file, "tune writes a policy file; --policy-file is for simulate")
     require(not (args.load and args.rates), "give --load or --rates, not both")
     base = configuration.from_flags({**vars(args), "cv": None}, args.config)  # --cv here lists the CVs to tune
+    if args.acceptance is not None or (args.config and "acceptance" in configuration.load(args.config)):
+        check_drafter(base.acceptance, base.drafter)
     require(not base.fleet, "tune: --fleet (or a config's [fleet]) is a fleet of groups; tune tunes one setup's "
                             "policy: give that setup's --device, --tp and engine flags (and --replicas N)")
     require(base.engine.kind == "simspec",
