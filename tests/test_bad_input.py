@@ -292,6 +292,7 @@ CASES = [
     case("profile-gpu-model", "profile-gpu --device cpu --model NoSuchModel --out p", "NoSuchModel"),
     case("simulate-router", "simulate --replicas 2 --router least_loaded", "router", "round_robin, random"),
     case("simulate-replicas-zero", "simulate --replicas 0", "replicas", "1..1024"),
+    case("plan-sensitivity", "plan --slo p99_ttft_ms=2000 --sensitivity 0.9 --out p", "--sensitivity", "(0, 0.5)"),
     case("sensitivity-range", f"{SIM} --sensitivity 0.7", "--sensitivity", "(0, 0.5)"),
     case("sensitivity-text", f"{SIM} --sensitivity lots", "--sensitivity", "number"),
     case("trace-task", f"{SIM} --trace {{in}}/t.csv", "t.csv", "task is no class", "row 1", "poetry",

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import invoke
 from simspec import experiment, metrics, plan as planning, policies, seeds
 from simspec.costs.gpus import GPUS
 from simspec.plan import search
@@ -155,3 +156,23 @@ def test_the_command_prints_the_plan_and_writes_its_files(tmp_path):
     assert "cheapest within every SLO: " in out and "vllm serve LLaVA-1.5-7B --tensor-parallel-size 1" in out
     assert sorted(f.name for f in (tmp_path / "p").iterdir()) == ["pareto.csv", "pareto.png", "plan.csv",
                                                                   "plan.parquet"]
+
+
+def test_the_sensitivity_check_serves_the_winner_again_with_the_acceptance_moved(small_plan):
+    pc, p = small_plan
+    w = p.winner
+    at_own = planning.winner_at(BASE, pc, p, 1.0)
+    assert at_own[0] == pytest.approx(max(w.ratios))  # the confirmation itself, at the model's own level
+    if w.candidate.policy != "ar":
+        lower, higher = (planning.winner_at(BASE, pc, p, scale)[0] for scale in (0.7, 1.3))
+        assert lower > at_own[0] > higher  # less acceptance, slower decoding: closer to the bound
+
+
+def test_cli_plan_sensitivity_line(tmp_path):
+    code, out, err = invoke(["plan", "--rate", "12", "--arrival", "poisson", "--num-requests", "100",
+                             "--slo", "p99_tpot_ms=40", "--devices", "h100-sxm", "--tp", "1",
+                             "--policies", "linear:k=3", "--requests", "100", "--confirm-seeds", "1", "--jobs", "1",
+                             "--quiet", "--sensitivity"])
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("sensitivity:"))
+    assert "0.90x the acceptance length" in line and "1.10x" in line and ("robust" in line)

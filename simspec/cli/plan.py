@@ -7,7 +7,7 @@ import time
 
 from simspec import __version__, plan as planning
 from simspec.types import require
-from simspec.cli.scenario import add_scenario_flags, scenario_config
+from simspec.cli.scenario import add_scenario_flags, number, scenario_config
 from simspec.files import check_writable
 
 
@@ -37,6 +37,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              batch_limits=args.batch_limits or (), slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
+    require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
+            f"--sensitivity must be in (0, 0.5): the share the acceptance length moves (got {args.sensitivity})")
     if args.out:
         check_writable(args.out, f"--out {args.out}")  # before the search, not after
     started = time.perf_counter()
@@ -60,10 +62,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if command:
         print(f"launch one replica (of {result.winner.replicas}, behind {base.router}):\n{command}")
     print(f"planned in {wall_s:.1f} s ({result.simulated_requests / wall_s:,.0f} simulated requests/s)")
+    if args.sensitivity is not None and result.winner is not None:
+        print(_sensitivity(base, pc, result, args.sensitivity))
     if args.out:
         paths = planning.write(result, args.out)
         print(f"wrote {', '.join(str(p) for p in paths)}")
     return 0 if result.winner is not None else 1
+
+
+def _sensitivity(base, pc, result, spread: float) -> str:
+    """Whether the winner's fleet still meets every SLO with the acceptance length moved by -/+ ``spread``."""
+    w = result.winner
+    ends = [(scale, *planning.winner_at(base, pc, result, scale)) for scale in (1.0 - spread, 1.0 + spread)]
+    parts = [f"at {scale:.2f}x the acceptance length its tightest SLO ({metric}) is at {ratio:.3f} of its bound"
+             + ("" if ratio <= 1.0 else f": it misses by {ratio - 1:.1%}") for scale, ratio, metric in ends]
+    verdict = "robust" if all(ratio <= 1.0 for _, ratio, _ in ends) else "not robust"
+    return (f"sensitivity: {verdict}: the winner ({w.replicas} x {w.candidate.label}, on the confirmation seeds) "
+            + "; ".join(parts))
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -89,6 +104,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="requests per capacity probe, and per replica in a confirmation (default: %(default)s)")
     p.add_argument("--confirm-seeds", type=int, default=fields["confirm_seeds"].default,
                    help="fresh seeds each finalist fleet is served on (default: %(default)s)")
+    p.add_argument("--sensitivity", type=number(float, "--sensitivity"), nargs="?", const=0.10, default=None,
+                   metavar="SPREAD", help="serve the winner's fleet again with the acceptance length moved by "
+                                          "-SPREAD and +SPREAD (default 0.10) and say whether it still meets every SLO")
     p.add_argument("--finalists", type=int, default=fields["finalists"].default,
                    help="cheapest candidates confirmed as whole fleets (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=fields["jobs"].default,

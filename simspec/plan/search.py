@@ -51,11 +51,16 @@ def at_rate(base: SimConfig, rate: float, native: float, *, requests: int | None
     return replace(base, workload=w, seed=seed)
 
 
-def _summary(config: SimConfig, replicas: int, router: str) -> dict:
+def _summary(config: SimConfig, replicas: int, router: str, acceptance_scale: float = 1.0) -> dict:
     s = experiment.resolve(config)
+    model = s.acceptance
+    if acceptance_scale != 1.0:  # the sensitivity check: the same fleet with the acceptance level moved
+        from simspec.sensitivity import shifted_logit
+
+        model = model.with_top1_logit(shifted_logit(model, acceptance_scale))
     run = simulate_fleet(s.requests, replicas=replicas, router=router, staleness_s=config.router_staleness_ms / 1e3,
                          policy=policies.parse(config.policies[0]), label=config.policies[0], costs=s.costs,
-                         acceptance=s.acceptance, engine=config.engine, kv_budget_tokens=s.kv_budget_tokens,
+                         acceptance=model, engine=config.engine, kv_budget_tokens=s.kv_budget_tokens,
                          seed=config.seed, event_detail=False)
     return metrics.summarize(run.log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
                              slo_e2el_ms=config.slo_e2el_ms)
@@ -164,6 +169,26 @@ def confirm(job) -> tuple[int, list[dict], int]:
 
 
 
+def confirm_seeds(base: SimConfig, pc: PlanConfig) -> list[int]:
+    """The seeds every finalist is confirmed on (common random numbers)."""
+    return [int(x.generate_state(1)[0]) for x in seeding.stream(base.seed, CONFIRM_SEED_TAG).spawn(pc.confirm_seeds)]
+
+
+def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tuple[float, str]:
+    """The winner's fleet, at its replica count and the target rate on the
+    confirmation seeds, with the acceptance length ``scale`` x its own
+    (simspec.sensitivity): its tightest SLO ratio over the seeds and that SLO."""
+    w = result.winner
+    require(w is not None, "plan --sensitivity: no fleet meets every SLO, so there is no answer to check")
+    config = w.candidate.config(base)
+    native = native_rate(config)
+    size = None if base.workload.arrival == "trace" else pc.requests * w.replicas
+    worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),
+                                      w.replicas, base.router, scale))
+             for seed in confirm_seeds(base, pc)]
+    return max(worst)
+
+
 def candidates(base: SimConfig, pc: PlanConfig) -> list[Candidate]:
     limits = pc.batch_limits or (base.engine.max_num_seqs,)
     return [Candidate(device=d, tp=t, max_num_seqs=b, policy=p)
@@ -226,12 +251,11 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
                 row.replicas = max(1, math.ceil(target / cap - 1e-9))
             rows.append(row)
         sized = sorted((r for r in rows if r.status == "estimated"), key=lambda r: (r.usd_per_hour, r.candidate.label))
-        confirm_seeds = [int(x.generate_state(1)[0])
-                         for x in seeding.stream(base.seed, CONFIRM_SEED_TAG).spawn(pc.confirm_seeds)]
+        seeds = confirm_seeds(base, pc)
         finalists = sized[:pc.finalists]
         bar = tqdm(unit="fleet", desc="confirm", disable=not progress, leave=False)
         while finalists:
-            simulated += _confirm(finalists, runner, (base, pc, target, native, confirm_seeds), bar)
+            simulated += _confirm(finalists, runner, (base, pc, target, native, seeds), bar)
             # Confirmed fleets may cost more than their estimates: confirm, in turn, every candidate whose
             # estimate is below the cheapest confirmed fleet (up to 4 x --finalists in all).
             best = min((r.usd_per_hour for r in sized if r.status == "confirmed"), default=math.inf)
