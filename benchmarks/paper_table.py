@@ -26,6 +26,7 @@ seeds, which favours it slightly (the minimum of three noisy means).
 
     python benchmarks/paper_table.py            # full grid, writes results/paper_table/
     python benchmarks/paper_table.py --quick    # 4 small cells, a smoke test
+    python benchmarks/paper_table.py --mix spec-bench   # with request classes, writes results/paper_table_mix/
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def row(model: str, device: str, cell: tune.Cell) -> dict:
     }
 
 
-def summarize(rows: list[dict], grid: Grid, wall_s: float, jobs: int, cost_models: dict[str, str]) -> str:
+def summarize(rows: list[dict], grid: Grid, wall_s: float, jobs: int, cost_models: dict[str, str],
+              mix: str | None = None) -> str:
     n = len(rows)
     ok = sum(r["matches_or_beats"] for r in rows)
     beats = sum(r["beats"] for r in rows)
@@ -120,7 +122,8 @@ def summarize(rows: list[dict], grid: Grid, wall_s: float, jobs: int, cost_model
       f"{len(grid.devices)} devices ({', '.join(grid.devices)}) x {len(grid.models)} models "
       f"({', '.join(grid.models)}) x {len(grid.cvs)} arrival patterns (Poisson, Gamma CV "
       f"{', '.join(f'{c:g}' for c in grid.cvs if c != 1)}) = {n} cells; {grid.num_requests} requests per run, "
-      f"default scenario otherwise (default acceptance preset, 50% multimodal, cost model `auto`).\n")
+      f"default scenario otherwise (default acceptance preset, 50% multimodal, cost model `auto`"
+      + (f", request classes `--mix {mix}`" if mix else "") + ").\n")
     w(f"Tuning per cell and family: {tc.trials} trials (linear enumerated), {tc.search_seeds} search seeds, top "
       f"{tc.top} re-run on {tc.confirm_seeds} fresh confirm seeds; objective mean E2E latency. "
       f"Wall time {wall_s / 60:.1f} min on {jobs} worker process(es).\n\n")
@@ -183,15 +186,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 small cells (a smoke test)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--out", default=None, help=f"output folder (default: {OUT}, or {OUT}/quick)")
+    parser.add_argument("--mix", default=None, help="request classes, as simspec simulate --mix (e.g. spec-bench)")
     args = parser.parse_args()
     grid = QUICK if args.quick else Grid()
-    out = Path(args.out) if args.out else (OUT / "quick" if args.quick else OUT)
+    default_out = OUT.with_name(OUT.name + "_mix") if args.mix else OUT
+    out = Path(args.out) if args.out else (default_out / "quick" if args.quick else default_out)
+    classes = {"mix": args.mix} if args.mix else {}
     started = time.perf_counter()
     jobs, labels, cost_models = [], [], {}
     for model in grid.models:
         for device in grid.devices:
             base = configuration.build(flag_values={"model": model, "device": device,
-                                                    "workload": {"num_requests": grid.num_requests}})
+                                                    "workload": {"num_requests": grid.num_requests, **classes}})
             cost = experiment.resolve(replace(base, workload=replace(base.workload, num_requests=1))).costs
             cost_models[f"{model} on {device}"] = f"{cost.label} [{cost.calibration}]"
             saturation = experiment.saturation_rate(base, requests=grid.tuning.saturation_requests)
@@ -208,7 +214,7 @@ def main() -> None:
     wall_s = time.perf_counter() - started
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "cells.csv", to_csv(rows))
-    summary = summarize(rows, grid, wall_s, args.jobs, cost_models)
+    summary = summarize(rows, grid, wall_s, args.jobs, cost_models, args.mix)
     write_text(out / "summary.md", summary)
     print(summary)
     print(f"cell tuning: mean {np.mean(cells_s):.1f} s, max {np.max(cells_s):.1f} s; wrote {out}/cells.csv, summary.md")
