@@ -113,14 +113,16 @@ print(slug if slug in costs.GPUS else 'h100-sxm')")
 
 # --- the dry run: everything checked that can be without a GPU ---------------------------------
 
+profile_estimate_s() {  # the quick CUDA grid's points of model $1, at SECONDS_PER_POINT each
+    "$PY" -c "
+from simspec.profiling import grid; from simspec import costs
+m = costs.model_spec('$1'); print(round(sum(len(grid.points(o, grid.QUICK_CUDA, m)) for o in grid.ops_for(m)) * $SECONDS_PER_POINT))"
+}
+
 estimate_s() {  # a step's expected seconds on an H100/H200 (the limit is what bounds it)
     case $1 in
-        profile_llava) "$PY" -c "
-from simspec.profiling import grid; from simspec import costs
-m = costs.model_spec('LLaVA-1.5-7B'); print(round(sum(len(grid.points(o, grid.QUICK_CUDA, m)) for o in grid.ops_for(m)) * $SECONDS_PER_POINT))" ;;
-        profile_qwen) "$PY" -c "
-from simspec.profiling import grid; from simspec import costs
-m = costs.model_spec('Qwen2.5-VL-7B'); print(round(sum(len(grid.points(o, grid.QUICK_CUDA, m)) for o in grid.ops_for(m)) * $SECONDS_PER_POINT))" ;;
+        profile_llava) profile_estimate_s LLaVA-1.5-7B ;;
+        profile_qwen) profile_estimate_s Qwen2.5-VL-7B ;;
         describe) echo 3 ;;
         install) echo 10 ;;
         gpu_tests) echo 70 ;;      # 67 tests: Triton compiles each kernel per dtype and shape

@@ -151,26 +151,29 @@ def _policy_of(group: Group, spec: str) -> str:
     return "ar" if group.role == disagg.PREFILL else group.policy or spec
 
 
+def _per_replica(scenario: Scenario) -> list[Member]:
+    """Each replica's group, in the fleet's order of replicas."""
+    return [m for m in scenario.members for _ in range(m.group.replicas)]
+
+
 def replica_groups(scenario: Scenario) -> list[str] | None:
     """Each replica's group name (None: identical replicas, no groups)."""
-    return [m.group.name for m in scenario.members for _ in range(m.group.replicas)] or None
+    return [m.group.name for m in _per_replica(scenario)] or None
 
 
 def replica_policies(scenario: Scenario, spec: str) -> list[str]:
     """The policy each replica serves in the run of ``spec`` (a group's own,
     else ``spec``; a prefill replica's: ar)."""
-    return [_policy_of(m.group, spec) for m in scenario.members for _ in range(m.group.replicas)]
+    return [_policy_of(m.group, spec) for m in _per_replica(scenario)]
 
 
 def replica_setups(scenario: Scenario, spec: str) -> list[dict]:
     """Each replica's simspec.sim.simulate arguments for the run of policy
-    ``spec`` on the scenario's fleet (a group with its own policy keeps it)."""
-    setups = []
-    for m in scenario.members:
-        serve = dict(policy=policies.parse(_policy_of(m.group, spec)), costs=m.costs, engine=m.config.engine,
-                     kv_budget_tokens=m.kv_budget_tokens)
-        setups += [serve] * m.group.replicas
-    return setups
+    ``spec`` on the scenario's fleet (a group with its own policy keeps it;
+    a group's replicas share one dict, which spec_aware measures once)."""
+    serve = {id(m): dict(policy=policies.parse(_policy_of(m.group, spec)), costs=m.costs, engine=m.config.engine,
+                         kv_budget_tokens=m.kv_budget_tokens) for m in scenario.members}
+    return [serve[id(m)] for m in _per_replica(scenario)]
 
 
 def run(config: SimConfig, *, progress: bool = False, event_detail: bool = True) -> Results:
@@ -199,27 +202,21 @@ def run_scenario(scenario: Scenario, *, progress: bool = False, event_detail: bo
                     bar.reset()
                 bar.update(offset + done - bar.n)
 
+            common = dict(router=config.router, staleness_s=config.router_staleness_ms / 1e3, label=spec,
+                          acceptance=scenario.acceptance, seed=config.seed, progress=advance if progress else None,
+                          event_detail=event_detail)
             if fleet_groups.disaggregated(config.fleet):
                 run = disagg.serve(scenario.requests, setups=replica_setups(scenario, spec),
-                                   roles=[m.group.role for m in scenario.members for _ in range(m.group.replicas)],
-                                   router=config.router, seed=config.seed, label=spec,
+                                   roles=[m.group.role for m in _per_replica(scenario)],
                                    link=fleet_groups.parse_link(config.kv_link),
-                                   bytes_per_token=max(m.model.kv_bytes_per_token for m in scenario.members),
-                                   staleness_s=config.router_staleness_ms / 1e3, acceptance=scenario.acceptance,
-                                   progress=advance if progress else None, event_detail=event_detail)
+                                   bytes_per_token=max(m.model.kv_bytes_per_token for m in scenario.members), **common)
             elif config.fleet:
-                run = simulate_fleet(scenario.requests, replicas=config.fleet_replicas, router=config.router,
-                                     staleness_s=config.router_staleness_ms / 1e3, label=spec,
-                                     setups=replica_setups(scenario, spec), acceptance=scenario.acceptance,
-                                     seed=config.seed, progress=advance if progress else None,
-                                     event_detail=event_detail)
+                run = simulate_fleet(scenario.requests, replicas=config.fleet_replicas,
+                                     setups=replica_setups(scenario, spec), **common)
             else:
-                run = simulate_fleet(scenario.requests, replicas=config.replicas, router=config.router,
-                                     staleness_s=config.router_staleness_ms / 1e3,
-                                     policy=policies.parse(spec), label=spec, costs=scenario.costs,
-                                     acceptance=scenario.acceptance, engine=config.engine,
-                                     kv_budget_tokens=scenario.kv_budget_tokens, seed=config.seed,
-                                     progress=advance if progress else None, event_detail=event_detail)
+                run = simulate_fleet(scenario.requests, replicas=config.replicas, policy=policies.parse(spec),
+                                     costs=scenario.costs, engine=config.engine,
+                                     kv_budget_tokens=scenario.kv_budget_tokens, **common)
             logs.append(run.log)
             fleets.append(run)
     table = {log.policy: metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,

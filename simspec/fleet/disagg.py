@@ -31,7 +31,7 @@ prefill replicas' busy time added (the fleet's GPU share is over both).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -50,21 +50,9 @@ def transfer_s(requests: Sequence[Request], link: Link, bytes_per_token: int) ->
     return link.latency_s + tokens * bytes_per_token / link.bytes_per_s
 
 
-@dataclass(frozen=True, slots=True)
-class DisaggRun:
-    """A disaggregated fleet's run: the merged log, each replica's (in the
-    fleet's order, prefill and decode), who served each request on each side."""
-
-    log: RunLog
-    replicas: tuple[RunLog | None, ...]
-    assignment: np.ndarray  # [N] decode replica of each request (the fleet's index), in the workload's order
-    prefill_assignment: np.ndarray  # [N] prefill replica of each request (the fleet's index)
-    transfer_s: np.ndarray  # [N] seconds its KV cache took to move
-
-
 def serve(requests: Sequence[Request], *, setups: Sequence[dict], roles: Sequence[str], router: str, seed: int,
           label: str, link: Link, bytes_per_token: int, staleness_s: float = 0.0,
-          progress: Callable[[int], None] | None = None, **serve_args) -> DisaggRun:
+          progress: Callable[[int], None] | None = None, **serve_args) -> FleetRun:
     """Serve ``requests`` (sorted by arrival) on a fleet whose replica k has
     simspec.sim.simulate's arguments ``setups[k]`` over ``serve_args`` and
     the role ``roles[k]`` (prefill or decode); both sides behind ``router``."""
@@ -107,9 +95,9 @@ def serve(requests: Sequence[Request], *, setups: Sequence[dict], roles: Sequenc
     prefill_assignment = np.asarray(pre_at)[prefill.assignment]
     if progress is not None:
         progress(n)
-    return DisaggRun(log=_fleet_log(decode.log, prefill, requests, order, admitted_s, preempted, label),
-                     replicas=tuple(replicas), assignment=assignment, prefill_assignment=prefill_assignment,
-                     transfer_s=moved)
+    return FleetRun(log=_fleet_log(decode.log, prefill, requests, order, admitted_s, preempted, label),
+                    replicas=tuple(replicas), assignment=assignment, prefill_assignment=prefill_assignment,
+                    transfer_s=moved)
 
 
 def _fleet_log(decoded: RunLog, prefill: FleetRun, requests: Sequence[Request], order: dict, admitted_s: np.ndarray,
@@ -128,4 +116,4 @@ def _fleet_log(decoded: RunLog, prefill: FleetRun, requests: Sequence[Request], 
     return replace(decoded, table=table, steps=steps, start_s=float(min(decoded.start_s, arrival_s.min())))
 
 
-__all__ = ["transfer_s", "DisaggRun", "serve", "ROLES", "PREFILL", "DECODE"]
+__all__ = ["transfer_s", "serve", "ROLES", "PREFILL", "DECODE"]

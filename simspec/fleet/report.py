@@ -40,9 +40,7 @@ def replica_rows(runs: dict[str, FleetRun], *, groups: Sequence[str] | None = No
         names = groups or [ALL] * len(run.replicas)
         own = (served or {}).get(policy) or [policy] * len(run.replicas)
         for i, log in enumerate(run.replicas):
-            served_here = (run.assignment == i).sum() + (run.prefill_assignment == i).sum() if hasattr(
-                run, "prefill_assignment") else (run.assignment == i).sum()
-            row = {"policy": policy, "group": names[i], "replica": i, "served": own[i], "requests": int(served_here)}
+            row = {"policy": policy, "group": names[i], "replica": i, "served": own[i], "requests": run.served(i)}
             if log is not None:
                 m = metrics.summarize(log, empty_as_zero=empty_as_zero)
                 row.update({key: m[key] for key in METRICS})

@@ -285,24 +285,23 @@ class _PrefixAffinity(Router):
 class _SpecAware(Router):
     def __init__(self, replicas, rng, models: Sequence[ReplicaModel]):
         super().__init__(replicas, rng)
-        self.models = list(models)  # each replica's; alike replicas share one (one estimate of a request for all)
-        self.fluid = [_Fluid(model) for model in self.models]
-        self.estimates: list[tuple[float, float]] = []  # the request last chosen for, on each replica: rounds, prefill s
+        self.fluid = [_Fluid(model) for model in models]
+        # Alike replicas share one model, and one estimate of a request: the distinct models, and each replica's
+        kinds = {id(m): m for m in models}
+        self.kinds = list(kinds.values())
+        self.kind_of = [list(kinds).index(id(m)) for m in models]
+        self.estimates: list[tuple[float, float]] = []  # the request last chosen for, per kind: rounds, prefill s
 
     def choose(self, request, fleet):
-        own: dict[int, tuple[float, float]] = {}
-        for m in self.models:
-            if id(m) not in own:
-                own[id(m)] = (m.rounds(request), m.prefill_s(request))
-        self.estimates = [own[id(m)] for m in self.models]
+        self.estimates = [(m.rounds(request), m.prefill_s(request)) for m in self.kinds]
         finish = []
-        for f, (rounds, prefill) in zip(self.fluid, self.estimates):
+        for f, kind in zip(self.fluid, self.kind_of):
             f.advance(request.arrival_s)
-            finish.append(f.finish_in(rounds, prefill))
+            finish.append(f.finish_in(*self.estimates[kind]))
         return self.least(finish)
 
     def sent(self, k, i, request):
-        self.fluid[k].add(i, *self.estimates[k])
+        self.fluid[k].add(i, *self.estimates[self.kind_of[k]])
 
     def heard(self, k, finished):
         if finished:

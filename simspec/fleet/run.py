@@ -43,7 +43,17 @@ class FleetRun:
 
     log: RunLog
     replicas: tuple[RunLog | None, ...]
-    assignment: np.ndarray  # [N] replica of each request, in the workload's order
+    assignment: np.ndarray  # [N] replica of each request, in the workload's order (disaggregated: its decode one)
+    # A disaggregated fleet's (simspec.fleet.disagg): each request's prefill replica, and its KV transfer's seconds
+    prefill_assignment: np.ndarray | None = None
+    transfer_s: np.ndarray | None = None
+
+    def served(self, replica: int) -> int:
+        """Requests replica ``replica`` served (a prefill replica's prefills counted)."""
+        count = int((self.assignment == replica).sum())
+        if self.prefill_assignment is not None:
+            count += int((self.prefill_assignment == replica).sum())
+        return count
 
 
 def replica_seeds(seed: int, replicas: int) -> list[int]:

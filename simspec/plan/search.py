@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from simspec import experiment, metrics, policies, seeds as seeding
+from simspec import acceptance, experiment, metrics, policies, seeds as seeding
 from simspec.config import SimConfig
 from simspec.costs.gpus import gpu_spec
 from simspec.fleet.run import simulate_fleet
@@ -51,13 +51,11 @@ def at_rate(base: SimConfig, rate: float, native: float, *, requests: int | None
     return replace(base, workload=w, seed=seed)
 
 
-def _summary(config: SimConfig, replicas: int, router: str, acceptance_scale: float = 1.0) -> dict:
+def _summary(config: SimConfig, replicas: int, router: str, accepting=None) -> dict:
+    """One fleet's run at ``config``; ``accepting``: an acceptance model in place of the config's
+    (the sensitivity check)."""
     s = experiment.resolve(config)
-    model = s.acceptance
-    if acceptance_scale != 1.0:  # the sensitivity check: the same fleet with the acceptance level moved
-        from simspec.sensitivity import shifted_logit
-
-        model = model.with_top1_logit(shifted_logit(model, acceptance_scale))
+    model = accepting if accepting is not None else s.acceptance
     run = simulate_fleet(s.requests, replicas=replicas, router=router, staleness_s=config.router_staleness_ms / 1e3,
                          policy=policies.parse(config.policies[0]), label=config.policies[0], costs=s.costs,
                          acceptance=model, engine=config.engine, kv_budget_tokens=s.kv_budget_tokens,
@@ -178,13 +176,17 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     """The winner's fleet, at its replica count and the target rate on the
     confirmation seeds, with the acceptance length ``scale`` x its own
     (simspec.sensitivity): its tightest SLO ratio over the seeds and that SLO."""
+    from simspec.sensitivity import shifted_logit
+
     w = result.winner
     require(w is not None, "plan --sensitivity: no fleet meets every SLO, so there is no answer to check")
     config = w.candidate.config(base)
     native = native_rate(config)
+    own = acceptance.build(config.acceptance, experiment.model_of(config).name)
+    moved = own.with_top1_logit(shifted_logit(own, scale)) if scale != 1.0 else own
     size = None if base.workload.arrival == "trace" else pc.requests * w.replicas
     worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),
-                                      w.replicas, base.router, scale))
+                                      w.replicas, base.router, moved))
              for seed in confirm_seeds(base, pc)]
     return max(worst)
 
