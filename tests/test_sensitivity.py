@@ -43,3 +43,38 @@ def test_cli_prints_the_sensitivity_line():
                              "--quiet", "--sensitivity"])
     assert code == 0, err
     assert "sensitivity: robust: linear:k=3" in out and "0.90x, 1x and 1.10x" in out
+
+
+def _tuned(cost_model: str, accept: str):
+    from simspec import tune
+
+    base = config.build(flag_values={"cost_model": cost_model, "acceptance": accept, "workload": {
+        "num_requests": 20, "multimodal_share": 0.0, "prompt_mean_tokens": 16, "output_mean_tokens": 64}})
+    tc = tune.TuneConfig(rates_per_s=(0.05,), cvs=(1.0,), families=("linear", "truncate"), trials=4, search_seeds=1,
+                         confirm_seeds=2, top=1, saturation_requests=50)
+    return tune.tune(base, tc), tc
+
+
+def test_tune_sensitivity_keeps_a_clear_winner_and_moves_the_acceptance():
+    from simspec.tune.search import Bench, cell_config, sensitivity
+
+    tuned, tc = _tuned("constant:10", "iid:0.8")  # free tokens: the longest chain wins at any acceptance
+    cell = tuned.cells[0]
+    lines = sensitivity(tuned, tc, 0.2)
+    assert len(lines) == 1 and lines[0].startswith("sensitivity, load ") and "robust: " + cell.best.spec in lines[0]
+    assert "0.80x, 1x and 1.20x" in lines[0]
+    config_ = cell_config(tuned.scenario, cell.rate_per_s, cell.cv)
+    seed = tuned.confirm_seeds[0]
+    own = Bench(config_, tc).run(cell.best.spec, seed).value
+    level = experiment.resolve(tuned.scenario).acceptance.top1_logit
+    lower = Bench(config_, tc, top1_logit=level - 1.0).run(cell.best.spec, seed).value
+    assert lower > own  # less acceptance, longer latency: the ends are really served at another level
+
+
+def test_cli_tune_prints_a_sensitivity_line_a_cell(tmp_path):
+    code, out, err = invoke(["tune", "--num-requests", "20", "--cost-model", "constant:10", "--acceptance", "iid:0.8",
+                             "--rates", "0.05", "--families", "linear", "--trials", "2", "--search-seeds", "1",
+                             "--confirm-seeds", "2", "--top", "1", "--quiet", "--sensitivity", "--out",
+                             str(tmp_path / "t.toml")])
+    assert code == 0, err
+    assert sum(line.startswith("sensitivity, load ") for line in out.splitlines()) == 1

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simspec import __version__, config as configuration
-from simspec.cli.scenario import add_scenario_flags
+from simspec.cli.scenario import add_scenario_flags, number
 from simspec.files import check_writable, write_text
 from simspec.tune import FAMILIES, OBJECTIVES, TuneConfig, dumps, notes, table_csv, table_markdown, tune
 from simspec.acceptance.presets import check_drafter
@@ -50,6 +50,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"tune builds a load-adaptive (staged) policy, which only --engine simspec runs (got --engine "
             f"{base.engine.kind}); tune on the simspec engine, then `simspec export --format {base.engine.kind}` "
             f"simulates the exported settings on {base.engine.kind}")
+    require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
+            f"--sensitivity must be in (0, 0.5): the share the acceptance length moves (got {args.sensitivity})")
     slos = _slos(args.slo)
     if slos:
         base = replace(base, **slos)
@@ -81,6 +83,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"adaptive (CV {s.cv:g}): {s.policy}")
     for line in notes(tuned):
         print(f"note: {line}")
+    if args.sensitivity is not None:
+        from simspec.tune.search import sensitivity  # only when asked: it serves every cell's bests twice more
+
+        for line in sensitivity(tuned, tc, args.sensitivity):
+            print(line)
     print(f"wrote {out}, {out.with_suffix('.csv')}, {out.with_suffix('.md')}")
     return 0
 
@@ -107,5 +114,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=d.jobs, help="cells tuned in parallel processes (%(default)s)")
     p.add_argument("--out", default="tuned.toml", metavar="FILE.toml",
                    help="tuned file; the table goes beside it as .csv and .md (default: %(default)s)")
+    p.add_argument("--sensitivity", type=number(float, "--sensitivity"), nargs="?", const=0.10, default=None,
+                   metavar="SPREAD", help="each cell's tuned bests served again on the confirm seeds with the "
+                                          "acceptance length moved by -SPREAD and +SPREAD (default 0.10): whether "
+                                          "the cell's winner stays best")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=cmd_tune)

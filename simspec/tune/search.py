@@ -64,8 +64,10 @@ class Bench:
     """Runs specs on one cell's scenario, one resolved scenario per seed,
     each (spec, seed) once."""
 
-    def __init__(self, config: SimConfig, tc: TuneConfig, tick: Callable[[], None] | None = None):
+    def __init__(self, config: SimConfig, tc: TuneConfig, tick: Callable[[], None] | None = None,
+                 top1_logit: float | None = None):
         self.config, self.tc, self.tick = config, tc, tick
+        self.top1_logit = top1_logit  # the acceptance model's level moved there (sensitivity); None: its own
         self.scenarios: dict[int, experiment.Scenario] = {}
         self.runs: dict[tuple[str, int], Run] = {}
 
@@ -73,7 +75,10 @@ class Bench:
         key = (spec, seed)
         if key not in self.runs:
             if seed not in self.scenarios:
-                self.scenarios[seed] = experiment.resolve(replace(self.config, seed=seed))
+                scenario = experiment.resolve(replace(self.config, seed=seed))
+                if self.top1_logit is not None:
+                    scenario = replace(scenario, acceptance=scenario.acceptance.with_top1_logit(self.top1_logit))
+                self.scenarios[seed] = scenario
             s = self.scenarios[seed]
             log = simulate_fleet(s.requests, replicas=self.config.replicas, router=self.config.router,
                                  staleness_s=self.config.router_staleness_ms / 1e3,
@@ -219,3 +224,33 @@ def tune(base: SimConfig, tc: TuneConfig, *, progress: bool = False) -> Tuned:
             final.append(replace(cell, adaptive=values))
     return Tuned(objective=tc.objective, scenario=base, saturation_rate_per_s=saturation, search_seeds=search,
                  confirm_seeds=confirm, trials=tc.trials, cells=tuple(final), schedules=schedules)
+
+
+def sensitivity(tuned: Tuned, tc: TuneConfig, spread: float) -> list[str]:
+    """Does each cell's winner survive the acceptance model's uncertainty?
+    Every family's tuned best of the cell serves the confirm seeds again
+    with the acceptance length moved to (1 - spread) and (1 + spread) x the
+    model's (simspec.sensitivity.shifted_logit); one line a cell: robust
+    when the winner ranks first at both ends, else where another wins."""
+    from simspec.sensitivity import shifted_logit
+
+    model = experiment.resolve(tuned.scenario).acceptance
+    ends = [(scale, shifted_logit(model, scale)) for scale in (1.0 - spread, 1.0 + spread)]
+    lines = []
+    for cell in tuned.cells:
+        config = cell_config(tuned.scenario, cell.rate_per_s, cell.cv)
+        where = f"load {cell.load:.2f} ({cell.rate_per_s:.3g} req/s), CV {cell.cv:g}"
+        misses = []
+        for scale, logit in ends:
+            bench = Bench(config, tc, top1_logit=logit)
+            ranked = sorted(cell.families.values(), key=lambda c: -bench.mean_score(c.spec, tuned.confirm_seeds))
+            if ranked[0].spec != cell.best.spec:
+                ours = float(np.mean([bench.run(cell.best.spec, s).value for s in tuned.confirm_seeds]))
+                theirs = float(np.mean([bench.run(ranked[0].spec, s).value for s in tuned.confirm_seeds]))
+                misses.append(f"at {scale:.2f}x the acceptance length {ranked[0].spec} wins ({tc.metric} {theirs:.4g} "
+                              f"against {ours:.4g})")
+        lines.append(f"sensitivity, {where}: " + (f"robust: {cell.best.spec} is best at {ends[0][0]:.2f}x, 1x and "
+                                                  f"{ends[1][0]:.2f}x the acceptance length" if not misses
+                                                  else f"not robust: {cell.best.spec} is best at 1x, but "
+                                                  + "; ".join(misses)))
+    return lines
