@@ -52,6 +52,10 @@ def case(id_: str, argv: str | list[str], *says: str, **files: str | bytes) -> C
 
 
 SIM = "simulate --num-requests 20 --quiet"
+CLASS_RESPONSES = "".join(json.dumps({"index": i, "task": "chat" if i < 4 else "code", "prompt_tokens": 5,
+                                      "completion_tokens": 9, "steps_accepted": [1, 2], "steps_drafted": [3, 3],
+                                      "seconds": 0.1, "text": ""}) + "\n" for i in range(20))
+"""A calibrate vllm-classes run's responses with 4 chat requests: too few to fit the class."""
 
 
 def fleet_case(id_: str, toml: str, *says: str) -> Case:
@@ -294,6 +298,8 @@ CASES = [
     case("simulate-replicas-zero", "simulate --replicas 0", "replicas", "1..1024"),
     case("plan-sensitivity", "plan --slo p99_ttft_ms=2000 --sensitivity 0.9 --out p", "--sensitivity", "(0, 0.5)"),
     case("sensitivity-range", f"{SIM} --sensitivity 0.7", "--sensitivity", "(0, 0.5)"),
+    case("tune-sensitivity-range", "tune --num-requests 20 --sensitivity 0.6 --out t.toml", "--sensitivity",
+         "(0, 0.5)"),
     case("sensitivity-text", f"{SIM} --sensitivity lots", "--sensitivity", "number"),
     case("trace-task", f"{SIM} --trace {{in}}/t.csv", "t.csv", "task is no class", "row 1", "poetry",
          t__csv="TIMESTAMP,ContextTokens,GeneratedTokens,task\n2023-11-16 18:15:46.6805900,374,44,poetry\n"),
@@ -351,6 +357,24 @@ CASES = [
     case("calibrate-vllm-log-without-iterations", "calibrate vllm --log {in}/serve.log --metrics {in}/serve.log "
          "--model Llama-2-7B --device h100-sxm --out cal", "serve.log", "--enable-logging-iteration-details",
          serve__log="(APIServer pid=1) INFO 12-01 18:23:42 [api_server.py:1] vLLM API server version 0.32.0\n"),
+    case("classes-no-out", "calibrate vllm-classes --model {in}/m", "--out"),
+    case("classes-no-model", "calibrate vllm-classes --out cal", "--model"),
+    case("classes-model-not-a-folder", "calibrate vllm-classes --model {in}/nothing --out cal", "--model",
+         "config.json"),
+    case("classes-per-class-1", "calibrate vllm-classes --model {in} --out cal --per-class 1", "--per-class",
+         "2..10000", config__json="{}"),
+    case("classes-unknown-class", "calibrate vllm-classes --model {in} --out cal --classes chat,poetry",
+         "--classes", "poetry", config__json="{}"),
+    case("classes-bad-speculation", ["calibrate", "vllm-classes", "--model", "{in}", "--out", "cal",
+                                     "--speculative-config", "{ngram"], "--speculative-config", "JSON",
+         config__json="{}"),
+    case("classes-speculation-without-k", ["calibrate", "vllm-classes", "--model", "{in}", "--out", "cal",
+                                           "--speculative-config", '{"method": "ngram"}'],
+         "num_speculative_tokens", "1..16", config__json="{}"),
+    case("classes-from-not-a-run", "calibrate vllm-classes --from {in}", "--from", "responses.jsonl",
+         notes__txt="mine"),
+    case("classes-too-few-requests", "calibrate vllm-classes --from {in}", "class chat", "needs at least 8",
+         responses__jsonl=CLASS_RESPONSES, run__json=json.dumps({"k": 3, "settings": {"fitted_to": "m"}})),
 ]
 
 

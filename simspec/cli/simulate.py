@@ -104,6 +104,11 @@ def _classes_line(mix: str | None, model, classed: int, total: int) -> str:
     if not model.class_logit:
         return f"classes: {given}; {model.name} has no class levels: every class at its level (a preset has them)"
     names = m.names if m is not None else classes.CLASSES
+    if model.name not in {p.name for p in PRESETS.values()}:  # a calibrated file (calibrate vllm-classes)
+        fitted = dict(model.class_logit)
+        missing = [name for name in names if name not in fitted]
+        rest = f"; {', '.join(missing)} not calibrated (at the file's own level)" if missing else ""
+        return f"classes: {given}; levels calibrated per class in the acceptance file ({model.name}){rest}"
     assumed = [name for name in names if classes.assumed(name)]
     note = f"; {', '.join(assumed)} at the preset's level (an assumption: no published figure)" if assumed else ""
     code = f", code to {classes.CODE_SOURCE}" if "code" in names and not classes.assumed("code") else ""
@@ -123,7 +128,8 @@ def cmd_presets(args: argparse.Namespace) -> int:
     print(f"\nrequest classes (--mix): each class's acceptance length is the preset's times its category's "
           f"speedup over the overall ({classes.SPEC_BENCH_SOURCE}; the EAGLE row):")
     print("  " + "  ".join(f"{name} {classes.length_ratio(name):.3f}" for name in classes.CLASSES))
-    print(f"  code: chat's ratio x HumanEval's acceptance length over MT-Bench's ({classes.CODE_SOURCE})")
+    print(f"  code: chat's ratio x HumanEval's acceptance length over MT-Bench's ({classes.CODE_SOURCE}); edit: the "
+          f"preset's level (no published figure: an assumption; calibrate it with `simspec calibrate vllm-classes`)")
     return 0
 
 

@@ -1,0 +1,483 @@
+"""Acceptance by request class from a real vLLM: ``simspec calibrate
+vllm-classes``.
+
+Imports: the standard library, numpy, scipy (inside the fits),
+simspec.acceptance, simspec.files, simspec.types, simspec.vllm.acceptance,
+simspec.vllm.logs, simspec.vllm.server, simspec.vllm.texts. Never vLLM.
+
+A run sends prompts of known classes (simspec.vllm.texts) to a vLLM
+server started with ``--per-request-spec-decode-metrics detailed``
+(vLLM's ObservabilityConfig, ``vllm/config/observability.py``), greedy,
+a fixed number in flight, and keeps each response's
+``metrics.speculative_decoding``: for every verify step of that request
+the draft tokens proposed and accepted (``per_step_drafted``,
+``per_step_accepted``; ``vllm/v1/metrics/stats.py``,
+RequestSpecDecodeMetrics). Those are per request what the server's
+``/metrics`` counters are for the whole run, so each class has its own
+per-position rates and its own requests' spread of tokens a round.
+
+The fit (:func:`fit_classes`): the acceptance model's shape (the top-1
+logit, its decay per depth, the per-request spread and the round term) is
+fitted to all the fitting requests together exactly as ``calibrate vllm``
+fits the counters (simspec.vllm.acceptance.fit_chain_acceptance); then each
+class's level is its own top-1 logit with that shape held, fitted to the
+class's per-position rates: the model's ``class_logit`` offsets. The
+check (:func:`held_out`): prompts alternate between fitting and held out
+(even and odd within each class); the model fitted on the even prompts
+predicts each class's acceptance length on the odd ones, compared with the
+live one within 2 of its standard errors (a ratio estimator over the
+held-out requests). ``acceptance.json`` is then fitted on every request,
+for ``simspec simulate --acceptance FILE --mix ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simspec.acceptance import AcceptanceModel
+from simspec.acceptance.fit import ACCEPTANCE_FORMAT
+from simspec.types import InputError, require
+from simspec.vllm.acceptance import RequestRounds, chain_rates
+from simspec.vllm.logs import SpecDecodeCounters
+from simspec.vllm.texts import Prompt
+
+MIN_CLASS_REQUESTS = 8  # requests with decode steps a class needs to fit its level
+SE_TARGET = 0.03  # the held-out acceptance's relative standard error a sized run reaches
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Response:
+    """One request's answer and its speculative statistics."""
+
+    index: int
+    task: str
+    prompt_tokens: int
+    completion_tokens: int
+    steps_accepted: tuple[int, ...]  # per verify step, draft tokens accepted
+    steps_drafted: tuple[int, ...]  # per verify step, draft tokens proposed
+    seconds: float  # wall time of the request, sent to answered
+    text: str
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "task": self.task, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "steps_accepted": list(self.steps_accepted),
+                "steps_drafted": list(self.steps_drafted), "seconds": self.seconds, "text": self.text}
+
+    @classmethod
+    def from_json(cls, r: dict) -> Response:
+        return cls(**{**r, "steps_accepted": tuple(r["steps_accepted"]), "steps_drafted": tuple(r["steps_drafted"])})
+
+
+def ask(url: str, model: str, prompt: Prompt, max_tokens: int, timeout_s: float = 600.0) -> Response:
+    """One greedy chat completion of ``prompt`` and its per-request speculative metrics."""
+    body = {"model": model, "messages": [{"role": "user", "content": prompt.text}], "max_tokens": max_tokens,
+            "temperature": 0.0, "seed": 0}
+    request = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    started = time.monotonic()
+    with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        record = json.load(answer)
+    spec = ((record.get("metrics") or {}).get("speculative_decoding") or {})
+    require("per_step_accepted" in spec or spec.get("num_spec_steps", 0) == 0 or not spec,
+            "the server's responses carry no per-step speculative metrics: start it with "
+            "--per-request-spec-decode-metrics detailed")
+    usage = record.get("usage") or {}
+    return Response(index=prompt.index, task=prompt.task, prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                    completion_tokens=int(usage.get("completion_tokens", 0)),
+                    steps_accepted=tuple(spec.get("per_step_accepted") or ()),
+                    steps_drafted=tuple(spec.get("per_step_drafted") or ()),
+                    seconds=time.monotonic() - started, text=record["choices"][0]["message"]["content"] or "")
+
+
+def send(url: str, model: str, prompts: list[Prompt], max_tokens: int, concurrency: int,
+         progress=None) -> list[Response]:
+    """Every prompt, ``concurrency`` in flight, answers in prompt order."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        futures = [pool.submit(ask, url, model, p, max_tokens) for p in prompts]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            if progress is not None:
+                progress()
+    return out
+
+
+# -- per class: counters, spread, fits ------------------------------------------------
+
+def _rounds(r: Response) -> list[tuple[int, int]]:
+    """The request's decode steps as (accepted, drafted): its verify steps, and a step that drafted nothing
+    (prompt lookup found no match) as (0, 0). Its output after the first token (the prefill's) is one token a
+    step that did not draft plus 1 + accepted a verify step, so the steps without a draft are what is left."""
+    steps = [(a, d) for a, d in zip(r.steps_accepted, r.steps_drafted) if d > 0]
+    plain = r.completion_tokens - 1 - sum(a + 1 for a, _ in steps)
+    return steps + [(0, 0)] * max(plain, 0)
+
+
+def counters(responses: list[Response], k: int) -> SpecDecodeCounters:
+    """The requests' decode steps as the simulator's rounds: every step drafts (a step that drafted nothing
+    counts as a draft of which nothing was accepted), so the acceptance length is the output tokens a step."""
+    per_pos = [0] * k
+    drafts = draft_tokens = accepted = 0
+    for r in responses:
+        for a, d in _rounds(r):
+            drafts += 1
+            draft_tokens += d
+            accepted += a
+            for j in range(min(a, k)):
+                per_pos[j] += 1
+    return SpecDecodeCounters(num_drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
+                              accepted_per_position=tuple(per_pos))
+
+
+def rounds(responses: list[Response]) -> RequestRounds | None:
+    """Each request's output tokens a decode step, over its steps; None with fewer than 8 requests of two
+    steps or more."""
+    per, after = [], []
+    for r in responses:
+        steps = [a + 1 for a, _ in _rounds(r)]
+        if len(steps) >= 2:
+            per.append(sum(steps) / len(steps))
+            after.append(float(sum(steps)))
+    if len(per) < MIN_CLASS_REQUESTS:
+        return None
+    return RequestRounds(tokens_per_round=np.array(per), tokens_after_first=np.array(after))
+
+
+def live_length(responses: list[Response]) -> tuple[float, float]:
+    """(output tokens a decode step, its standard error): 1 + accepted / steps over the requests, with the
+    ratio estimator's linearised standard error over requests (each request's steps a cluster)."""
+    a = np.array([sum(x for x, _ in _rounds(r)) for r in responses], float)
+    s = np.array([len(_rounds(r)) for r in responses], float)
+    keep = s > 0
+    a, s = a[keep], s[keep]
+    n = len(s)
+    if n < 2:
+        return (1.0 + a.sum() / s.sum() if n else math.nan), math.nan
+    ratio = a.sum() / s.sum()
+    residual = a - ratio * s
+    return float(1.0 + ratio), float(np.sqrt(residual @ residual / (n * (n - 1))) / s.mean())
+
+
+def _class_logit(shape: AcceptanceModel, c: SpecDecodeCounters, k: int) -> float:
+    """The top-1 logit that, with ``shape``'s decay and spreads held, matches the class's per-position rates."""
+    from scipy.optimize import minimize_scalar  # only when fitting
+
+    target = np.clip(np.array(c.per_position_rates[:k]), 1e-6, 1 - 1e-6)
+
+    def loss(a):
+        return float(np.sum((chain_rates(a, shape.depth_decay_logit, shape.request_sigma, k, shape.round_sigma)
+                             - target) ** 2))
+
+    return float(minimize_scalar(loss, bounds=(-13.8, 13.8), method="bounded", options={"xatol": 1e-5}).x)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassFit:
+    """The shape fitted to all classes and each class's level."""
+
+    model: AcceptanceModel  # class_logit holds the classes' offsets from model.top1_logit
+    k: int
+    requests: dict[str, int]  # requests with verify steps per class
+    rates: dict[str, tuple[float, ...]]  # per class, the live per-position rates
+    model_rates: dict[str, tuple[float, ...]]  # per class, the model's
+
+    def predicted_length(self, task: str) -> float:
+        m = self.model
+        return 1.0 + float(chain_rates(m.top1_logit + m.class_offset(task), m.depth_decay_logit, m.request_sigma,
+                                       self.k, m.round_sigma).sum())
+
+
+def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
+    """One shape (decay, request spread, round term) and each class's level, fitted together by least squares
+    to every class's per-position rates and its requests' spread of tokens a step (module docstring); the
+    model's own level is the one that, with that shape, matches all requests together."""
+    from scipy.optimize import least_squares  # only when fitting
+
+    from simspec.vllm.acceptance import LOGIT_LIMIT, SIGMA_LIMIT, _chains, _rates, _spread
+
+    tasks = sorted({r.task for r in responses})
+    per = {t: [r for r in responses if r.task == t] for t in tasks}
+    targets, spreads, counts = {}, {}, {}
+    for t in tasks:
+        n = sum(1 for r in per[t] if _rounds(r))
+        if n < MIN_CLASS_REQUESTS:
+            raise InputError(f"class {t}: {n} requests with decode steps; a class's fit needs at least "
+                             f"{MIN_CLASS_REQUESTS} (give more --per-class)")
+        c = counters(per[t], k)
+        targets[t] = np.clip(np.array(c.per_position_rates[:k]), 1e-6, 1 - 1e-6)
+        spreads[t] = rounds(per[t])
+        counts[t] = n
+
+    def residual(theta):
+        decay, sigma, round_sigma = theta[:3]
+        out = []
+        for level, t in zip(theta[3:], tasks):
+            chains = _chains(level, decay, sigma, k, round_sigma)
+            out.append(_rates(chains) - targets[t])
+            if spreads[t] is not None:
+                model = _spread(chains, spreads[t].tokens_after_first)[1]
+                out.append([(model - spreads[t].spread) / (1.0 + k)])
+        return np.concatenate(out)
+
+    start = [0.1, 0.5, 1.0] + [float(np.clip(np.log(targets[t][0] / (1 - targets[t][0])), -LOGIT_LIMIT, LOGIT_LIMIT))
+                               for t in tasks]
+    lower = [0.0, 0.0, 0.0] + [-LOGIT_LIMIT] * len(tasks)
+    upper = [5.0, SIGMA_LIMIT, SIGMA_LIMIT] + [LOGIT_LIMIT] * len(tasks)
+    theta = least_squares(residual, start, bounds=(lower, upper)).x
+    decay, sigma, round_sigma = (float(v) for v in theta[:3])
+    shape = AcceptanceModel(name=name, top1_logit=0.0, depth_decay_logit=decay, request_sigma=sigma,
+                            round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0)
+    base = _class_logit(shape, counters(responses, k), k)
+    offsets = tuple((t, round(float(level) - base, 6)) for t, level in zip(tasks, theta[3:]))
+    rates = {t: tuple(float(x) for x in counters(per[t], k).per_position_rates[:k]) for t in tasks}
+    model_rates = {t: tuple(float(x) for x in _rates(_chains(float(level), decay, sigma, k, round_sigma)))
+                   for t, level in zip(tasks, theta[3:])}
+    model = AcceptanceModel(name=name, top1_logit=base, depth_decay_logit=decay, request_sigma=sigma,
+                            round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0, class_logit=offsets)
+    return ClassFit(model=model, k=k, requests=counts, rates=rates, model_rates=model_rates)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldOut:
+    task: str
+    fit_requests: int
+    held_requests: int
+    predicted: float
+    live: float
+    se: float  # standard error of live
+
+    @property
+    def within(self) -> bool:
+        return abs(self.predicted - self.live) <= 2.0 * self.se
+
+    @property
+    def relative_se(self) -> float:
+        return self.se / self.live
+
+
+def held_out(responses: list[Response], k: int, name: str) -> tuple[ClassFit, list[HeldOut]]:
+    """Fit on each class's even prompts, predict its odd ones (module docstring)."""
+    order: dict[str, int] = {}
+    fit_half, held_half = [], []
+    for r in sorted(responses, key=lambda r: r.index):
+        i = order.get(r.task, 0)
+        order[r.task] = i + 1
+        (fit_half if i % 2 == 0 else held_half).append(r)
+    fit = fit_classes(fit_half, k, name)
+    rows = []
+    for t in sorted(fit.requests):
+        held = [r for r in held_half if r.task == t]
+        live, se = live_length(held)
+        rows.append(HeldOut(task=t, fit_requests=fit.requests[t], held_requests=len(held),
+                            predicted=fit.predicted_length(t), live=live, se=se))
+    return fit, rows
+
+
+def acceptance_record(fit: ClassFit, fitted_to: str, source: str) -> dict:
+    """``acceptance.json`` with the class levels, as simspec.acceptance.load_acceptance reads it."""
+    from dataclasses import asdict
+
+    return {"format": ACCEPTANCE_FORMAT, "model": asdict(fit.model), "source": {
+        "model": fitted_to, "from": source, "num_speculative_tokens": fit.k,
+        "requests_per_class": fit.requests,
+        "per_position_rates": {t: list(v) for t, v in fit.rates.items()},
+        "model_per_position_rates": {t: list(v) for t, v in fit.model_rates.items()},
+        "approximations": "one shape (decay, spreads) for every class, each class its own level; chain rates "
+                          "fitted with token and confidence noise off"}}
+
+
+# -- a run: serve, send, keep, fit, report ------------------------------------------------
+
+DEFAULT_SPECULATION = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}'
+FILES = ("prompts.jsonl", "responses.jsonl", "run.json")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassRun:
+    """What ``calibrate vllm-classes`` serves and sends."""
+
+    command: str = "vllm"
+    model: str = ""
+    server: str | None = None
+    speculative_config: str = DEFAULT_SPECULATION
+    tasks: tuple[str, ...] = ("chat", "code", "summarize", "rag", "edit", "translate")
+    per_class: int = 40
+    prompts: str | None = None
+    max_tokens: int = 128
+    concurrency: int = 8
+    port: int = 8051
+    kv_cache_gib: float = 2.0
+    seed: int = 0
+    fitted_to: str = ""
+
+    @classmethod
+    def from_args(cls, args) -> ClassRun:
+        from simspec.acceptance.classes import CLASSES
+
+        if args.from_folder:
+            require(args.out is None, f"--from {args.from_folder} re-analyses that folder in place: leave --out out")
+            require(Path(args.from_folder, "responses.jsonl").is_file(),
+                    f"--from {args.from_folder}: no responses.jsonl (not a calibrate vllm-classes folder)")
+            return cls(fitted_to=args.fitted_to or "")
+        require(args.out is not None, "--out is required (or --from DIR to re-analyse a run)")
+        require(args.model is not None, "--model is required: the model folder to serve (or, with --server, "
+                                        "the model name it serves)")
+        tasks = tuple(t.strip() for t in args.classes.split(",") if t.strip())
+        for t in tasks:
+            require(t in CLASSES, f"--classes: unknown class {t!r} (allowed: {', '.join(CLASSES)})")
+        require(tasks, "--classes names no class")
+        try:
+            spec = json.loads(args.speculative_config or DEFAULT_SPECULATION)
+        except json.JSONDecodeError:
+            raise InputError(f"--speculative-config must be JSON (got {args.speculative_config!r})") from None
+        require(isinstance(spec, dict) and isinstance(spec.get("num_speculative_tokens"), int)
+                and 1 <= spec["num_speculative_tokens"] <= 16,
+                "--speculative-config needs num_speculative_tokens, an integer in 1..16")
+        require(2 <= args.per_class <= 10_000, f"--per-class must be in 2..10000 (got {args.per_class})")
+        require(1 <= args.max_tokens <= 8192, f"--max-tokens must be in 1..8192 (got {args.max_tokens})")
+        require(1 <= args.concurrency <= 256, f"--concurrency must be in 1..256 (got {args.concurrency})")
+        require(1024 <= args.port <= 65535, f"--port must be in 1024..65535 (got {args.port})")
+        require(args.kv_cache_gib > 0, f"--kv-cache-gib must be > 0 (got {args.kv_cache_gib:g})")
+        require(args.server is None or args.server.startswith(("http://", "https://")),
+                f"--server must be an http(s) URL (got {args.server!r})")
+        require(args.server is not None or Path(args.model, "config.json").is_file(),
+                f"--model {args.model}: no config.json there (a Hugging Face model folder to serve)")
+        return cls(command=args.vllm_command, model=args.model, server=args.server,
+                   speculative_config=json.dumps(spec, sort_keys=True), tasks=tasks, per_class=args.per_class,
+                   prompts=args.prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, port=args.port,
+                   kv_cache_gib=args.kv_cache_gib, seed=args.seed,
+                   fitted_to=args.fitted_to or Path(args.model.rstrip("/")).name)
+
+    @property
+    def k(self) -> int:
+        return int(json.loads(self.speculative_config)["num_speculative_tokens"])
+
+
+def _prompts(run: ClassRun) -> list[Prompt]:
+    from simspec.acceptance.classes import CLASSES
+    from simspec.vllm import texts
+
+    if run.prompts is None:
+        return texts.build(run.per_class, run.seed, run.tasks)
+    prompts = texts.read(run.prompts)
+    for p in prompts:
+        require(p.task in CLASSES, f"--prompts {run.prompts}: prompt {p.index + 1} has unknown class {p.task!r} "
+                                   f"(allowed: {', '.join(CLASSES)})")
+    return prompts
+
+
+def collect(run: ClassRun, out: str | Path) -> Report:
+    """Serve (or use ``run.server``), send every prompt, keep the answers, fit and report, into ``out``."""
+    import os
+    import sys
+
+    from simspec.files import staged_folder, write_json, write_text
+    from simspec.runfolder import MARKER
+    from simspec.vllm import texts
+    from simspec.vllm.server import RunningServer, Server, ServeSpec
+
+    prompts = _prompts(run)
+    with staged_folder(out) as tmp:
+        texts.write(prompts, tmp / "prompts.jsonl")
+        started = time.monotonic()
+        if run.server is not None:
+            log = tmp / "server.log"
+            log.write_text("(a server this command did not start: its log is its owner's)\n")
+            server = RunningServer(run.server, log)
+        else:
+            venv = Path(run.command).resolve().parent.parent
+            iomp = venv / "lib" / "libiomp5.so"
+            env = (("VLLM_CPU_KVCACHE_SPACE", f"{run.kv_cache_gib:g}"), ("HF_HUB_OFFLINE", "1"),
+                   *((("LD_PRELOAD", str(iomp)),) if iomp.is_file() else ()))
+            server = Server(ServeSpec(command=run.command, model=run.model, port=run.port,
+                                      speculative_config=json.loads(run.speculative_config),
+                                      extra_args=("--enforce-eager", "--per-request-spec-decode-metrics", "detailed"),
+                                      env=env), tmp / "server.log")
+        with server as s:
+            ready = time.monotonic() - started
+            done = [0]
+
+            def tick():
+                done[0] += 1
+                if done[0] % 20 == 0 or done[0] == len(prompts):
+                    print(f"  {done[0]}/{len(prompts)} answered, {time.monotonic() - started:.0f} s",
+                          file=sys.stderr, flush=True)
+
+            responses = send(s.url, run.model, prompts, run.max_tokens, run.concurrency, tick)
+            write_text(tmp / "metrics.txt", s.metrics())
+        write_text(tmp / "responses.jsonl", "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in responses))
+        record = {"settings": {f: getattr(run, f) for f in run.__dataclass_fields__}, "k": run.k,
+                  "server_ready_s": round(ready, 1), "wall_s": round(time.monotonic() - started, 1),
+                  "date": time.strftime("%Y-%m-%d", time.gmtime()), "python": sys.version.split()[0],
+                  "cpus": os.cpu_count()}
+        write_json(tmp / "run.json", record)
+        report = analyse(responses, run.k, run.fitted_to, f"calibrate vllm-classes ({len(responses)} requests)")
+        write_text(tmp / "report.txt", report.text + "\n")
+        write_json(tmp / "acceptance.json", report.record)
+        write_json(tmp / MARKER, {"command": "calibrate vllm-classes"})
+    return report
+
+
+def read_responses(folder: str | Path) -> tuple[list[Response], dict]:
+    folder = Path(folder)
+    record = json.loads((folder / "run.json").read_text())
+    lines = (folder / "responses.jsonl").read_text().splitlines()
+    return [Response.from_json(json.loads(line)) for line in lines if line.strip()], record
+
+
+def reanalyse(folder: str | Path, fitted_to: str | None = None) -> Report:
+    """Fit and check again on a run's kept responses (``--from``), its report and acceptance.json rewritten."""
+    from simspec.files import write_json, write_text
+
+    responses, record = read_responses(folder)
+    name = fitted_to or record["settings"]["fitted_to"]
+    report = analyse(responses, int(record["k"]), name, f"calibrate vllm-classes ({len(responses)} requests)")
+    write_text(Path(folder) / "report.txt", report.text + "\n")
+    write_json(Path(folder) / "acceptance.json", report.record)
+    return report
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Report:
+    text: str
+    passed: bool
+    mix: str  # the run's class mix, as --mix takes it
+    record: dict  # acceptance.json
+    rows: tuple[HeldOut, ...]
+
+
+def analyse(responses: list[Response], k: int, name: str, source: str) -> Report:
+    """The held-out check and the fit on every request, as text and acceptance.json."""
+    fit_half, rows = held_out(responses, k, name)
+    full = fit_classes(responses, k, name)
+    m = full.model
+    lines = [f"{len(responses)} requests, K={k}; the model's shape from every request: top-1 logit "
+             f"{m.top1_logit:.3f}, decay {m.depth_decay_logit:.3f} a depth, request spread {m.request_sigma:.3f}, "
+             f"round term {m.round_sigma:.3f}",
+             "", "held out (each class's odd prompts; the fit on its even ones): acceptance length",
+             f"{'class':10s} {'fit':>4s} {'held':>4s} {'live':>7s} {'s.e.':>6s} {'rel':>6s} {'model':>7s} "
+             f"{'diff/se':>7s}  within 2 s.e."]
+    for r in rows:
+        lines.append(f"{r.task:10s} {r.fit_requests:4d} {r.held_requests:4d} {r.live:7.3f} {r.se:6.3f} "
+                     f"{100 * r.relative_se:5.1f}% {r.predicted:7.3f} {(r.predicted - r.live) / r.se:+7.2f}  "
+                     f"{'yes' if r.within else 'NO'}")
+    sized = all(r.relative_se <= SE_TARGET for r in rows)
+    lines.append(f"{sum(r.within for r in rows)}/{len(rows)} classes within 2 s.e.; every s.e. "
+                 f"{'<=' if sized else 'NOT <='} {100 * SE_TARGET:.0f}%")
+    lines += ["", "every request: per-position acceptance, live / model; class level (logit offset)"]
+    for t in sorted(full.requests):
+        live = ", ".join(f"{x:.3f}" for x in full.rates[t])
+        model = ", ".join(f"{x:.3f}" for x in full.model_rates[t])
+        lines.append(f"{t:10s} {full.requests[t]:4d} requests  {live}  /  {model}   {m.class_offset(t):+.3f}")
+    shares = {t: sum(r.task == t for r in responses) / len(responses) for t in sorted({r.task for r in responses})}
+    mix = ",".join(f"{t}:{v:.12g}" for t, v in shares.items())
+    return Report(text="\n".join(lines), passed=all(r.within for r in rows), mix=mix,
+                  record=acceptance_record(full, name, source), rows=tuple(rows))
