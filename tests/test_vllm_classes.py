@@ -175,3 +175,22 @@ def test_calibrate_vllm_classes_against_a_server_then_from_its_folder(fake_serve
     code3, sim, _ = invoke(["simulate", "--acceptance", str(out / "acceptance.json"), "--mix", mix,
                             "--num-requests", "30", "--policy", "linear:k=3", "--quiet"])
     assert code3 == 0, sim
+
+
+def test_a_class_spread_moves_only_its_requests_and_leaves_the_draw_alone():
+    from dataclasses import replace
+
+    from simspec.acceptance import AcceptanceModel
+
+    plain = AcceptanceModel(name="m", top1_logit=1.0, request_sigma=0.5)
+    spread = replace(plain, class_sigma=(("edit", 3.0),))
+    tasks = ["edit", "chat"] * 2000
+    a = plain.request_logits(np.random.default_rng(1), len(tasks), classes=tasks)
+    b = spread.request_logits(np.random.default_rng(1), len(tasks), classes=tasks)
+    chat = np.array(tasks) == "chat"
+    assert np.array_equal(a[chat], b[chat])  # the same normals, chat at the model's spread
+    assert np.allclose((b[~chat] - 1.0), 6.0 * (a[~chat] - 1.0))
+    assert np.array_equal(plain.request_logits(np.random.default_rng(1), 5),
+                          1.0 + 0.5 * np.random.default_rng(1).standard_normal(5))
+    with pytest.raises(InputError, match="class_sigma"):
+        replace(plain, class_sigma=(("edit", -1.0),))

@@ -156,9 +156,10 @@ def load_acceptance(path: str | Path, model: str | None = None) -> AcceptanceMod
 
 def _pairs(fields: dict) -> dict:
     """A model record from JSON: its class levels back as (class, offset) pairs (JSON has lists)."""
-    pairs = fields.get("class_logit")
-    if isinstance(pairs, list):
-        fields = {**fields, "class_logit": tuple(tuple(p) if isinstance(p, list) else p for p in pairs)}
+    for key in ("class_logit", "class_sigma"):
+        pairs = fields.get(key)
+        if isinstance(pairs, list):
+            fields = {**fields, key: tuple(tuple(p) if isinstance(p, list) else p for p in pairs)}
     if isinstance(fields.get("depth_profile"), list):
         fields = {**fields, "depth_profile": tuple(fields["depth_profile"])}
     return fields

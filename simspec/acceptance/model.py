@@ -232,6 +232,9 @@ class AcceptanceModel:
     # Request classes (simspec.acceptance.classes): (class, logit offset from
     # top1_logit) pairs, sorted; a request of another class (or none) keeps top1_logit.
     class_logit: tuple = ()
+    # (class, request_sigma) pairs, sorted: a class's own per-request spread
+    # (calibrate vllm-classes fits it); a request of another class keeps request_sigma.
+    class_sigma: tuple = ()
     # Long contexts: the top-1 logit falls by this much per 1,000 tokens of a
     # request's context beyond context_knee_tokens (0: no fall).
     context_decay_logit: float = 0.0
@@ -245,6 +248,8 @@ class AcceptanceModel:
         check_types(self)
         require(all(isinstance(c, str) and isinstance(v, float) for c, v in self.class_logit),
                 f"class_logit must be (class, logit offset) pairs (got {self.class_logit!r})")
+        require(all(isinstance(c, str) and isinstance(v, float) and v >= 0.0 for c, v in self.class_sigma),
+                f"class_sigma must be (class, spread >= 0) pairs (got {self.class_sigma!r})")
         require(self.context_decay_logit >= 0.0, f"context_decay_logit must be >= 0 (got {self.context_decay_logit})")
         require(self.context_knee_tokens >= 1, f"context_knee_tokens must be >= 1 (got {self.context_knee_tokens})")
         require(len(self.depth_profile) < MAX_DEPTH and all(isinstance(v, float) for v in self.depth_profile),
@@ -298,7 +303,12 @@ class AcceptanceModel:
         moved by each one's class (``classes``: a name a request, "" for
         none) and its context length (``context_tokens``) where the model
         has those terms. The normals drawn are the same whatever they are."""
-        logits = self.top1_logit + self.request_sigma * rng.standard_normal(n)
+        z = rng.standard_normal(n)
+        if classes is not None and self.class_sigma:
+            own = dict(self.class_sigma)
+            logits = self.top1_logit + np.array([own.get(c, self.request_sigma) for c in classes], dtype=float) * z
+        else:
+            logits = self.top1_logit + self.request_sigma * z
         if classes is not None and self.class_logit:
             offset = dict(self.class_logit)
             logits = logits + np.array([offset.get(c, 0.0) for c in classes], dtype=float)
@@ -310,6 +320,10 @@ class AcceptanceModel:
     def class_offset(self, name: str) -> float:
         """The logit offset of class ``name`` (0 for one the model does not move)."""
         return dict(self.class_logit).get(name, 0.0)
+
+    def class_spread(self, name: str) -> float:
+        """The per-request spread of class ``name`` (request_sigma for one without its own)."""
+        return dict(self.class_sigma).get(name, self.request_sigma)
 
     def draw(self, rand: "RandomBlocks", request_logit: np.ndarray, retention: np.ndarray,
              depth: int, ranks: int) -> Round:

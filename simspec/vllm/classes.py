@@ -16,18 +16,25 @@ RequestSpecDecodeMetrics). Those are per request what the server's
 ``/metrics`` counters are for the whole run, so each class has its own
 per-position rates and its own requests' spread of tokens a round.
 
-The fit (:func:`fit_classes`): the acceptance model's shape (the top-1
-logit, its decay per depth, the per-request spread and the round term) is
-fitted to all the fitting requests together exactly as ``calibrate vllm``
-fits the counters (simspec.vllm.acceptance.fit_chain_acceptance); then each
-class's level is its own top-1 logit with that shape held, fitted to the
-class's per-position rates: the model's ``class_logit`` offsets. The
-check (:func:`held_out`): prompts alternate between fitting and held out
+A request's rounds are its decode steps: a step in which the drafter
+proposed nothing (prompt lookup found no match) is a round that accepted
+nothing, so the acceptance length is the output tokens a decode step, what
+the simulator, which drafts every round, must reproduce to price latency.
+
+The fit (:func:`fit_classes`): the decay per depth and the round term are
+shared, each class has its own level (top-1 logit) and its own per-request
+spread, all fitted together by least squares to every class's per-position
+rates and its requests' standard deviation of tokens a step (the chain
+mapping of simspec.vllm.acceptance, with token and confidence noise off).
+The model's own level is the one that matches all requests together; the
+classes' are its ``class_logit`` offsets and their spreads ``class_sigma``.
+The check (:func:`held_out`): prompts alternate between fitting and held out
 (even and odd within each class); the model fitted on the even prompts
 predicts each class's acceptance length on the odd ones, compared with the
-live one within 2 of its standard errors (a ratio estimator over the
-held-out requests). ``acceptance.json`` is then fitted on every request,
-for ``simspec simulate --acceptance FILE --mix ...``.
+live one (a ratio estimator over the held-out requests) within 2 of its
+standard errors, and within 2 standard errors of the difference (the fit
+half is a sample of the class's prompts too). ``acceptance.json`` is then
+fitted on every request, for ``simspec simulate --acceptance FILE --mix ...``.
 """
 
 from __future__ import annotations
@@ -188,17 +195,18 @@ class ClassFit:
     requests: dict[str, int]  # requests with verify steps per class
     rates: dict[str, tuple[float, ...]]  # per class, the live per-position rates
     model_rates: dict[str, tuple[float, ...]]  # per class, the model's
+    spreads: dict[str, tuple[float, float]]  # per class, the requests' s.d. of tokens a step: live, model
 
     def predicted_length(self, task: str) -> float:
         m = self.model
-        return 1.0 + float(chain_rates(m.top1_logit + m.class_offset(task), m.depth_decay_logit, m.request_sigma,
-                                       self.k, m.round_sigma).sum())
+        return 1.0 + float(chain_rates(m.top1_logit + m.class_offset(task), m.depth_decay_logit,
+                                       m.class_spread(task), self.k, m.round_sigma).sum())
 
 
 def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
-    """One shape (decay, request spread, round term) and each class's level, fitted together by least squares
-    to every class's per-position rates and its requests' spread of tokens a step (module docstring); the
-    model's own level is the one that, with that shape, matches all requests together."""
+    """The shared decay and round term, each class's level and request spread, fitted together by least
+    squares to every class's per-position rates and its requests' spread of tokens a step (module docstring);
+    the model's own level (and spread, the classes' weighted by requests) for a request of no class."""
     from scipy.optimize import least_squares  # only when fitting
 
     from simspec.vllm.acceptance import LOGIT_LIMIT, SIGMA_LIMIT, _chains, _rates, _spread
@@ -216,10 +224,12 @@ def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
         spreads[t] = rounds(per[t])
         counts[t] = n
 
+    c_n = len(tasks)
+
     def residual(theta):
-        decay, sigma, round_sigma = theta[:3]
+        decay, round_sigma = theta[:2]
         out = []
-        for level, t in zip(theta[3:], tasks):
+        for level, sigma, t in zip(theta[2:2 + c_n], theta[2 + c_n:], tasks):
             chains = _chains(level, decay, sigma, k, round_sigma)
             out.append(_rates(chains) - targets[t])
             if spreads[t] is not None:
@@ -227,22 +237,30 @@ def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
                 out.append([(model - spreads[t].spread) / (1.0 + k)])
         return np.concatenate(out)
 
-    start = [0.1, 0.5, 1.0] + [float(np.clip(np.log(targets[t][0] / (1 - targets[t][0])), -LOGIT_LIMIT, LOGIT_LIMIT))
-                               for t in tasks]
-    lower = [0.0, 0.0, 0.0] + [-LOGIT_LIMIT] * len(tasks)
-    upper = [5.0, SIGMA_LIMIT, SIGMA_LIMIT] + [LOGIT_LIMIT] * len(tasks)
+    start = [0.1, 1.0] + [float(np.clip(np.log(targets[t][0] / (1 - targets[t][0])), -LOGIT_LIMIT, LOGIT_LIMIT))
+                          for t in tasks] + [0.5] * c_n
+    lower = [0.0, 0.0] + [-LOGIT_LIMIT] * c_n + [0.0] * c_n
+    upper = [5.0, SIGMA_LIMIT] + [LOGIT_LIMIT] * c_n + [SIGMA_LIMIT] * c_n
     theta = least_squares(residual, start, bounds=(lower, upper)).x
-    decay, sigma, round_sigma = (float(v) for v in theta[:3])
+    decay, round_sigma = float(theta[0]), float(theta[1])
+    levels = {t: float(v) for t, v in zip(tasks, theta[2:2 + c_n])}
+    sigmas = {t: float(v) for t, v in zip(tasks, theta[2 + c_n:])}
+    sigma = float(sum(sigmas[t] * counts[t] for t in tasks) / sum(counts.values()))  # a request of no class
     shape = AcceptanceModel(name=name, top1_logit=0.0, depth_decay_logit=decay, request_sigma=sigma,
                             round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0)
     base = _class_logit(shape, counters(responses, k), k)
-    offsets = tuple((t, round(float(level) - base, 6)) for t, level in zip(tasks, theta[3:]))
     rates = {t: tuple(float(x) for x in counters(per[t], k).per_position_rates[:k]) for t in tasks}
-    model_rates = {t: tuple(float(x) for x in _rates(_chains(float(level), decay, sigma, k, round_sigma)))
-                   for t, level in zip(tasks, theta[3:])}
+    model_rates, spread = {}, {}
+    for t in tasks:
+        chains = _chains(levels[t], decay, sigmas[t], k, round_sigma)
+        model_rates[t] = tuple(float(x) for x in _rates(chains))
+        if spreads[t] is not None:
+            spread[t] = (spreads[t].spread, _spread(chains, spreads[t].tokens_after_first)[1])
     model = AcceptanceModel(name=name, top1_logit=base, depth_decay_logit=decay, request_sigma=sigma,
-                            round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0, class_logit=offsets)
-    return ClassFit(model=model, k=k, requests=counts, rates=rates, model_rates=model_rates)
+                            round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0,
+                            class_logit=tuple((t, round(levels[t] - base, 6)) for t in tasks),
+                            class_sigma=tuple((t, round(sigmas[t], 6)) for t in tasks))
+    return ClassFit(model=model, k=k, requests=counts, rates=rates, model_rates=model_rates, spreads=spread)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -253,10 +271,22 @@ class HeldOut:
     predicted: float
     live: float
     se: float  # standard error of live
+    fit_se: float  # standard error of the fit half's own acceptance length (the prediction's sampling error)
+
+    @property
+    def within_live(self) -> bool:
+        """Within 2 standard errors of the held-out live acceptance."""
+        return abs(self.predicted - self.live) <= 2.0 * self.se
+
+    @property
+    def se_difference(self) -> float:
+        """Standard error of prediction - live: both halves are samples of the class's prompts."""
+        return math.hypot(self.se, self.fit_se)
 
     @property
     def within(self) -> bool:
-        return abs(self.predicted - self.live) <= 2.0 * self.se
+        """Within 2 standard errors of the difference (the fit half's sampling counted too)."""
+        return abs(self.predicted - self.live) <= 2.0 * self.se_difference
 
     @property
     def relative_se(self) -> float:
@@ -277,7 +307,8 @@ def held_out(responses: list[Response], k: int, name: str) -> tuple[ClassFit, li
         held = [r for r in held_half if r.task == t]
         live, se = live_length(held)
         rows.append(HeldOut(task=t, fit_requests=fit.requests[t], held_requests=len(held),
-                            predicted=fit.predicted_length(t), live=live, se=se))
+                            predicted=fit.predicted_length(t), live=live, se=se,
+                            fit_se=live_length([r for r in fit_half if r.task == t])[1]))
     return fit, rows
 
 
@@ -290,8 +321,10 @@ def acceptance_record(fit: ClassFit, fitted_to: str, source: str) -> dict:
         "requests_per_class": fit.requests,
         "per_position_rates": {t: list(v) for t, v in fit.rates.items()},
         "model_per_position_rates": {t: list(v) for t, v in fit.model_rates.items()},
-        "approximations": "one shape (decay, spreads) for every class, each class its own level; chain rates "
-                          "fitted with token and confidence noise off"}}
+        "requests_sd_of_tokens_a_step": {t: {"live": v[0], "model": v[1]} for t, v in fit.spreads.items()},
+        "approximations": "one decay and round term for every class, each class its own level and request "
+                          "spread; chain rates fitted with token and confidence noise off; a step that drafted "
+                          "nothing is a round that accepted nothing"}}
 
 
 # -- a run: serve, send, keep, fit, report ------------------------------------------------
@@ -341,7 +374,9 @@ class ClassRun:
         require(isinstance(spec, dict) and isinstance(spec.get("num_speculative_tokens"), int)
                 and 1 <= spec["num_speculative_tokens"] <= 16,
                 "--speculative-config needs num_speculative_tokens, an integer in 1..16")
-        require(2 <= args.per_class <= 10_000, f"--per-class must be in 2..10000 (got {args.per_class})")
+        low = 2 * MIN_CLASS_REQUESTS
+        require(low <= args.per_class <= 10_000, f"--per-class must be in {low}..10000 (half of each class fits, "
+                                                 f"and a class's fit needs {MIN_CLASS_REQUESTS}; got {args.per_class})")
         require(1 <= args.max_tokens <= 8192, f"--max-tokens must be in 1..8192 (got {args.max_tokens})")
         require(1 <= args.concurrency <= 256, f"--concurrency must be in 1..256 (got {args.concurrency})")
         require(1024 <= args.port <= 65535, f"--port must be in 1024..65535 (got {args.port})")
@@ -371,6 +406,10 @@ def _prompts(run: ClassRun) -> list[Prompt]:
     for p in prompts:
         require(p.task in CLASSES, f"--prompts {run.prompts}: prompt {p.index + 1} has unknown class {p.task!r} "
                                    f"(allowed: {', '.join(CLASSES)})")
+    for task in sorted({p.task for p in prompts}):
+        n = sum(p.task == task for p in prompts)
+        require(n >= 2 * MIN_CLASS_REQUESTS, f"--prompts {run.prompts}: {n} prompts of class {task}; a class needs "
+                                             f"at least {2 * MIN_CLASS_REQUESTS} (half fit, half held out)")
     return prompts
 
 
@@ -414,7 +453,10 @@ def collect(run: ClassRun, out: str | Path) -> Report:
             responses = send(s.url, run.model, prompts, run.max_tokens, run.concurrency, tick)
             write_text(tmp / "metrics.txt", s.metrics())
         write_text(tmp / "responses.jsonl", "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in responses))
+        built = Path(run.model).parent / "simspec-smollm2.json"  # scripts/smollm2-checkpoint's record, if it made it
         record = {"settings": {f: getattr(run, f) for f in run.__dataclass_fields__}, "k": run.k,
+                  "vllm": _version(tmp / "server.log") if run.server is None else None,
+                  "model_record": json.loads(built.read_text()) if built.is_file() else None,
                   "server_ready_s": round(ready, 1), "wall_s": round(time.monotonic() - started, 1),
                   "date": time.strftime("%Y-%m-%d", time.gmtime()), "python": sys.version.split()[0],
                   "cpus": os.cpu_count()}
@@ -424,6 +466,16 @@ def collect(run: ClassRun, out: str | Path) -> Report:
         write_json(tmp / "acceptance.json", report.record)
         write_json(tmp / MARKER, {"command": "calibrate vllm-classes"})
     return report
+
+
+def _version(log: Path) -> str | None:
+    """The vLLM version the server's log banner gives (None when it gives none)."""
+    from simspec.vllm.logs import parse_server_log
+
+    try:
+        return parse_server_log(log.read_text(errors="replace")).version
+    except InputError:
+        return None
 
 
 def read_responses(folder: str | Path) -> tuple[list[Response], dict]:
@@ -459,24 +511,29 @@ def analyse(responses: list[Response], k: int, name: str, source: str) -> Report
     fit_half, rows = held_out(responses, k, name)
     full = fit_classes(responses, k, name)
     m = full.model
-    lines = [f"{len(responses)} requests, K={k}; the model's shape from every request: top-1 logit "
-             f"{m.top1_logit:.3f}, decay {m.depth_decay_logit:.3f} a depth, request spread {m.request_sigma:.3f}, "
-             f"round term {m.round_sigma:.3f}",
+    lines = [f"{len(responses)} requests, K={k}; fitted to every request: top-1 logit {m.top1_logit:.3f} "
+             f"(each class's offset below), decay {m.depth_decay_logit:.3f} a depth and round term "
+             f"{m.round_sigma:.3f} shared, each class its own request spread",
              "", "held out (each class's odd prompts; the fit on its even ones): acceptance length",
              f"{'class':10s} {'fit':>4s} {'held':>4s} {'live':>7s} {'s.e.':>6s} {'rel':>6s} {'model':>7s} "
-             f"{'diff/se':>7s}  within 2 s.e."]
+             f"{'diff/se':>7s} {'diff/sd':>7s}  (se: the held-out live's; sd: the difference's, the fit half's "
+             f"sampling counted too)"]
     for r in rows:
         lines.append(f"{r.task:10s} {r.fit_requests:4d} {r.held_requests:4d} {r.live:7.3f} {r.se:6.3f} "
-                     f"{100 * r.relative_se:5.1f}% {r.predicted:7.3f} {(r.predicted - r.live) / r.se:+7.2f}  "
-                     f"{'yes' if r.within else 'NO'}")
+                     f"{100 * r.relative_se:5.1f}% {r.predicted:7.3f} {(r.predicted - r.live) / r.se:+7.2f} "
+                     f"{(r.predicted - r.live) / r.se_difference:+7.2f}")
     sized = all(r.relative_se <= SE_TARGET for r in rows)
-    lines.append(f"{sum(r.within for r in rows)}/{len(rows)} classes within 2 s.e.; every s.e. "
+    lines.append(f"within 2 s.e. of the held-out live: {sum(r.within_live for r in rows)}/{len(rows)} classes; "
+                 f"within 2 s.e. of the difference: {sum(r.within for r in rows)}/{len(rows)}; every held-out s.e. "
                  f"{'<=' if sized else 'NOT <='} {100 * SE_TARGET:.0f}%")
-    lines += ["", "every request: per-position acceptance, live / model; class level (logit offset)"]
+    lines += ["", "every request: per-position acceptance, live / model; requests' s.d. of tokens a step, live / "
+                  "model; class level (logit offset), request spread"]
     for t in sorted(full.requests):
         live = ", ".join(f"{x:.3f}" for x in full.rates[t])
         model = ", ".join(f"{x:.3f}" for x in full.model_rates[t])
-        lines.append(f"{t:10s} {full.requests[t]:4d} requests  {live}  /  {model}   {m.class_offset(t):+.3f}")
+        sd = "  s.d. {:.3f} / {:.3f}".format(*full.spreads[t]) if t in full.spreads else ""
+        lines.append(f"{t:10s} {full.requests[t]:4d} requests  {live}  /  {model}{sd}   {m.class_offset(t):+.3f}, "
+                     f"{m.class_spread(t):.3f}")
     shares = {t: sum(r.task == t for r in responses) / len(responses) for t in sorted({r.task for r in responses})}
     mix = ",".join(f"{t}:{v:.12g}" for t, v in shares.items())
     return Report(text="\n".join(lines), passed=all(r.within for r in rows), mix=mix,
