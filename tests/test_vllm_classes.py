@@ -6,9 +6,9 @@ OpenAI server does with ``--per-request-spec-decode-metrics detailed``."""
 
 from __future__ import annotations
 
-import json
+import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -111,42 +111,21 @@ def test_no_match_steps_lower_the_length_a_step():
         assert sparse.predicted_length(t) < plain.predicted_length(t)
 
 
-class _FakeVllm(BaseHTTPRequestHandler):
-    """/v1/models and /metrics, and chat completions whose speculative steps follow the prompt's class."""
+FAKE = Path(__file__).resolve().parent / "data" / "vllm" / "fake_classes_vllm.py"
 
-    rng = np.random.default_rng(7)
-    lock = threading.Lock()
 
-    def log_message(self, *args):
-        return None
+def _fake():
+    import importlib.util
 
-    def _send(self, body: bytes, kind: str = "application/json"):
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        self._send(b'{"data": []}' if self.path == "/v1/models" else b"# metrics\n", "text/plain")
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        text = request["messages"][0]["content"]
-        task = ("code" if "Python function" in text else "edit" if text.startswith("Copy") else
-                "summarize" if text.startswith("Summarize") else "chat")
-        with self.lock:
-            r = _one(self.rng, 0, task, tokens=request["max_tokens"])
-        spec = {"per_step_accepted": list(r.steps_accepted), "per_step_drafted": list(r.steps_drafted),
-                "num_spec_steps": len(r.steps_accepted)}
-        self._send(json.dumps({"choices": [{"message": {"content": "ok"}}], "usage": {
-            "prompt_tokens": 40, "completion_tokens": r.completion_tokens},
-            "metrics": {"speculative_decoding": spec}}).encode())
+    spec = importlib.util.spec_from_file_location("fake_classes_vllm", FAKE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
 def fake_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _fake().Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -194,3 +173,20 @@ def test_a_class_spread_moves_only_its_requests_and_leaves_the_draw_alone():
                           1.0 + 0.5 * np.random.default_rng(1).standard_normal(5))
     with pytest.raises(InputError, match="class_sigma"):
         replace(plain, class_sigma=(("edit", -1.0),))
+
+
+def test_calibrate_vllm_classes_starts_the_server_with_per_request_metrics(tmp_path):
+    """The command starts `vllm serve` itself (here the fake, which refuses to start without
+    --per-request-spec-decode-metrics detailed), and stops it."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    out = tmp_path / "run"
+    code, printed, err = invoke(["calibrate", "vllm-classes", "--vllm-command", f"{sys.executable} {FAKE}",
+                                 "--model", str(model), "--out", str(out), "--port", "8097", "--classes",
+                                 "chat,edit", "--per-class", "24", "--max-tokens", "40"])
+    assert code in (0, 1), err
+    run = (out / "run.json").read_text()
+    assert '"vllm": "0.32.0"' in run
+    assert len((out / "responses.jsonl").read_text().splitlines()) == 48
+    assert "vLLM API server version" in (out / "server.log").read_text()

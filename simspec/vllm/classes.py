@@ -53,7 +53,7 @@ from simspec.acceptance import AcceptanceModel
 from simspec.acceptance.fit import ACCEPTANCE_FORMAT
 from simspec.types import InputError, require
 from simspec.vllm.acceptance import RequestRounds, chain_rates
-from simspec.vllm.logs import SpecDecodeCounters
+from simspec.vllm.logs import SpecDecodeCounters, server_version
 from simspec.vllm.texts import Prompt
 
 MIN_CLASS_REQUESTS = 8  # requests with decode steps a class needs to fit its level
@@ -455,7 +455,8 @@ def collect(run: ClassRun, out: str | Path) -> Report:
         write_text(tmp / "responses.jsonl", "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in responses))
         built = Path(run.model).parent / "simspec-smollm2.json"  # scripts/smollm2-checkpoint's record, if it made it
         record = {"settings": {f: getattr(run, f) for f in run.__dataclass_fields__}, "k": run.k,
-                  "vllm": _version(tmp / "server.log") if run.server is None else None,
+                  "vllm": server_version((tmp / "server.log").read_text(errors="replace"))
+                  if run.server is None else None,
                   "model_record": json.loads(built.read_text()) if built.is_file() else None,
                   "server_ready_s": round(ready, 1), "wall_s": round(time.monotonic() - started, 1),
                   "date": time.strftime("%Y-%m-%d", time.gmtime()), "python": sys.version.split()[0],
@@ -466,16 +467,6 @@ def collect(run: ClassRun, out: str | Path) -> Report:
         write_json(tmp / "acceptance.json", report.record)
         write_json(tmp / MARKER, {"command": "calibrate vllm-classes"})
     return report
-
-
-def _version(log: Path) -> str | None:
-    """The vLLM version the server's log banner gives (None when it gives none)."""
-    from simspec.vllm.logs import parse_server_log
-
-    try:
-        return parse_server_log(log.read_text(errors="replace")).version
-    except InputError:
-        return None
 
 
 def read_responses(folder: str | Path) -> tuple[list[Response], dict]:

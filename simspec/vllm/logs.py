@@ -143,6 +143,14 @@ def _config_bool(text: str, name: str) -> bool | None:
     return None if m is None else m.group(1).strip() == "True"
 
 
+def server_version(text: str) -> str | None:
+    """The version a server log's banner gives (None: no banner line), without parsing its steps."""
+    for line in text.splitlines():
+        if "api_utils.py" in line and (m := _BANNER_VERSION.search(line)):
+            return m.group(1)
+    return None
+
+
 def parse_server_log(text: str, path: str = "server log") -> ServerLog:
     """The steps and startup facts of a ``vllm serve`` log (its stdout and
     stderr together). One-line InputErrors for a log without iteration
