@@ -190,3 +190,37 @@ def test_calibrate_vllm_classes_starts_the_server_with_per_request_metrics(tmp_p
     assert '"vllm": "0.32.0"' in run
     assert len((out / "responses.jsonl").read_text().splitlines()) == 48
     assert "vLLM API server version" in (out / "server.log").read_text()
+
+
+def test_a_server_without_per_request_metrics_is_one_line(tmp_path):
+    """A server that answers without metrics.speculative_decoding (started without the flag) is refused."""
+    from http.server import BaseHTTPRequestHandler
+
+    class Plain(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            return None
+
+        def do_GET(self):
+            body = b'{"data": []}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"choices": [{"message": {"content": "x"}}], "usage": {"completion_tokens": 3}}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, _, err = invoke(["calibrate", "vllm-classes", "--server", f"http://127.0.0.1:{server.server_address[1]}",
+                               "--model", "m", "--out", str(tmp_path / "run"), "--classes", "chat",
+                               "--per-class", "16"])
+    finally:
+        server.shutdown()
+    assert code == 2 and "per-request-spec-decode-metrics detailed" in err and not (tmp_path / "run").exists()

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,12 +91,18 @@ def ask(url: str, model: str, prompt: Prompt, max_tokens: int, timeout_s: float 
     request = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
     started = time.monotonic()
-    with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-        record = json.load(answer)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            record = json.load(answer)
+    except urllib.error.HTTPError as err:
+        detail = err.read().decode(errors="replace")[:300]
+        raise InputError(f"{url}: prompt {prompt.index + 1} ({prompt.task}) answered HTTP {err.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise InputError(f"{url}: prompt {prompt.index + 1} got no answer ({err})") from None
     spec = ((record.get("metrics") or {}).get("speculative_decoding") or {})
-    require("per_step_accepted" in spec or spec.get("num_spec_steps", 0) == 0 or not spec,
-            "the server's responses carry no per-step speculative metrics: start it with "
-            "--per-request-spec-decode-metrics detailed")
+    require(bool(spec) and ("per_step_accepted" in spec or spec.get("num_spec_steps", 0) == 0),
+            f"{url}: the answers carry no per-step speculative metrics (metrics.speculative_decoding."
+            f"per_step_accepted): start the server with speculation and --per-request-spec-decode-metrics detailed")
     usage = record.get("usage") or {}
     return Response(index=prompt.index, task=prompt.task, prompt_tokens=int(usage.get("prompt_tokens", 0)),
                     completion_tokens=int(usage.get("completion_tokens", 0)),
