@@ -22,6 +22,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 PROMPT = "Write a Python function that reverses a string."
+NAME = "SmolLM2-135M"  # config.json's _name_or_path: the name simspec gives the model read from this folder
 DRAFT_LAYERS = 8
 
 
@@ -39,6 +40,8 @@ def save(model, tokenizer, out: Path, name: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=out))
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    config = json.loads((staging / "config.json").read_text())
+    (staging / "config.json").write_text(json.dumps({**config, "_name_or_path": NAME}, indent=2, sort_keys=True) + "\n")
     if folder.exists():
         for child in folder.iterdir():
             child.unlink()

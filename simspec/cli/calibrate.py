@@ -158,6 +158,7 @@ def _add_classes(cal_sub) -> None:
                    help=f"VLLM_CPU_KVCACHE_SPACE for the server (default: {d.kv_cache_gib:g})")
     p.add_argument("--seed", type=number(int, "--seed"), default=d.seed, help="seed of the built prompts")
     p.add_argument("--fitted-to", metavar="MODEL", help="the model spec acceptance.json is for (the one "
-                                                         "`simspec simulate --model` will name; default: the served "
-                                                         "folder's name)")
+                                                         "`simspec simulate --model` will name; default: the name "
+                                                         "simspec reads off the served folder: its config.json's "
+                                                         "_name_or_path, else the folder's name)")
     p.set_defaults(handler=cmd_calibrate_vllm_classes)

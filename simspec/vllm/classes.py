@@ -396,11 +396,21 @@ class ClassRun:
                    speculative_config=json.dumps(spec, sort_keys=True), tasks=tasks, per_class=args.per_class,
                    prompts=args.prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, port=args.port,
                    kv_cache_gib=args.kv_cache_gib, seed=args.seed,
-                   fitted_to=args.fitted_to or Path(args.model.rstrip("/")).name)
+                   fitted_to=args.fitted_to or _served_name(args.model))
 
     @property
     def k(self) -> int:
         return int(json.loads(self.speculative_config)["num_speculative_tokens"])
+
+
+def _served_name(model: str) -> str:
+    """The name ``simspec simulate --model FOLDER`` gives the served folder: its config's ``_name_or_path``, else
+    the folder's name (simspec.costs.hfconfig's rule)."""
+    try:
+        name = json.loads(Path(model, "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    return str(name or Path(model.rstrip("/")).name)
 
 
 def _prompts(run: ClassRun) -> list[Prompt]:
