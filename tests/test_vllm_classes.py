@@ -20,6 +20,8 @@ from simspec.types import InputError
 from simspec.vllm import classes as vc
 from simspec.vllm import texts
 
+NEEDS_PROSE = pytest.mark.skipif(not texts._prose_files(), reason="no licence or README prose under "
+                                 f"{', '.join(texts.PROSE_ROOTS)} to build prompts from")
 K = 3
 LEVELS = {"chat": -0.5, "code": 0.8, "edit": 2.5, "summarize": 0.2}  # the classes' top-1 logits
 SHAPE = {"decay": 0.4, "sigma": 0.6, "round_sigma": 1.2}
@@ -55,6 +57,7 @@ def _responses(per_class: int, seed: int = 0, no_match: float = 0.0) -> list[vc.
     return out
 
 
+@NEEDS_PROSE
 def test_prompts_are_real_text_deterministic_interleaved_and_sourced():
     a, b = texts.build(3, seed=1), texts.build(3, seed=1)
     assert a == b
@@ -132,6 +135,7 @@ def fake_server():
     server.shutdown()
 
 
+@NEEDS_PROSE
 def test_calibrate_vllm_classes_against_a_server_then_from_its_folder(fake_server, tmp_path):
     out = tmp_path / "run"
     argv = ["calibrate", "vllm-classes", "--server", fake_server, "--model", "m", "--out", str(out),
@@ -175,6 +179,7 @@ def test_a_class_spread_moves_only_its_requests_and_leaves_the_draw_alone():
         replace(plain, class_sigma=(("edit", -1.0),))
 
 
+@NEEDS_PROSE
 def test_calibrate_vllm_classes_starts_the_server_with_per_request_metrics(tmp_path):
     """The command starts `vllm serve` itself (here the fake, which refuses to start without
     --per-request-spec-decode-metrics detailed), and stops it."""
