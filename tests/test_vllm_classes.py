@@ -6,6 +6,7 @@ OpenAI server does with ``--per-request-spec-decode-metrics detailed``."""
 
 from __future__ import annotations
 
+import random
 import sys
 import threading
 from http.server import ThreadingHTTPServer
@@ -22,34 +23,31 @@ from simspec.vllm import texts
 
 NEEDS_PROSE = pytest.mark.skipif(not texts._prose_files(), reason="no licence or README prose under "
                                  f"{', '.join(texts.PROSE_ROOTS)} to build prompts from")
-K = 3
-LEVELS = {"chat": -0.5, "code": 0.8, "edit": 2.5, "summarize": 0.2}  # the classes' top-1 logits
-SHAPE = {"decay": 0.4, "sigma": 0.6, "round_sigma": 1.2}
+FAKE = Path(__file__).resolve().parent / "data" / "vllm" / "fake_classes_vllm.py"
 
 
-def _one(rng: np.random.Generator, index: int, task: str, tokens: int = 64, no_match: float = 0.0) -> vc.Response:
-    """A request's verify steps drawn from the acceptance model: per request z, per round w, chain of K."""
-    z = rng.standard_normal()
-    accepted, drafted, made = [], [], 1
-    while made < tokens:
-        if rng.random() < no_match:  # a step that drafts nothing: one token
-            made += 1
-            continue
-        w = rng.standard_normal()
-        depth = np.arange(K)
-        p = 1.0 / (1.0 + np.exp(-(LEVELS[task] + SHAPE["sigma"] * z + SHAPE["round_sigma"] * w
-                                  - SHAPE["decay"] * depth)))
-        ok = rng.random(K) < p
-        a = int(np.argmin(ok)) if not ok.all() else K
-        accepted.append(a)
-        drafted.append(K)
-        made += a + 1
+def _fake():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fake_classes_vllm", FAKE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GENERATOR = _fake()  # the acceptance model with known parameters, as the fake server draws it
+K, LEVELS = GENERATOR.K, GENERATOR.LEVELS
+SHAPE = {"decay": GENERATOR.DECAY, "sigma": GENERATOR.SIGMA, "round_sigma": GENERATOR.ROUND_SIGMA}
+
+
+def _one(rng: random.Random, index: int, task: str, tokens: int = 64, no_match: float = 0.0) -> vc.Response:
+    accepted, drafted, made = GENERATOR.draw(rng, task, tokens, no_match)
     return vc.Response(index=index, task=task, prompt_tokens=50, completion_tokens=made, steps_accepted=tuple(accepted),
                        steps_drafted=tuple(drafted), seconds=0.1, text="")
 
 
 def _responses(per_class: int, seed: int = 0, no_match: float = 0.0) -> list[vc.Response]:
-    rng = np.random.default_rng(seed)
+    rng = random.Random(seed)
     out = []
     for i in range(per_class):
         for task in LEVELS:
@@ -114,21 +112,9 @@ def test_no_match_steps_lower_the_length_a_step():
         assert sparse.predicted_length(t) < plain.predicted_length(t)
 
 
-FAKE = Path(__file__).resolve().parent / "data" / "vllm" / "fake_classes_vllm.py"
-
-
-def _fake():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fake_classes_vllm", FAKE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def fake_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _fake().Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), GENERATOR.Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"

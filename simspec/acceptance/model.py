@@ -304,18 +304,21 @@ class AcceptanceModel:
         none) and its context length (``context_tokens``) where the model
         has those terms. The normals drawn are the same whatever they are."""
         z = rng.standard_normal(n)
-        if classes is not None and self.class_sigma:
-            own = dict(self.class_sigma)
-            logits = self.top1_logit + np.array([own.get(c, self.request_sigma) for c in classes], dtype=float) * z
-        else:
+        if classes is None or not (self.class_logit or self.class_sigma):
             logits = self.top1_logit + self.request_sigma * z
-        if classes is not None and self.class_logit:
-            offset = dict(self.class_logit)
-            logits = logits + np.array([offset.get(c, 0.0) for c in classes], dtype=float)
+        else:  # each request at its class's spread and level
+            spread, offset = dict(self.class_sigma), dict(self.class_logit)
+            sigma = np.array([spread.get(c, self.request_sigma) for c in classes], dtype=float)
+            logits = self.top1_logit + sigma * z + np.array([offset.get(c, 0.0) for c in classes], dtype=float)
         if context_tokens is not None and self.context_decay_logit > 0.0:
             beyond = np.maximum(np.asarray(context_tokens, dtype=float) - self.context_knee_tokens, 0.0)
             logits = logits - self.context_decay_logit * beyond / 1000.0
         return logits
+
+    @property
+    def by_request(self) -> bool:
+        """Whether a request's class or context moves its level (request_logits then reads them)."""
+        return bool(self.class_logit or self.class_sigma) or self.context_decay_logit > 0.0
 
     def class_offset(self, name: str) -> float:
         """The logit offset of class ``name`` (0 for one the model does not move)."""

@@ -189,7 +189,7 @@ class _LogBuffers:
 def request_logits(acceptance: AcceptanceModel, rng: np.random.Generator, requests: Sequence[Request]) -> np.ndarray:
     """The requests' top-1 logits (AcceptanceModel.request_logits), each
     moved by its class and its context where the model has those terms."""
-    if not acceptance.class_logit and not acceptance.class_sigma and acceptance.context_decay_logit == 0.0:
+    if not acceptance.by_request:
         return acceptance.request_logits(rng, len(requests))
     return acceptance.request_logits(rng, len(requests), classes=[r.task for r in requests],
                                      context_tokens=[r.context_tokens for r in requests])

@@ -55,7 +55,7 @@ from simspec.acceptance.fit import ACCEPTANCE_FORMAT
 from simspec.types import InputError, require
 from simspec.vllm.acceptance import RequestRounds, chain_rates
 from simspec.vllm.logs import SpecDecodeCounters, server_version
-from simspec.vllm.texts import Prompt
+from simspec.vllm.texts import LIVE_CLASSES, Prompt
 
 MIN_CLASS_REQUESTS = 8  # requests with decode steps a class needs to fit its level
 SE_TARGET = 0.03  # the held-out acceptance's relative standard error a sized run reaches
@@ -151,33 +151,33 @@ def counters(responses: list[Response], k: int) -> SpecDecodeCounters:
                               accepted_per_position=tuple(per_pos))
 
 
-def rounds(responses: list[Response]) -> RequestRounds | None:
-    """Each request's output tokens a decode step, over its steps; None with fewer than 8 requests of two
-    steps or more."""
+def _per_request(responses: list[Response], min_steps: int) -> RequestRounds:
+    """Each request of ``min_steps`` decode steps or more: its output tokens a step and after its first."""
     per, after = [], []
     for r in responses:
-        steps = [a + 1 for a, _ in _rounds(r)]
-        if len(steps) >= 2:
-            per.append(sum(steps) / len(steps))
-            after.append(float(sum(steps)))
-    if len(per) < MIN_CLASS_REQUESTS:
-        return None
+        steps = _rounds(r)
+        if len(steps) >= min_steps:
+            tokens = sum(a + 1 for a, _ in steps)
+            per.append(tokens / len(steps))
+            after.append(float(tokens))
     return RequestRounds(tokens_per_round=np.array(per), tokens_after_first=np.array(after))
 
 
+def rounds(responses: list[Response]) -> RequestRounds | None:
+    """Each request's output tokens a decode step, over its steps; None with fewer than 8 requests of two
+    steps or more."""
+    found = _per_request(responses, 2)
+    return found if len(found.tokens_per_round) >= MIN_CLASS_REQUESTS else None
+
+
 def live_length(responses: list[Response]) -> tuple[float, float]:
-    """(output tokens a decode step, its standard error): 1 + accepted / steps over the requests, with the
-    ratio estimator's linearised standard error over requests (each request's steps a cluster)."""
-    a = np.array([sum(x for x, _ in _rounds(r)) for r in responses], float)
-    s = np.array([len(_rounds(r)) for r in responses], float)
-    keep = s > 0
-    a, s = a[keep], s[keep]
-    n = len(s)
+    """(output tokens a decode step, its standard error) over the requests: RequestRounds' pooled ratio and
+    its standard error (a ratio estimator's, each request's steps a cluster)."""
+    found = _per_request(responses, 1)
+    n = len(found.tokens_per_round)
     if n < 2:
-        return (1.0 + a.sum() / s.sum() if n else math.nan), math.nan
-    ratio = a.sum() / s.sum()
-    residual = a - ratio * s
-    return float(1.0 + ratio), float(np.sqrt(residual @ residual / (n * (n - 1))) / s.mean())
+        return (found.pooled if n else math.nan), math.nan
+    return found.pooled, found.relative_se * found.pooled
 
 
 def _class_logit(shape: AcceptanceModel, c: SpecDecodeCounters, k: int) -> float:
@@ -220,16 +220,16 @@ def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
 
     tasks = sorted({r.task for r in responses})
     per = {t: [r for r in responses if r.task == t] for t in tasks}
-    targets, spreads, counts = {}, {}, {}
+    rates, spreads, counts = {}, {}, {}
     for t in tasks:
         n = sum(1 for r in per[t] if _rounds(r))
         if n < MIN_CLASS_REQUESTS:
             raise InputError(f"class {t}: {n} requests with decode steps; a class's fit needs at least "
                              f"{MIN_CLASS_REQUESTS} (give more --per-class)")
-        c = counters(per[t], k)
-        targets[t] = np.clip(np.array(c.per_position_rates[:k]), 1e-6, 1 - 1e-6)
+        rates[t] = tuple(float(x) for x in counters(per[t], k).per_position_rates[:k])
         spreads[t] = rounds(per[t])
         counts[t] = n
+    targets = {t: np.clip(np.array(rates[t]), 1e-6, 1 - 1e-6) for t in tasks}
 
     c_n = len(tasks)
 
@@ -256,7 +256,6 @@ def fit_classes(responses: list[Response], k: int, name: str) -> ClassFit:
     shape = AcceptanceModel(name=name, top1_logit=0.0, depth_decay_logit=decay, request_sigma=sigma,
                             round_sigma=round_sigma, token_sigma=0.0, visual_share=0.0)
     base = _class_logit(shape, counters(responses, k), k)
-    rates = {t: tuple(float(x) for x in counters(per[t], k).per_position_rates[:k]) for t in tasks}
     model_rates, spread = {}, {}
     for t in tasks:
         chains = _chains(levels[t], decay, sigmas[t], k, round_sigma)
@@ -348,7 +347,7 @@ class ClassRun:
     model: str = ""
     server: str | None = None
     speculative_config: str = DEFAULT_SPECULATION
-    tasks: tuple[str, ...] = ("chat", "code", "summarize", "rag", "edit", "translate")
+    tasks: tuple[str, ...] = LIVE_CLASSES
     per_class: int = 40
     prompts: str | None = None
     max_tokens: int = 128

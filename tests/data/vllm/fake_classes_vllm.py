@@ -32,12 +32,16 @@ def task_of(text: str) -> str:
             "summarize" if text.startswith("Summarize") else "chat")
 
 
-def steps(text: str, max_tokens: int) -> tuple[list[int], list[int], int]:
-    """(accepted, drafted) per verify step and the completion's tokens, drawn for this prompt."""
-    rng = random.Random(hashlib.sha256(text.encode()).hexdigest())
-    level, z = LEVELS[task_of(text)], rng.gauss(0.0, 1.0)
+def draw(rng: random.Random, task: str, max_tokens: int, no_match: float = 0.0) -> tuple[list[int], list[int], int]:
+    """(accepted, drafted) per verify step and the completion's tokens of one request of ``task``: per request
+    z, per round w, a chain of K accepted while sigmoid(level + SIGMA z + ROUND_SIGMA w - DECAY depth); a
+    share ``no_match`` of steps drafts nothing (one token, no verify step)."""
+    level, z = LEVELS[task], rng.gauss(0.0, 1.0)
     accepted, made = [], 1
     while made < max_tokens:
+        if no_match and rng.random() < no_match:
+            made += 1
+            continue
         w = rng.gauss(0.0, 1.0)
         a = 0
         while a < K and rng.random() < 1.0 / (1.0 + math.exp(-(level + SIGMA * z + ROUND_SIGMA * w - DECAY * a))):
@@ -45,6 +49,11 @@ def steps(text: str, max_tokens: int) -> tuple[list[int], list[int], int]:
         accepted.append(a)
         made += a + 1
     return accepted, [K] * len(accepted), made
+
+
+def steps(text: str, max_tokens: int) -> tuple[list[int], list[int], int]:
+    """:func:`draw` for this prompt, from a generator seeded by it."""
+    return draw(random.Random(hashlib.sha256(text.encode()).hexdigest()), task_of(text), max_tokens)
 
 
 class Handler(BaseHTTPRequestHandler):
