@@ -234,7 +234,9 @@ def sensitivity(tuned: Tuned, tc: TuneConfig, spread: float) -> list[str]:
     when the winner ranks first at both ends, else where another wins."""
     from simspec.sensitivity import shifted_logit
 
-    model = experiment.resolve(tuned.scenario).acceptance
+    from simspec import acceptance
+
+    model = acceptance.build(tuned.scenario.acceptance, experiment.model_of(tuned.scenario).name)  # not a whole scenario
     ends = [(scale, shifted_logit(model, scale)) for scale in (1.0 - spread, 1.0 + spread)]
     lines = []
     for cell in tuned.cells:

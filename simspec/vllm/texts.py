@@ -164,7 +164,7 @@ def _first_sentence(passage: str) -> str:
 
 
 def _word(rng: random.Random, passage: str) -> str:
-    words = sorted({w for w in WORD.findall(passage) if passage.count(w) >= 1})
+    words = sorted(set(WORD.findall(passage)))
     return rng.choice(words) if words else "the"
 
 
