@@ -414,9 +414,15 @@ def draft_cost(t: CostTables, tokens: int, kept: int) -> float:
 
 @jit
 def select_cost(t: CostTables, requests: int, keys: int) -> float:
+    return select_s(t.select_launch_s, t.select_s_per_key, t.select_s_per_key_sq, requests, keys)
+
+
+@jit
+def select_s(launch_s: float, per_key_s: float, per_key_sq_s: float, requests: int, keys: int) -> float:
+    """:func:`select_cost` from its three numbers (for loops that keep them apart from the tables)."""
     if requests <= 0:
-        return keys * t.select_s_per_key
-    return t.select_launch_s + keys * t.select_s_per_key + keys * keys / requests * t.select_s_per_key_sq
+        return keys * per_key_s
+    return launch_s + keys * per_key_s + keys * keys / requests * per_key_sq_s
 
 
 @jit

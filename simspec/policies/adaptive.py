@@ -38,7 +38,7 @@ import numpy as np
 
 from simspec import trees
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, select_cost, table_at
+from simspec.costs.base import CostTables, select_s, table_at
 from simspec.policies.pricing import (Batch, Memo, Plan, Pricing, Verifying, _chain, _packed, _pricing,
                                       _verified_s, _verifying)
 from simspec.serving.estimate import RECENT_WEIGHT
@@ -54,6 +54,14 @@ edge; the slope over a tile is what a bundle of nodes pays per token."""
 
 # -- drafting, priced as requests draft deeper ----------------------------------
 
+# The helpers below run in the rules' innermost loops. They take numbers
+# (the records :class:`Terms`, :class:`Rater`, Verifying) and only the
+# arrays they read, each read before the first branch: numba counts a
+# reference for every array a call receives, and keeps the pair of atomic
+# calls unless the release falls in the entry block (simspec.compiled.jit).
+# Passing CostTables (five arrays) or Batch (eight) to such a helper made
+# the counting most of a plan's time.
+
 class Drafted(NamedTuple):
     """Who drafts how deep in a candidate plan, as running totals (one
     step's): each drafter call's rows, and what the calls share."""
@@ -65,56 +73,92 @@ class Drafted(NamedTuple):
 T_TABLE, T_ROWS, T_LEVELS, T_KEPT, T_SELECTING, T_KEYS = range(6)
 
 
+class Terms(NamedTuple):
+    """CostTables' drafting and selection numbers (same names less the
+    ``draft_`` / ``select_`` prefix), read once a plan."""
+
+    round_s: float
+    round_request_s: float
+    cross_call: float
+    cross_row: float
+    s_per_kept: float
+    launch_s: float
+    s_per_key: float
+    s_per_key_sq: float
+
+
+class Rater(NamedTuple):
+    """What :func:`_plan_rate` prices a plan with besides its arrays: numbers only."""
+
+    v: Verifying
+    terms: Terms
+    decode_s: float  # the step without drafts (:func:`_decode_s`)
+
+
+@jit
+def _terms(costs: CostTables) -> Terms:
+    return Terms(costs.draft_round_s, costs.draft_round_request_s, costs.draft_cross_call, costs.draft_cross_row,
+                 costs.draft_s_per_kept, costs.select_launch_s, costs.select_s_per_key, costs.select_s_per_key_sq)
+
+
+@jit
+def _rater(costs: CostTables, p: Pricing, v: Verifying) -> Rater:
+    return Rater(v, _terms(costs), _decode_s(p))
+
+
 @jit
 def _drafted() -> Drafted:
     return Drafted(np.zeros(MAX_DEPTH + 1, np.int64), np.zeros(6))
 
 
 @jit
-def _add_rows(costs: CostTables, d: Drafted, level: int, rows: int) -> None:
-    """``rows`` more rows in the drafter call of ``level`` (0-based)."""
+def _add_rows(draft_s: np.ndarray, d: Drafted, level: int, rows: int) -> None:
+    """``rows`` more rows in the drafter call of ``level`` (0-based);
+    ``draft_s`` is the cost tables' drafter table."""
     before = d.rows[level]
-    d.totals[T_TABLE] += table_at(costs.draft_s, before + rows) - (table_at(costs.draft_s, before) if before > 0
-                                                                     else 0.0)
+    levels = d.totals[T_LEVELS]
+    after = table_at(draft_s, before + rows)
+    d.totals[T_TABLE] += after - (table_at(draft_s, before) if before > 0 else 0.0)
     d.rows[level] = before + rows
     d.totals[T_ROWS] += rows
-    if level + 1 > d.totals[T_LEVELS]:
+    if level + 1 > levels:
         d.totals[T_LEVELS] = level + 1
 
 
 @jit
-def _start(batch: Batch, d: Drafted, i: int) -> None:
-    """Request ``i`` drafts: its kept visual tokens join every call, and it selects them."""
-    kept, visual = batch.kept_visual_tokens[i], batch.visual_tokens[i]
-    d.totals[T_KEPT] += kept
+def _start(totals: np.ndarray, kept: int, visual: int) -> None:
+    """A request with ``kept`` of its ``visual`` tokens drafts: they join
+    every call of the drafting whose ``totals`` these are, and it selects them."""
+    totals[T_KEPT] += kept
     if 0 < kept < visual:
-        d.totals[T_SELECTING] += 1
-        d.totals[T_KEYS] += visual
+        totals[T_SELECTING] += 1
+        totals[T_KEYS] += visual
 
 
 @jit
-def _drafting_s(costs: CostTables, d: Drafted, b: int) -> float:
-    """Seconds of the drafting in ``d``: costs.base.step_cost's round terms,
-    each call's draft_cost and selection, for a batch of ``b`` decode requests."""
-    levels = d.totals[T_LEVELS]
+def _drafting_s(t: Terms, totals: np.ndarray, b: int) -> float:
+    """Seconds of the drafting whose ``totals`` these are: costs.base.step_cost's
+    round terms, each call's draft_cost and selection, for a batch of ``b``
+    decode requests."""
+    levels, table, rows, kept = totals[T_LEVELS], totals[T_TABLE], totals[T_ROWS], totals[T_KEPT]
+    selecting, keys = int(totals[T_SELECTING]), int(totals[T_KEYS])
     if levels == 0:
         return 0.0
-    kept = d.totals[T_KEPT]
-    cross = levels * costs.draft_cross_call + d.totals[T_ROWS] * costs.draft_cross_row if kept > 0 else 0.0
-    return (costs.draft_round_s + b * costs.draft_round_request_s + d.totals[T_TABLE] + cross
-            + levels * kept * costs.draft_s_per_kept
-            + select_cost(costs, int(d.totals[T_SELECTING]), int(d.totals[T_KEYS])))
+    cross = levels * t.cross_call + rows * t.cross_row if kept > 0 else 0.0
+    return (t.round_s + b * t.round_request_s + table + cross + levels * kept * t.s_per_kept
+            + select_s(t.launch_s, t.s_per_key, t.s_per_key_sq, selecting, keys))
 
 
 @jit
 def _drafted_chains(batch: Batch, costs: CostTables, levels: np.ndarray) -> Drafted:
     """The drafting of every request's rank-1 chain ``levels[i]`` levels deep."""
     drafted = _drafted()
+    table, kept, visual = costs.draft_s, batch.kept_visual_tokens, batch.visual_tokens
     for i in range(len(levels)):
         if levels[i] > 0:
-            _start(batch, drafted, i)
+            _start(drafted.totals, kept[i], visual[i])
             for level in range(levels[i]):
-                _add_rows(costs, drafted, level, 1)
+                _add_rows(table, drafted, level, 1)
     return drafted
 
 
@@ -164,46 +208,52 @@ def _copy_into(src: Drafted, dst: Drafted) -> None:
 
 
 @jit
-def _plan_rate(costs: CostTables, p: Pricing, v: Verifying, d: Drafted, b: int, gain: float, n: int,
-               pairs: int) -> float:
-    """Tokens per second of a step gaining ``gain`` tokens from ``n`` verified drafts and drafting ``d``."""
-    if n > 0:
-        forward, _ = _verified_s(v, costs.layers_s, costs.head_s, p.draft_s, Memo(np.nan, np.nan), n, pairs, 0)
-    else:
-        forward = _decode_s(p)
-    return gain / (forward + _drafting_s(costs, d, b))
+def _plan_rate(layers_s: np.ndarray, head_s: np.ndarray, zero: np.ndarray, r: Rater, totals: np.ndarray, b: int,
+               gain: float, n: int, pairs: int) -> float:
+    """Tokens per second of a step gaining ``gain`` tokens from ``n``
+    verified drafts and drafting what ``totals`` (a Drafted's) holds;
+    ``layers_s``, ``head_s`` are the cost tables', ``zero`` the Pricing's
+    drafting table (its depth 0: the forward alone)."""
+    verified, _ = _verified_s(r.v, layers_s, head_s, zero, Memo(np.nan, np.nan), n, pairs, 0)
+    drafting = _drafting_s(r.terms, totals, b)
+    forward = verified if n > 0 else r.decode_s
+    return gain / (forward + drafting)
 
 
 @jit
-def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, now: Drafted, trial: Drafted,
-                 members: np.ndarray, path: np.ndarray, alpha: np.ndarray, d: int, depth: int, gain: float, n: int,
-                 pairs: int) -> float:
+def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, r: Rater, now: Drafted, trial: Drafted,
+                 members: np.ndarray, path: np.ndarray, future: np.ndarray, alpha: np.ndarray, d: int, depth: int,
+                 gain: float, n: int, pairs: int) -> float:
     """The best rate of drafting ``members`` on from level ``d`` to some
     depth in d+1..depth (their undrafted tokens valued path x alpha^j), on
     top of the plan so far (``now``, ``gain``, ``n``, ``pairs``); ``trial``
-    is scratch. Each depth's plan is the one before it and one level more
-    for the members whose output has room for it."""
+    and ``future`` are scratch. Each depth's plan is the one before it and
+    one level more for the members whose output has room for it."""
     b = len(batch.context_tokens)
+    layers_s, head_s, zero, table = costs.layers_s, costs.head_s, p.draft_s, costs.draft_s
+    context, remaining = batch.context_tokens, batch.remaining_tokens
     best = 0.0
     _copy_into(now, trial)
-    future = path.copy()
+    future[:] = path
     if d == 0:
+        kept, visual = batch.kept_visual_tokens, batch.visual_tokens
         for i in range(b):
             if members[i]:
-                _start(batch, trial, i)
+                _start(trial.totals, kept[i], visual[i])
     extra_gain, extra_n, extra_pairs = 0.0, 0, 0
     for top in range(d + 1, depth + 1):
         rows = 0
         for i in range(b):
-            if members[i] and top < batch.remaining_tokens[i]:  # level top - 1 is within its output
+            if members[i] and top < remaining[i]:  # level top - 1 is within its output
                 future[i] *= alpha[i]
                 extra_gain += future[i]
-                extra_pairs += batch.context_tokens[i]
+                extra_pairs += context[i]
                 rows += 1
         if rows > 0:
-            _add_rows(costs, trial, top - 1, rows)
+            _add_rows(table, trial, top - 1, rows)
         extra_n += rows
-        best = max(best, _plan_rate(costs, p, v, trial, b, gain + extra_gain, n + extra_n, pairs + extra_pairs))
+        best = max(best, _plan_rate(layers_s, head_s, zero, r, trial.totals, b, gain + extra_gain, n + extra_n,
+                                    pairs + extra_pairs))
     return best
 
 
@@ -243,16 +293,21 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     for i in range(b):
         alive[i] = batch.remaining_tokens[i] > 1
     now, trial = _drafted(), _drafted()
+    future = np.empty(b)
+    r = _rater(costs, p, v)
+    layers_s, head_s, zero, table = costs.layers_s, costs.head_s, p.draft_s, costs.draft_s
+    kept, visual, context = batch.kept_visual_tokens, batch.visual_tokens, batch.context_tokens
     gain, n, pairs = float(b), 0, 0  # the stop plan: every drafted level verified
     going = np.zeros(b, np.bool_)
     everyone = np.zeros(b, np.bool_)
     for d in range(depth):
-        stop = _plan_rate(costs, p, v, now, b, gain, n, pairs)
+        stop = _plan_rate(layers_s, head_s, zero, r, now.totals, b, gain, n, pairs)
         slope = 0.0
         if threshold <= 0.0 and b > 0:
-            ctx = batch.context_tokens.sum() // b
-            wide = _plan_rate(costs, p, v, now, b, 1.0, n + b, pairs + b * ctx)  # 1 / seconds
-            base = _plan_rate(costs, p, v, now, b, 1.0, max(n, 1), pairs + (ctx if n == 0 else 0))
+            ctx = context.sum() // b
+            wide = _plan_rate(layers_s, head_s, zero, r, now.totals, b, 1.0, n + b, pairs + b * ctx)  # 1 / seconds
+            base = _plan_rate(layers_s, head_s, zero, r, now.totals, b, 1.0, max(n, 1),
+                              pairs + (ctx if n == 0 else 0))
             slope = (1.0 / wide - 1.0 / base) / b
         g, eligible = 0, 0
         for i in range(b):
@@ -272,10 +327,10 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
         for which in range(2):
             if (which == 0 and g == 0) or (which == 1 and g == eligible):
                 continue
-            r = _deeper_rate(batch, costs, p, v, now, trial, going if which == 0 else everyone, path, alpha, d,
-                             depth, gain, n, pairs)
-            if r > best:
-                best, best_set = r, which
+            rate = _deeper_rate(batch, costs, p, r, now, trial, going if which == 0 else everyone, path, future,
+                                alpha, d, depth, gain, n, pairs)
+            if rate > best:
+                best, best_set = rate, which
         if best <= stop:
             break
         if best_set == 1:
@@ -288,8 +343,8 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             if not going[i]:
                 continue
             if d == 0:
-                _start(batch, now, i)
-            _add_rows(costs, now, d, 1)
+                _start(now.totals, kept[i], visual[i])
+            _add_rows(table, now, d, 1)
             levels[i] = d + 1
             if unknown:
                 continue
@@ -297,7 +352,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             worth[i, d + 1] = worth[i, d] + path[i]
             gain += path[i]
             n += 1
-            pairs += batch.context_tokens[i]
+            pairs += context[i]
             if path[i] >= threshold:
                 cut[i] = d + 1
             else:
@@ -321,6 +376,7 @@ def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> 
     drafting = _draft_levels(batch, costs, p, v, k_max, threshold)
     levels, cut, worth = drafting.levels, drafting.cut, drafting.worth
     drafted = _drafted_chains(batch, costs, levels)
+    r = _rater(costs, p, v)
     gain_cut, n_cut, pairs_cut, gain_all, n_all, pairs_all = float(b), 0, 0, float(b), 0, 0
     for i in range(b):
         gain_cut += worth[i, cut[i]]
@@ -329,8 +385,9 @@ def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> 
         gain_all += worth[i, levels[i]]
         n_all += levels[i]
         pairs_all += levels[i] * batch.context_tokens[i]
-    if (_plan_rate(costs, p, v, drafted, b, gain_all, n_all, pairs_all)
-            > _plan_rate(costs, p, v, drafted, b, gain_cut, n_cut, pairs_cut)):
+    rate_all = _plan_rate(costs.layers_s, costs.head_s, p.draft_s, r, drafted.totals, b, gain_all, n_all, pairs_all)
+    if rate_all > _plan_rate(costs.layers_s, costs.head_s, p.draft_s, r, drafted.totals, b, gain_cut, n_cut,
+                             pairs_cut):
         return _chain(batch, levels.copy(), levels.copy())
     return _chain(batch, cut.copy(), levels.copy())
 
@@ -463,8 +520,9 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
     else, beats every prefix."""
     b = len(batch.context_tokens)
     drafted = _drafted_chains(batch, costs, levels)
-    drafting_s = _drafting_s(costs, drafted, b)
-    zero = p.draft_s  # depth 0 of the drafting table: the forward alone
+    rater = _rater(costs, p, v)
+    drafting_s = _drafting_s(rater.terms, drafted.totals, b)
+    zero, table = p.draft_s, costs.draft_s  # depth 0 of the drafting table: the forward alone
     context, remaining = batch.context_tokens, batch.remaining_tokens
     # The chains as drafted: a candidate of its own.
     worth = _chain_worth(batch, levels)
@@ -473,8 +531,9 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         n_chain += levels[i]
         pairs_chain += levels[i] * context[i]
         gain_chain += worth[i]
-    chain_rate = _plan_rate(costs, p, v, drafted, b, gain_chain, n_chain, pairs_chain)
-    best = _plan_rate(costs, p, v, drafted, b, float(b), 0, 0)
+    chain_rate = _plan_rate(costs.layers_s, costs.head_s, zero, rater, drafted.totals, b, gain_chain, n_chain,
+                            pairs_chain)
+    best = _plan_rate(costs.layers_s, costs.head_s, zero, rater, drafted.totals, b, float(b), 0, 0)
     memo = Memo(np.nan, np.nan)
     take = 0
     c = b + max_nodes + 1
@@ -503,8 +562,8 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         if not tree[i] and not trees.on_chain(code):
             tree[i] = True  # its later levels draft topk rows each
             for level in range(1, levels[i]):
-                _add_rows(costs, drafted, level, topk - 1)
-            drafting_s = _drafting_s(costs, drafted, b)
+                _add_rows(table, drafted, level, topk - 1)
+            drafting_s = _drafting_s(rater.terms, drafted.totals, b)
         forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
         rate = gain / (forward + drafting_s)
         if rate > best:
