@@ -223,12 +223,13 @@ def _plan_rate(layers_s: np.ndarray, head_s: np.ndarray, zero: np.ndarray, r: Ra
 @jit
 def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, r: Rater, now: Drafted, trial: Drafted,
                  members: np.ndarray, path: np.ndarray, future: np.ndarray, alpha: np.ndarray, d: int, depth: int,
-                 gain: float, n: int, pairs: int) -> float:
+                 gain: float, n: int, pairs: int, enough: float) -> float:
     """The best rate of drafting ``members`` on from level ``d`` to some
     depth in d+1..depth (their undrafted tokens valued path x alpha^j), on
-    top of the plan so far (``now``, ``gain``, ``n``, ``pairs``); ``trial``
-    and ``future`` are scratch. Each depth's plan is the one before it and
-    one level more for the members whose output has room for it."""
+    top of the plan so far (``now``, ``gain``, ``n``, ``pairs``), or the
+    first rate above ``enough`` (the caller asks only whether one beats
+    it); ``trial`` and ``future`` are scratch. Each depth's plan is the one
+    before it and one level more for the members whose output has room for it."""
     b = len(batch.context_tokens)
     layers_s, head_s, zero, table = costs.layers_s, costs.head_s, p.draft_s, costs.draft_s
     context, remaining = batch.context_tokens, batch.remaining_tokens
@@ -254,6 +255,8 @@ def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, r: Rater, now: Dra
         extra_n += rows
         best = max(best, _plan_rate(layers_s, head_s, zero, r, trial.totals, b, gain + extra_gain, n + extra_n,
                                     pairs + extra_pairs))
+        if best > enough:
+            break
     return best
 
 
@@ -323,12 +326,16 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
         # The requests whose next token pays at the current rate, and (where
         # that is fewer) every request that can draft on: on a tiled cost a
         # bundle of the batch's chains can fill a tile that one by one do not.
+        # Only whether a bundle beats stopping, and which beats the other,
+        # matter: the first bundle's best is needed whole only when the
+        # second follows, and the second's only as far as beating the first.
         best, best_set = stop, 0
         for which in range(2):
             if (which == 0 and g == 0) or (which == 1 and g == eligible):
                 continue
+            enough = np.inf if which == 0 and g < eligible else best
             rate = _deeper_rate(batch, costs, p, r, now, trial, going if which == 0 else everyone, path, future,
-                                alpha, d, depth, gain, n, pairs)
+                                alpha, d, depth, gain, n, pairs, enough)
             if rate > best:
                 best, best_set = rate, which
         if best <= stop:
