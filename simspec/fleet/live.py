@@ -32,7 +32,7 @@ from simspec.fleet.routers import Router
 from simspec.sim import fastloop
 from simspec.sim.replica import Frontend, Replica
 from simspec.types import Request, RunLog, Gaps
-from simspec import seeds
+from simspec import compiled, seeds
 
 
 class _Live:
@@ -48,6 +48,7 @@ class _Live:
         self.loop = rep.loop
         self.head = (rep.scheduler.state, rep.config, rep.arrival, rep.loop, rep.pending, rep.served, rep.state,
                      rep.acceptance, rep.call, rep.tables, rep.terms, rep.costs.wake)  # fastloop.run's fixed arguments
+        self.run = None  # fastloop.run's compiled code for these arguments' types (compiled.entry), at the first call
         # One window of random numbers across calls, its cursor moving on, until the loop asks for more
         # (the numbers and the refill points of a window taken afresh each call: RandomBlocks).
         self.window = rep.rand.window(0)
@@ -66,7 +67,9 @@ class _Live:
         rep = self.replica
         loop.until_s[0] = until_s
         while True:
-            why = fastloop.run(*self.head, self.window, rep.logs.buffers)
+            if self.run is None:  # a replica is called ~2 times an arrival: numba's dispatch would be most of it
+                self.run = compiled.entry(fastloop.run, *self.head, self.window, rep.logs.buffers)
+            why = self.run(*self.head, self.window, rep.logs.buffers)
             if why == fastloop.CALL_HORIZON or why == fastloop.CALL_DONE:
                 break
             if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
