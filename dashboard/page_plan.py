@@ -27,7 +27,7 @@ WORKLOAD = configuration.DEFAULT_WORKLOAD
 PLAN = planning.PlanConfig(slos=(planning.parse_slo("p99_ttft_ms=2000"),))  # the defaults (an SLO is required)
 SYNTHETIC, TRACE = "synthetic", "uploaded trace"
 SLO_WIDGETS = (("p99_ttft_ms", 2000.0), ("p99_tpot_ms", 50.0), ("p99_e2el_ms", 0.0))  # 0: no bound
-SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "replicas", "gpus", "usd_per_hour",
+SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "engine", "replicas", "gpus", "usd_per_hour",
          "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
 
 
@@ -94,7 +94,7 @@ def _slos(sb) -> tuple[str, ...]:
 
 
 def _candidates(sb) -> dict:
-    """The candidate GPUs (with their prices), TP degrees, policies and batch limits."""
+    """The candidate GPUs (with their prices), TP degrees, policies, engine modes and batch limits."""
     sb.header("Candidates")
     devices = sb.multiselect("GPUs (devices)", list(planning.PRICES), default=list(PLAN.devices), key="plan_devices")
     if not devices:
@@ -107,14 +107,16 @@ def _candidates(sb) -> dict:
     specs = tuple(s.strip() for s in policy_text.split(",") if s.strip())
     if not specs:
         raise Refused("policies must name at least one policy (got none)")
+    engines = sb.multiselect("Engine modes (engines; none: the engine above)", list(modes.KINDS), default=[],
+                             key="plan_engines")
     batch_limits = _numbers(sb.text_input("Batch limits (max_num_seqs; empty: the engine's)", value="",
                                           key="plan_batch_limits"), int, "max_num_seqs")
     with sb.expander("Prices ($ per GPU-hour)"):
         st.caption(planning.PRICES_SOURCE)
         prices = tuple((d, float(st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}")))
                        for d in sorted(devices))
-    return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, batch_limits=batch_limits,
-                prices=prices)
+    return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, engines=tuple(engines),
+                batch_limits=batch_limits, prices=prices)
 
 
 def _search(sb) -> tuple[dict, int]:

@@ -176,3 +176,32 @@ def test_cli_plan_sensitivity_line(tmp_path):
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("sensitivity:"))
     assert "0.90x the acceptance length" in line and "1.10x" in line and ("robust" in line)
+
+
+def test_engine_modes_are_candidates_with_their_own_defaults_on_each_gpu():
+    """--engines: each engine x policy pair the engine can run, each on its
+    own batch defaults for the GPU (vLLM: 1,024 sequences on an H100, 256
+    on an A100), the fields the scenario set itself kept; the default, the
+    scenario's own engine, keeps its engine as it was."""
+    from simspec import config as configuration
+
+    base = configuration.build({}, {"engine": {"max_num_batched_tokens": 4096}})
+    pc = planning.PlanConfig(devices=("h100-sxm", "a100-80gb"), tps=(1,), policies=("ar", "marginal"),
+                             engines=("simspec", "vllm"), slos=SLOS)
+    cands, left_out = search.candidates(base, pc)
+    assert left_out == ("marginal on vllm",)
+    vllm = {c.device: c for c in cands if c.engine == "vllm"}
+    assert {c.policy for c in vllm.values()} == {"ar"}
+    assert (vllm["h100-sxm"].max_num_seqs, vllm["a100-80gb"].max_num_seqs) == (1024, 256)
+    for c in vllm.values():
+        engine = c.config(base).engine
+        assert engine.kind == "vllm" and engine.max_num_batched_tokens == 4096  # the scenario's own setting
+        assert engine.cudagraph_mode == "full_and_piecewise" and engine.async_scheduling  # vLLM's preset
+    own = [c for c in cands if c.engine == "simspec"]
+    assert len(own) == 4 and all(c.config(base).engine == replace(base.engine, max_num_seqs=c.max_num_seqs)
+                                 for c in own)
+    default, none_left = search.candidates(base, replace(pc, engines=()))
+    assert none_left == () and all(c.config(base).engine == replace(base.engine, max_num_seqs=c.max_num_seqs)
+                                   for c in default)
+    with pytest.raises(InputError, match="vllm can run none of marginal"):
+        search.candidates(base, replace(pc, engines=("vllm",), policies=("marginal",)))

@@ -34,6 +34,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     d = planning.PlanConfig.__dataclass_fields__
     pc = planning.PlanConfig(devices=args.devices or d["devices"].default, tps=args.tps or d["tps"].default,
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
+                             engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else (),
                              batch_limits=args.batch_limits or (), slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
@@ -51,6 +52,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"{n} candidates: {result.unfit} do not fit, {result.pruned} cannot meet the SLOs at any count, "
           f"{sum(r.status in ('confirmed', 'missed') for r in result.rows)} confirmed as whole fleets "
           f"on {pc.confirm_seeds} seeds")
+    if result.left_out:
+        print(f"left out (the engine cannot run the policy): {', '.join(result.left_out)}")
     print(f"prices: {args.prices if args.prices else planning.PRICES_SOURCE}")
     print()
     print(planning.markdown(result), end="")
@@ -95,6 +98,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help=f"candidate tensor-parallel degrees (default: {','.join(map(str, fields['tps'].default))})")
     p.add_argument("--policies", metavar="SPEC,...",
                    help=f"candidate policies (default: {','.join(fields['policies'].default)})")
+    p.add_argument("--engines", metavar="MODE,...",
+                   help="candidate engine modes: simspec, vllm, sglang (each with its own batch defaults on each GPU; "
+                        "a policy an engine cannot run is left out of its candidates) (default: --engine's)")
     p.add_argument("--max-num-seqs", dest="batch_limits", type=_list(int, "--max-num-seqs"), metavar="B,...",
                    help="candidate batch limits (default: the engine's)")
     p.add_argument("--growth", type=float, default=fields["growth"].default,

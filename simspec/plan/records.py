@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from simspec import metrics, policies
 from simspec.config import SimConfig
 from simspec.costs.gpus import GPUS
 from simspec.costs.specs import TP_DEGREES
+from simspec.serving import modes
+from simspec.serving.config import EngineConfig
 from simspec.types import InputError, require
 
 PRICES_SOURCE = ("RunPod Serverless pricing, docs.runpod.io/serverless/pricing (read 2026-12-04): the 'active' "
@@ -111,6 +113,7 @@ class PlanConfig:
     devices: tuple[str, ...] = ("h100-sxm", "a100-80gb")
     tps: tuple[int, ...] = TP_DEGREES
     policies: tuple[str, ...] = ("ar", "linear:k=3")
+    engines: tuple[str, ...] = ()  # engine modes (simspec, vllm, sglang); () = the scenario's
     batch_limits: tuple[int, ...] = ()  # max_num_seqs candidates; () = the scenario's
     slos: tuple[Slo, ...] = ()
     growth: float = 1.0
@@ -131,11 +134,30 @@ class PlanConfig:
             require(t in TP_DEGREES, f"--tp must be among {', '.join(map(str, TP_DEGREES))} (got {t})")
         for spec in self.policies:
             policies.parse(spec)
+        for kind in self.engines:
+            require(kind in modes.KINDS, f"--engines: {kind!r} is not an engine mode (one of {', '.join(modes.KINDS)})")
         require(0 < self.growth <= MAX_GROWTH, f"--growth must be in (0, {MAX_GROWTH:g}] (got {self.growth})")
         require(50 <= self.requests <= 100_000, f"--requests must be in 50..100000 (got {self.requests})")
         require(1 <= self.confirm_seeds <= 20, f"--confirm-seeds must be in 1..20 (got {self.confirm_seeds})")
         require(1 <= self.finalists <= 100, f"--finalists must be in 1..100 (got {self.finalists})")
         require(self.jobs >= 1, f"--jobs must be >= 1 (got {self.jobs})")
+
+
+def engine_at(base: SimConfig, kind: str, device: str, tp: int) -> EngineConfig:
+    """The engine a candidate runs: mode ``kind``'s preset on ``device`` at
+    degree ``tp`` (vLLM's batch defaults follow the GPU's memory), under
+    the fields the scenario set itself (those that differ from its own
+    mode's preset on its own device)."""
+    own = _preset(base.engine.kind, base.device, base.tp)
+    mine = {f.name: getattr(base.engine, f.name) for f in fields(EngineConfig)
+            if f.name != "kind" and getattr(base.engine, f.name) != getattr(own, f.name)}
+    values = {**{f.name: getattr(_preset(kind, device, tp), f.name) for f in fields(EngineConfig)}, **mine}
+    return EngineConfig(**values)
+
+
+def _preset(kind: str, device: str, tp: int) -> EngineConfig:
+    return EngineConfig(**{**{f.name: getattr(EngineConfig(), f.name) for f in fields(EngineConfig)},
+                           **modes.preset(kind, device, tp)})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,14 +166,17 @@ class Candidate:
     tp: int
     max_num_seqs: int
     policy: str
+    engine: str = "simspec"  # the engine mode
 
     def config(self, base: SimConfig) -> SimConfig:
         return replace(base, device=self.device, tp=self.tp, policies=(self.policy,), replicas=1,
-                       engine=replace(base.engine, max_num_seqs=self.max_num_seqs))
+                       engine=replace(engine_at(base, self.engine, self.device, self.tp),
+                                      max_num_seqs=self.max_num_seqs))
 
     @property
     def label(self) -> str:
-        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}"
+        mode = f" on {self.engine}" if self.engine != "simspec" else ""
+        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -192,6 +217,7 @@ class Plan:
     pruned: int
     ranking: str  # the paired interval between the first two, in words
     simulated_requests: int
+    left_out: tuple[str, ...] = ()  # engine/policy pairs not searched: the engine cannot run the policy
 
     @property
     def winner(self) -> Row | None:
@@ -199,5 +225,6 @@ class Plan:
 
 
 
-__all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "slo_names", "PlanConfig", "Candidate",
+__all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "slo_names", "PlanConfig", "engine_at",
+           "Candidate",
            "Row", "Plan", "GOODPUT", "LATENCY_STATS", "MAX_GROWTH"]

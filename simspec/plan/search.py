@@ -15,7 +15,8 @@ from simspec import acceptance, experiment, metrics, policies, seeds as seeding
 from simspec.config import SimConfig
 from simspec.costs.gpus import gpu_spec
 from simspec.fleet.run import simulate_fleet
-from simspec.plan.records import GOODPUT, Candidate, Plan, PlanConfig, Row
+from simspec.plan.records import GOODPUT, Candidate, Plan, PlanConfig, Row, engine_at
+from simspec.serving import modes
 from simspec.types import InputError, require
 
 SEARCH_SEED_TAG = "plan-search"
@@ -191,10 +192,29 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     return max(worst)
 
 
-def candidates(base: SimConfig, pc: PlanConfig) -> list[Candidate]:
-    limits = pc.batch_limits or (base.engine.max_num_seqs,)
-    return [Candidate(device=d, tp=t, max_num_seqs=b, policy=p)
-            for d in pc.devices for t in pc.tps for b in limits for p in pc.policies]
+def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[str, ...]]:
+    """Every engine x GPU x degree x batch limit x policy, and the engine /
+    policy pairs left out because the engine cannot run the policy. A
+    candidate's batch limit defaults to its engine's on its GPU."""
+    engines = pc.engines or (base.engine.kind,)
+    runs, left_out = [], []
+    for kind in engines:
+        for p in pc.policies:
+            try:
+                modes.check_policy(kind, p)
+                runs.append((kind, p))
+            except InputError:
+                left_out.append(f"{p} on {kind}")
+    if not runs:
+        can = "; ".join(f"{k} runs {', '.join(modes.RUNS[k])}" for k in engines)
+        raise InputError(f"no candidate: {' or '.join(engines)} can run none of {', '.join(pc.policies)} ({can})")
+    out = []
+    for kind, p in runs:
+        for d in pc.devices:
+            for t in pc.tps:
+                limits = pc.batch_limits or (engine_at(base, kind, d, t).max_num_seqs,)
+                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind) for b in limits]
+    return out, tuple(left_out)
 
 
 def _confirm(rows: list[Row], runner, context, bar) -> int:
@@ -229,7 +249,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
         require(base.slo_ttft_ms or base.slo_tpot_ms or base.slo_e2el_ms,
                 f"--slo {GOODPUT} counts requests within the per-request SLOs: give --slo-ttft-ms, --slo-tpot-ms "
                 f"and/or --slo-e2el-ms")
-    cands = candidates(base, pc)
+    cands, left_out = candidates(base, pc)
     fitting = [c for c in cands if _fits(c.config(base)) is None]
     if not fitting:
         raise InputError(f"no candidate fits its model: {_fits(cands[0].config(base))}")
@@ -282,7 +302,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
                    f"{len(a.ratios)} seeds)")
     return Plan(rows=tuple(rows), target_per_s=target, slos=pc.slos,
                 unfit=sum(r.status == "unfit" for r in rows), pruned=sum(r.status == "cannot meet" for r in rows),
-                ranking=ranking, simulated_requests=simulated)
+                ranking=ranking, simulated_requests=simulated, left_out=left_out)
 
 
 
