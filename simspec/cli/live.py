@@ -14,7 +14,7 @@ from simspec.cli.scenario import number
 from simspec.files import check_writable, write_text
 from simspec.live.config import LiveConfig
 from simspec.models.config import LIVE_MODEL, TrainConfig
-from simspec.types import AcceptanceTrace, InputError
+from simspec.types import AcceptanceTrace, InputError, require
 from simspec.workloads import WorkloadConfig, arrival_cv
 
 
@@ -199,6 +199,9 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
             if v is not None}
         if args.no_iomp:
             changes["iomp"] = False
+        if args.texts:
+            require(not args.quick, "--texts serves the text traffic's loads: leave --quick out")
+            changes.update(texts=True, calibration=vv.TEXT_CALIBRATION, held_out=vv.TEXT_HELD_OUT)
         if "size" in changes and "models" not in changes:
             raise InputError("--size names the size of the models to build: give --models DIR with it")
         cfg = replace(base, **changes)
@@ -295,6 +298,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="VLLM_CPU_KVCACHE_SPACE for the servers (default: 1)")
     g.add_argument("--no-iomp", action="store_true", help="do not LD_PRELOAD the venv's Intel OpenMP")
     g.add_argument("--sim-seeds", type=number(int, "--sim-seeds"), help="simulator seeds per replay (default: 3)")
+    g.add_argument("--texts", action="store_true", help="real-text prompts of six classes (chat, code, "
+                   "summarize, rag, edit, translate; simspec.vllm.texts, kept in the run folder) instead of vLLM's "
+                   "random dataset: for a trained model (e.g. scripts/smollm2-checkpoint's)")
     g.add_argument("--server", metavar="URL", help="validate against a server already running there (one "
                    "--method; never started or stopped)")
     g.add_argument("--server-log", metavar="FILE", help="with --server: the log it writes (started with "

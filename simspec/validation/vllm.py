@@ -25,9 +25,9 @@ from simspec.types import require
 from simspec.vllm.server import command_line
 from simspec.validation.vllm_fit import (Cell, LiveRun, MethodCalibration, StepCheck, VllmValidation, analyse,
                                          calibrate_method, fit_gap, load_runs, prefix_hits, step_checks)
-from simspec.validation.vllm_live import (BOUNDS, DEFAULT_METHODS, METHODS, QUICK, REPORT, RUNS,
-                                          ValidateVllmConfig, _config_json, _env, config_from_json, run_live,
-                                          run_order, speculative_config)
+from simspec.validation.vllm_live import (BOUNDS, DEFAULT_METHODS, METHODS, QUICK, REPORT, RUNS, TEXT_CALIBRATION,
+                                          TEXT_HELD_OUT, ValidateVllmConfig, _config_json, _env, config_from_json,
+                                          run_live, run_order, speculative_config)
 
 
 NAMES = {"mean_e2el_ms": "mean E2EL ms", "mean_tpot_ms": "mean TPOT ms", "output_throughput": "output tok/s",
@@ -214,7 +214,8 @@ def reanalyse(out: str | Path, say=print) -> VllmValidation:
 
 
 # The phases' names, re-exported: callers import this module alone.
-__all__ = ["BOUNDS", "DEFAULT_METHODS", "METHODS", "QUICK", "REPORT", "RUNS", "Cell", "LiveRun", "MethodCalibration",
+__all__ = ["BOUNDS", "DEFAULT_METHODS", "METHODS", "QUICK", "REPORT", "RUNS", "TEXT_CALIBRATION", "TEXT_HELD_OUT",
+           "Cell", "LiveRun", "MethodCalibration",
            "StepCheck", "ValidateVllmConfig", "VllmValidation", "analyse", "calibrate_method", "config_from_json",
            "fit_gap", "format_report", "load_runs", "prefix_hits", "reanalyse", "run_live", "run_order",
            "speculative_config", "step_checks", "validate", "_env"]

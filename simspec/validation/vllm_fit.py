@@ -26,7 +26,8 @@ from simspec.types import require
 from simspec.vllm.logs import BenchResult, EngineStep, ServerLog, SpecDecodeCounters, parse_bench, parse_metrics, \
     read_server_log
 from simspec.vllm.server import Traffic
-from simspec.validation.vllm_live import BOUNDS, RUNS, ValidateVllmConfig, config_from_json, speculative_config
+from simspec.validation.vllm_live import (BOUNDS, RUNS, ValidateVllmConfig, config_from_json, speculative_config,
+                                          target_name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,7 +205,7 @@ def calibrate_method(method: str, runs: list[LiveRun], log: ServerLog, cfg: Vali
     require(bool(cal), f"{method}: no calibration runs kept")
     steps = [s for r in cal for s in r.steps]
     tokens, requests, elapsed = _step_columns(steps)
-    model = f"vllm-models-{cfg.size}"
+    model = target_name(cfg)
     label = f"fitted to vLLM {log.version or '?'} iteration lines of {method}'s calibration runs"
     _, iteration_fit, held = fit_iteration_costs(tokens, requests, elapsed, label, model=model, device="cpu",
                                                  hold_out_every=5)

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 
@@ -113,6 +113,19 @@ HELD_OUT = (
     Traffic(name="bursty", prompts=24, input_len=64, output_len=64, range_ratio=0.5, rate=0.3, burstiness=0.25,
             seed=203),
 )
+# Real-text prompts (--texts): the six live classes of simspec.vllm.texts in
+# turn, chat-templated by the bench (60-160 prompt tokens), each traffic its
+# own prompts (its seed); the loads of the random-dataset sets, for a 135M
+# model with a 49,152-token vocabulary on the same CPU.
+TEXT_CALIBRATION = tuple(replace(t, dataset=f"prompts/{t.name}.jsonl") for t in CALIBRATION)
+TEXT_HELD_OUT = (
+    Traffic(name="low", prompts=24, input_len=100, output_len=48, range_ratio=0.5, rate=0.2, seed=301,
+            dataset="prompts/low.jsonl"),
+    Traffic(name="mid", prompts=24, input_len=100, output_len=80, range_ratio=0.5, rate=0.3, seed=302,
+            dataset="prompts/mid.jsonl"),
+    Traffic(name="bursty", prompts=24, input_len=100, output_len=64, range_ratio=0.5, rate=0.3, burstiness=0.25,
+            seed=303, dataset="prompts/bursty.jsonl"),
+)
 QUICK_CALIBRATION = (
     Traffic(name="cal-sat4", prompts=12, input_len=32, output_len=32, max_concurrency=4, seed=11),
     Traffic(name="cal-sat16", prompts=24, input_len=32, output_len=32, max_concurrency=12, seed=12),
@@ -144,6 +157,7 @@ class ValidateVllmConfig:
     ready_timeout_s: float = 600.0
     server: str | None = None  # --server URL: one running server, its method given by `methods`
     server_log: str | None = None
+    texts: bool = False  # the traffic's datasets are real-text prompts, written into the run folder
 
     def __post_init__(self):
         for m in self.methods:
@@ -193,7 +207,7 @@ def _run_one(server, cfg: ValidateVllmConfig, traffic: Traffic, model: str, fold
     before = server.metrics()
     write_text(folder / f"{stem}.metrics.before.txt", before)
     first, load_before, started = server.last_iteration(), os.getloadavg(), time.time()
-    bench(cfg.vllm_command, server.url, model, traffic, folder / f"{stem}.json", env=env)
+    bench(cfg.vllm_command, server.url, model, traffic, folder / f"{stem}.json", env=env, root=folder.parent)
     wall = time.time() - started
     time.sleep(1.0)  # the engine's last iteration line reaches the log
     last, load_after = server.last_iteration(), os.getloadavg()
@@ -224,11 +238,27 @@ def run_order(cfg: ValidateVllmConfig) -> list[tuple[str, Traffic, int]]:
     return order
 
 
+def write_datasets(cfg: ValidateVllmConfig, out: Path) -> None:
+    """Each real-text traffic's prompts (simspec.vllm.texts.bench_dataset, its
+    seed), at its ``dataset`` path under ``out``, written whole or not at all."""
+    import json
+
+    from simspec.vllm.texts import bench_dataset
+
+    for t in cfg.calibration + cfg.held_out:
+        if t.dataset:
+            rows = bench_dataset(t.prompts, t.seed, t.output_len, t.range_ratio)
+            path = out / t.dataset
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
 def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
     """Serve and benchmark every method (module docstring); returns the
     ``runs.json`` record, written into ``out`` as the runs finish."""
     from simspec.vllm.server import terminated_as_interrupt
 
+    write_datasets(cfg, out)
     models = Path(cfg.models)
     target = str(models.absolute() / "target")
     for method in cfg.methods:
@@ -270,6 +300,25 @@ def run_live(cfg: ValidateVllmConfig, out: Path, say=print) -> dict:
     return record
 
 
+def target_name(cfg: ValidateVllmConfig) -> str:
+    """What the fits name the model: ``vllm-models-SIZE`` for a `simspec
+    vllm-models` folder, else the served target's own name (its config's
+    ``_name_or_path``); ``vllm-models-SIZE`` too where the folder cannot be read
+    (a run re-analysed on another machine)."""
+    import json
+
+    from simspec.vllm.models import MANIFEST
+
+    models = Path(cfg.models)
+    if (models / MANIFEST).is_file():
+        return f"vllm-models-{cfg.size}"
+    try:
+        name = json.loads((models / "target" / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError):
+        name = None
+    return str(name) if name else f"vllm-models-{cfg.size}"
+
+
 def _served_model(server: RunningServer) -> str:
     import json
 
@@ -293,5 +342,6 @@ def config_from_json(record: dict) -> ValidateVllmConfig:
     return ValidateVllmConfig(**record)
 
 
-__all__ = ["BOUNDS", "DEFAULT_METHODS", "METHODS", "QUICK", "RUNS", "REPORT", "ValidateVllmConfig", "config_from_json",
-           "run_live", "run_order", "speculative_config"]
+__all__ = ["BOUNDS", "DEFAULT_METHODS", "METHODS", "QUICK", "RUNS", "REPORT", "TEXT_CALIBRATION", "TEXT_HELD_OUT",
+           "ValidateVllmConfig", "config_from_json", "run_live", "run_order", "speculative_config", "target_name",
+           "write_datasets"]

@@ -171,35 +171,59 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> 
     return scores.softmax(-1) @ v
 
 
+def layer(weights: Weights, prefix: str, config: LlamaConfig, x: torch.Tensor, positions: torch.Tensor,
+          cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+          input_norm: bool = True) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    """One decoder layer (the checkpoint's tensors under ``prefix``) over x [B, T, hidden]
+    at ``positions`` [T], after the cached keys and values; the layer's output and its
+    keys and values so far. ``input_norm=False``: no input RMSNorm (an EAGLE head's
+    layer, whose input norm vLLM makes an identity)."""
+    b, t, _ = x.shape
+    h, d = config.heads, config.head_dim
+    start = cache[0].shape[2] if cache else 0
+    y = rms_norm(x, weights[prefix + "input_layernorm.weight"], config.rms_norm_eps) if input_norm else x
+    q = (y @ weights[prefix + "self_attn.q_proj.weight"].T).view(b, t, h, d).transpose(1, 2)  # [B, H, T, D]
+    k = (y @ weights[prefix + "self_attn.k_proj.weight"].T).view(b, t, config.kv_heads, d).transpose(1, 2)
+    v = (y @ weights[prefix + "self_attn.v_proj.weight"].T).view(b, t, config.kv_heads, d).transpose(1, 2)
+    q, k = rope(q, positions, config.rope_theta), rope(k, positions, config.rope_theta)
+    if cache:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)  # [B, KV, L, D]
+    group = h // config.kv_heads
+    o = attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), start)  # [B, H, T, D]
+    x = x + o.transpose(1, 2).reshape(b, t, h * d) @ weights[prefix + "self_attn.o_proj.weight"].T
+    y = rms_norm(x, weights[prefix + "post_attention_layernorm.weight"], config.rms_norm_eps)
+    gate = F.silu(y @ weights[prefix + "mlp.gate_proj.weight"].T)  # [B, T, intermediate]
+    x = x + (gate * (y @ weights[prefix + "mlp.up_proj.weight"].T)) @ weights[prefix + "mlp.down_proj.weight"].T
+    return x, (k, v)
+
+
+def hidden(weights: Weights, config: LlamaConfig, ids: torch.Tensor, cache: Cache | None = None,
+           logits_from: int = 0) -> tuple[torch.Tensor, Cache]:
+    """The last hidden states (after the final norm: what the head scores) of positions
+    ``logits_from``.. of ``ids``, and the cache extended by ``ids``.
+    ids: [B, T] (following the cache's L tokens) -> [B, T - logits_from, hidden]."""
+    t = ids.shape[1]
+    start = cache[0][0].shape[2] if cache else 0
+    positions = torch.arange(start, start + t)  # [T]
+    x = weights["model.embed_tokens.weight"][ids]  # [B, T, hidden]
+    new_cache: Cache = []
+    for i in range(config.layers):
+        x, kv = layer(weights, f"model.layers.{i}.", config, x, positions, cache[i] if cache else None)
+        new_cache.append(kv)
+    return rms_norm(x[:, logits_from:], weights["model.norm.weight"], config.rms_norm_eps), new_cache
+
+
+def head(weights: Weights, config: LlamaConfig) -> torch.Tensor:
+    """The LM head [V, hidden]: the embedding where the model ties them."""
+    return weights["model.embed_tokens.weight" if config.tied else "lm_head.weight"]
+
+
 def forward(weights: Weights, config: LlamaConfig, ids: torch.Tensor, cache: Cache | None = None,
             logits_from: int = 0) -> tuple[torch.Tensor, Cache]:
     """Logits of positions ``logits_from``.. of ``ids``, and the cache extended by ``ids``.
     ids: [B, T] (following the cache's L tokens) -> logits [B, T - logits_from, V]."""
-    b, t = ids.shape
-    start = cache[0][0].shape[2] if cache else 0
-    positions = torch.arange(start, start + t)  # [T]
-    h, d = config.heads, config.head_dim
-    x = weights["model.embed_tokens.weight"][ids]  # [B, T, hidden]
-    new_cache: Cache = []
-    for i in range(config.layers):
-        p = f"model.layers.{i}."
-        y = rms_norm(x, weights[p + "input_layernorm.weight"], config.rms_norm_eps)
-        q = (y @ weights[p + "self_attn.q_proj.weight"].T).view(b, t, h, d).transpose(1, 2)  # [B, H, T, D]
-        k = (y @ weights[p + "self_attn.k_proj.weight"].T).view(b, t, config.kv_heads, d).transpose(1, 2)
-        v = (y @ weights[p + "self_attn.v_proj.weight"].T).view(b, t, config.kv_heads, d).transpose(1, 2)
-        q, k = rope(q, positions, config.rope_theta), rope(k, positions, config.rope_theta)
-        if cache:
-            k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)  # [B, KV, L, D]
-        new_cache.append((k, v))
-        group = h // config.kv_heads
-        o = attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), start)  # [B, H, T, D]
-        x = x + o.transpose(1, 2).reshape(b, t, h * d) @ weights[p + "self_attn.o_proj.weight"].T
-        y = rms_norm(x, weights[p + "post_attention_layernorm.weight"], config.rms_norm_eps)
-        gate = F.silu(y @ weights[p + "mlp.gate_proj.weight"].T)  # [B, T, intermediate]
-        x = x + (gate * (y @ weights[p + "mlp.up_proj.weight"].T)) @ weights[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x[:, logits_from:], weights["model.norm.weight"], config.rms_norm_eps)
-    head = weights["model.embed_tokens.weight" if config.tied else "lm_head.weight"]
-    return x @ head.T, new_cache  # [B, T - logits_from, V]
+    x, new_cache = hidden(weights, config, ids, cache, logits_from)
+    return x @ head(weights, config).T, new_cache  # [B, T - logits_from, V]
 
 
 @torch.no_grad()

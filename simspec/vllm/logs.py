@@ -514,13 +514,26 @@ def replay_rounds(matches: list[list[bool]], depth_tokens: int) -> tuple[list[in
     emits the accepted + 1, until the C = len(row) tokens are out, none
     drafted past them. Returns the accepted count at each depth 1..K and the
     rounds (vLLM's ``accepted_tokens_per_pos`` and ``num_drafts``)."""
+    runs = []
+    for row in matches:  # runs[i]: the matches in a row from token i on, at most K
+        run, count = [0] * len(row), 0
+        for i in range(len(row) - 1, -1, -1):
+            count = min(count + 1, depth_tokens) if row[i] else 0
+            run[i] = count
+        runs.append(run)
+    return replay_runs(runs, depth_tokens)
+
+
+def replay_runs(runs: list[list[int]], depth_tokens: int) -> tuple[list[int], int]:
+    """:func:`replay_rounds` for drafters whose later drafts are not the
+    first draft at later positions (an EAGLE head reads its own outputs):
+    ``runs[r][i]``: how many of the K drafts proposed after output token
+    i - 1 are right in a row (``[r][0]`` never read)."""
     accepted, drafts = [0] * depth_tokens, 0
-    for row in matches:
+    for row in runs:
         emitted = 1  # the prefill's token
         while emitted < len(row):
-            n = 0
-            while n < depth_tokens and emitted + n < len(row) and row[emitted + n]:
-                n += 1
+            n = min(row[emitted], depth_tokens, len(row) - emitted)
             drafts += 1
             for j in range(n):
                 accepted[j] += 1

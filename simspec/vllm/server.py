@@ -241,7 +241,10 @@ class RunningServer:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Traffic:
-    """One ``vllm bench serve`` workload of its random dataset."""
+    """One ``vllm bench serve`` workload: of its random dataset, or of the
+    prompts of a JSONL file (``dataset``: its custom dataset, chat-templated,
+    each row's ``prompt`` and ``output_tokens``; ``input_len`` and
+    ``output_len`` then only describe it)."""
 
     name: str
     prompts: int
@@ -252,6 +255,7 @@ class Traffic:
     range_ratio: float = 0.0  # lengths uniform in len x [1 - r, 1 + r]
     max_concurrency: int | None = None
     seed: int = 0
+    dataset: str = ""  # a JSONL of prompts (relative: to the run folder); "": the random dataset
 
     def __post_init__(self):
         require(self.prompts >= 1, f"traffic {self.name}: prompts must be >= 1 (got {self.prompts})")
@@ -266,7 +270,8 @@ class Traffic:
     def to_json(self) -> dict:
         """Fields as JSON holds them (an infinite rate as the string "inf")."""
         return {f: (str(v) if isinstance(v, float) and math.isinf(v) else v)
-                for f, v in ((f, getattr(self, f)) for f in self.__dataclass_fields__)}
+                for f, v in ((f, getattr(self, f)) for f in self.__dataclass_fields__)
+                if f != "dataset" or v}  # the random dataset's records as they were
 
     @classmethod
     def from_json(cls, record: dict) -> Traffic:
@@ -282,25 +287,32 @@ class Traffic:
             "" if self.burstiness == 1 else f" burstiness {self.burstiness:g}")
         conc = f", {self.max_concurrency} in flight" if self.max_concurrency else ""
         spread = f" (x[{1 - self.range_ratio:g}, {1 + self.range_ratio:g}])" if self.range_ratio else ""
-        return f"{self.prompts} x {self.input_len} in / {self.output_len} out{spread}, {rate}{conc}, seed {self.seed}"
+        what = f"{self.input_len} in" if not self.dataset else f"real-text prompts ({self.dataset})"
+        return f"{self.prompts} x {what} / {self.output_len} out{spread}, {rate}{conc}, seed {self.seed}"
 
-    def bench_args(self) -> list[str]:
-        args = ["--dataset-name", "random", "--random-input-len", str(self.input_len),
-                "--random-output-len", str(self.output_len), "--random-range-ratio", f"{self.range_ratio:g}",
-                "--num-prompts", str(self.prompts), "--request-rate", "inf" if math.isinf(self.rate)
-                else f"{self.rate:g}", "--burstiness", f"{self.burstiness:g}", "--seed", str(self.seed)]
+    def bench_args(self, root: Path | None = None) -> list[str]:
+        """``vllm bench serve``'s arguments for the traffic; ``root``: the folder a relative ``dataset`` is in."""
+        if self.dataset:
+            path = Path(self.dataset) if root is None else root / self.dataset
+            args = ["--dataset-name", "custom", "--dataset-path", str(path), "--custom-output-len", "-1"]
+        else:
+            args = ["--dataset-name", "random", "--random-input-len", str(self.input_len),
+                    "--random-output-len", str(self.output_len), "--random-range-ratio", f"{self.range_ratio:g}"]
+        args += ["--num-prompts", str(self.prompts), "--request-rate", "inf" if math.isinf(self.rate)
+                 else f"{self.rate:g}", "--burstiness", f"{self.burstiness:g}", "--seed", str(self.seed)]
         if self.max_concurrency is not None:
             args += ["--max-concurrency", str(self.max_concurrency)]
         return args
 
 
 def bench(command: str, url: str, model: str, traffic: Traffic, result: Path, env: dict[str, str] | None = None,
-          timeout_s: float = 3600.0) -> None:
+          timeout_s: float = 3600.0, root: Path | None = None) -> None:
     """One ``vllm bench serve`` of ``traffic`` against ``url``, its JSON
-    result written to ``result`` and its output beside it (``.stdout.txt``)."""
+    result written to ``result`` and its output beside it (``.stdout.txt``);
+    ``root``: the folder a relative ``traffic.dataset`` is in."""
     argv = command_line(command) + [
         "bench", "serve", "--backend", "openai", "--base-url", url, "--model", model, "--tokenizer", model,
-        *traffic.bench_args(), "--ignore-eos", "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        *traffic.bench_args(root), "--ignore-eos", "--temperature", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed", "--disable-tqdm",
         "--result-dir", str(result.parent), "--result-filename", result.name]
     stdout = result.with_suffix(".stdout.txt")

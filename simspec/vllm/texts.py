@@ -219,6 +219,18 @@ def build(per_class: int, seed: int = 0, tasks: tuple[str, ...] = LIVE_CLASSES) 
     return prompts
 
 
+def bench_dataset(count: int, seed: int, output_tokens: int, range_ratio: float = 0.0) -> list[dict]:
+    """``count`` prompts of the live classes in turn (:func:`build` with
+    ``seed``) as ``vllm bench serve``'s custom dataset reads them: each its
+    ``prompt``, its ``output_tokens`` (``output_tokens`` x U[1 - r, 1 + r],
+    rounded, at least 1; drawn with ``seed``) and where it came from."""
+    prompts = build(-(-count // len(LIVE_CLASSES)), seed)[:count]
+    rng = random.Random(seed)
+    return [{"prompt": p.text, "output_tokens": max(1, round(output_tokens * rng.uniform(1 - range_ratio,
+                                                                                          1 + range_ratio))),
+             "task": p.task, "source": p.source, "span": list(p.span), "sha256": p.sha256} for p in prompts]
+
+
 def write(prompts: list[Prompt], path: Path) -> None:
     path.write_text("".join(json.dumps(p.to_json(), sort_keys=True) + "\n" for p in prompts))
 
