@@ -2,6 +2,7 @@
 with vLLM's venv's python, the repository on PYTHONPATH).
 
     python smollm2_drafts.py DIR [--per-class N] [--draft-layers L] [--draft-steps S] [--eagle-steps S]
+                                 [--what draft,eagle]
 
 Reads DIR/target (scripts/smollm2-checkpoint). Writes DIR/draft_distilled
 (a draft model for vLLM's draft-model speculation) and DIR/eagle (an
@@ -11,7 +12,9 @@ held-out agreement before and after, the seconds). simspec.vllm.heads says
 how each is trained. The prompts are real text (simspec.vllm.texts, seed
 TEXT_SEED, every class alike), chat-templated, cut to their last
 PROMPT_TOKENS tokens; the target continues each greedily for NEW_TOKENS
-tokens; the last HELDOUT of them are held out.
+tokens; the last HELDOUT of them are held out. The continuations are kept
+in DIR/.build (the same settings read them back: ``--what eagle`` retrains
+the head alone, its record merged into the file).
 """
 
 import argparse
@@ -71,48 +74,63 @@ def main() -> None:
     parser.add_argument("dir", type=Path)
     parser.add_argument("--per-class", type=int, default=90, help="training and held-out prompts a class")
     parser.add_argument("--draft-layers", type=int, default=2)
-    parser.add_argument("--draft-steps", type=int, default=300)
-    parser.add_argument("--eagle-steps", type=int, default=300)
+    parser.add_argument("--draft-steps", type=int, default=600)
+    parser.add_argument("--eagle-steps", type=int, default=600)
     parser.add_argument("--batch", type=int, default=8, help="sequences a training step")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--what", default="draft,eagle", help="what to train: draft, eagle or both")
     args = parser.parse_args()
+    what = set(args.what.split(","))
+    assert what and what <= {"draft", "eagle"}, f"--what: draft, eagle or both (got {args.what!r})"
     target_dir = args.dir / "target"
     config = json.loads((target_dir / "config.json").read_text())
     target = {k: v.float() for k, v in load_file(target_dir / "model.safetensors").items()}
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
-    record = {"target": str(target_dir), "text_seed": TEXT_SEED, "prompt_tokens": PROMPT_TOKENS,
-              "new_tokens": NEW_TOKENS, "seed": SEED, "threads": args.threads}
+    kept = args.dir / "simspec-drafts.json"
+    record = json.loads(kept.read_text()) if kept.is_file() and what != {"draft", "eagle"} else {}
+    record.update({"target": str(target_dir), "text_seed": TEXT_SEED, "prompt_tokens": PROMPT_TOKENS,
+                   "new_tokens": NEW_TOKENS, "seed": SEED, "threads": args.threads})
+    cache = args.dir / ".build" / f"continuations-{args.per_class}-{TEXT_SEED}-{PROMPT_TOKENS}-{NEW_TOKENS}.npz"
     with distill.deterministic(threads=args.threads):
         torch.manual_seed(SEED)
         prompts = texts.build(args.per_class, seed=TEXT_SEED)
         order = np.random.default_rng(SEED).permutation(len(prompts))  # classes mixed in train and held out
         prompts = [prompts[i] for i in order]
         ids = prompt_ids(tokenizer, prompts)
-        started = time.perf_counter()
-        sequences, labels = distill.greedy(target, distill.LlamaConfig.from_hf(config), ids, NEW_TOKENS)
-        record["generate_s"] = round(time.perf_counter() - started, 1)
+        if cache.is_file():
+            kept_data = np.load(cache)
+            assert np.array_equal(kept_data["prompts"], ids.numpy()), f"{cache} holds other prompts"
+            sequences, labels = torch.from_numpy(kept_data["sequences"]), torch.from_numpy(kept_data["labels"])
+        else:
+            started = time.perf_counter()
+            sequences, labels = distill.greedy(target, distill.LlamaConfig.from_hf(config), ids, NEW_TOKENS)
+            record["generate_s"] = round(time.perf_counter() - started, 1)
+            cache.parent.mkdir(exist_ok=True)
+            np.savez_compressed(cache, prompts=ids.numpy(), sequences=sequences.numpy(), labels=labels.numpy())
         n_train = len(prompts) - HELDOUT
         record.update(prompts=len(prompts), train=n_train, heldout=HELDOUT,
                       classes=sorted({p.task for p in prompts}),
                       passages_sha256=sorted({p.sha256 for p in prompts}))
-        print(f"generated {len(prompts)} continuations in {record['generate_s']} s", flush=True)
-        draft = heads.distill_draft(target, config, sequences, labels, layers=args.draft_layers, n_train=n_train,
-                                    prompt_tokens=PROMPT_TOKENS,
-                                    plan=distill.DistillPlan(steps=args.draft_steps, batch_sequences=args.batch),
-                                    seed=SEED)
-        print(f"draft: {draft.start} -> {draft.agreement} in {draft.train_s:.0f} s", flush=True)
-        head = heads.train_head(target, config, sequences, n_train=n_train, prompt_tokens=PROMPT_TOKENS,
-                                plan=heads.EaglePlan(steps=args.eagle_steps, batch_sequences=args.batch), seed=SEED)
-        print(f"eagle: {head.start} -> {head.agreement} in {head.train_s:.0f} s", flush=True)
-    write(args.dir, "draft_distilled", target_dir, draft.weights, draft.config)
-    write(args.dir, "eagle", target_dir, head.weights, head.config)
-    for name, trained, steps in (("draft_distilled", draft, args.draft_steps), ("eagle", head, args.eagle_steps)):
-        record[name] = {"steps": steps, "batch_sequences": args.batch, "final_loss": round(trained.final_loss, 4),
-                        "train_s": round(trained.train_s, 1), "parameters": int(sum(np.prod(w.shape)
-                                                                                 for w in trained.weights.values())),
-                        "heldout_before": asdict(trained.start), "heldout_after": asdict(trained.agreement)}
-    record["draft_distilled"]["layers"] = args.draft_layers
-    (args.dir / "simspec-drafts.json").write_text(json.dumps(record, indent=1) + "\n")
+        print(f"{len(prompts)} continuations, generated in {record.get('generate_s', '?')} s", flush=True)
+        trained = {}
+        if "draft" in what:
+            plan = distill.DistillPlan(steps=args.draft_steps, batch_sequences=args.batch)
+            trained["draft_distilled"] = heads.distill_draft(
+                target, config, sequences, labels, layers=args.draft_layers, n_train=n_train,
+                prompt_tokens=PROMPT_TOKENS, plan=plan, seed=SEED), asdict(plan)
+        if "eagle" in what:
+            plan = heads.EaglePlan(steps=args.eagle_steps, batch_sequences=args.batch)
+            trained["eagle"] = heads.train_head(target, config, sequences, n_train=n_train,
+                                                prompt_tokens=PROMPT_TOKENS, plan=plan, seed=SEED), asdict(plan)
+    for name, (t, plan) in trained.items():
+        print(f"{name}: {t.start} -> {t.agreement} in {t.train_s:.0f} s", flush=True)
+        write(args.dir, name, target_dir, t.weights, t.config)
+        record[name] = {"plan": plan, "final_loss": round(t.final_loss, 4), "train_s": round(t.train_s, 1),
+                        "parameters": int(sum(np.prod(w.shape) for w in t.weights.values())),
+                        "heldout_before": asdict(t.start), "heldout_after": asdict(t.agreement)}
+    if "draft_distilled" in trained:
+        record["draft_distilled"]["layers"] = args.draft_layers
+    kept.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

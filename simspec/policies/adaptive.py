@@ -58,9 +58,9 @@ edge; the slope over a tile is what a bundle of nodes pays per token."""
 # (the records :class:`Terms`, :class:`Rater`, Verifying) and only the
 # arrays they read, each read before the first branch: numba counts a
 # reference for every array a call receives, and keeps the pair of atomic
-# calls unless the release falls in the entry block (simspec.compiled.jit).
-# Passing CostTables (five arrays) or Batch (eight) to such a helper made
-# the counting most of a plan's time.
+# calls unless the release falls in the entry block (simspec.compiled.jit);
+# CostTables holds five arrays and Batch eight, twenty atomic calls a call
+# for a helper that takes both.
 
 class Drafted(NamedTuple):
     """Who drafts how deep in a candidate plan, as running totals (one

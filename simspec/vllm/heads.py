@@ -120,8 +120,9 @@ class EaglePlan:
     steps: int
     batch_sequences: int
     depth: int = 3  # drafts unrolled in training (and K of the held-out replay)
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-4
     warmup_fraction: float = 0.1
+    clip: float = 0.5  # the gradient's largest norm: the head's output reaches the LM head unnormed
 
     def __post_init__(self) -> None:
         require(self.steps >= 1, f"EaglePlan.steps must be >= 1 (got {self.steps})")
@@ -156,6 +157,7 @@ def train_eagle(params: Weights, target: Weights, config: LlamaConfig, sequences
             loss = loss + F.cross_entropy(logits.flatten(0, 1), labels[:, loss_from:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in params.values() if p.requires_grad], plan.clip)
         optimizer.step()
         schedule.step()
         losses.append(float(loss.detach()) / plan.depth)
