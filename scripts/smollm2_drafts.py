@@ -13,11 +13,13 @@ how each is trained. The prompts are real text (simspec.vllm.texts, seed
 TEXT_SEED, every class alike), chat-templated, cut to their last
 PROMPT_TOKENS tokens; the target continues each greedily for NEW_TOKENS
 tokens; the last HELDOUT of them are held out. The continuations are kept
-in DIR/.build (the same settings read them back: ``--what eagle`` retrains
-the head alone, its record merged into the file).
+in DIR/.build, keyed by the prompts' tokens (the same prompts read them
+back: ``--what eagle`` retrains the head alone, its record merged into the
+file).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -90,16 +92,17 @@ def main() -> None:
     record = json.loads(kept.read_text()) if kept.is_file() and what != {"draft", "eagle"} else {}
     record.update({"target": str(target_dir), "text_seed": TEXT_SEED, "prompt_tokens": PROMPT_TOKENS,
                    "new_tokens": NEW_TOKENS, "seed": SEED, "threads": args.threads})
-    cache = args.dir / ".build" / f"continuations-{args.per_class}-{TEXT_SEED}-{PROMPT_TOKENS}-{NEW_TOKENS}.npz"
     with distill.deterministic(threads=args.threads):
         torch.manual_seed(SEED)
         prompts = texts.build(args.per_class, seed=TEXT_SEED)
         order = np.random.default_rng(SEED).permutation(len(prompts))  # classes mixed in train and held out
         prompts = [prompts[i] for i in order]
         ids = prompt_ids(tokenizer, prompts)
+        # keyed by the prompts themselves: the prose on the machine decides them (simspec.vllm.texts)
+        key = hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:16]
+        cache = args.dir / ".build" / f"continuations-{key}-{NEW_TOKENS}.npz"
         if cache.is_file():
             kept_data = np.load(cache)
-            assert np.array_equal(kept_data["prompts"], ids.numpy()), f"{cache} holds other prompts"
             sequences, labels = torch.from_numpy(kept_data["sequences"]), torch.from_numpy(kept_data["labels"])
         else:
             started = time.perf_counter()
