@@ -83,7 +83,8 @@ def main() -> None:
     parser.add_argument("--what", default="draft,eagle", help="what to train: draft, eagle or both")
     args = parser.parse_args()
     what = set(args.what.split(","))
-    assert what and what <= {"draft", "eagle"}, f"--what: draft, eagle or both (got {args.what!r})"
+    if not what <= {"draft", "eagle"}:
+        parser.error(f"--what must be draft, eagle or draft,eagle (got {args.what!r})")
     target_dir = args.dir / "target"
     config = json.loads((target_dir / "config.json").read_text())
     target = {k: v.float() for k, v in load_file(target_dir / "model.safetensors").items()}
@@ -101,20 +102,20 @@ def main() -> None:
         # keyed by the prompts themselves: the prose on the machine decides them (simspec.vllm.texts)
         key = hashlib.sha256(ids.numpy().tobytes()).hexdigest()[:16]
         cache = args.dir / ".build" / f"continuations-{key}-{NEW_TOKENS}.npz"
-        if cache.is_file():
-            kept_data = np.load(cache)
-            sequences, labels = torch.from_numpy(kept_data["sequences"]), torch.from_numpy(kept_data["labels"])
-        else:
+        if not cache.is_file():
             started = time.perf_counter()
             sequences, labels = distill.greedy(target, distill.LlamaConfig.from_hf(config), ids, NEW_TOKENS)
-            record["generate_s"] = round(time.perf_counter() - started, 1)
             cache.parent.mkdir(exist_ok=True)
-            np.savez_compressed(cache, prompts=ids.numpy(), sequences=sequences.numpy(), labels=labels.numpy())
+            np.savez_compressed(cache, sequences=sequences.numpy(), labels=labels.numpy(),
+                                generate_s=round(time.perf_counter() - started, 1))
+        kept_data = np.load(cache)
+        sequences, labels = torch.from_numpy(kept_data["sequences"]), torch.from_numpy(kept_data["labels"])
+        record["generate_s"] = float(kept_data["generate_s"])
         n_train = len(prompts) - HELDOUT
         record.update(prompts=len(prompts), train=n_train, heldout=HELDOUT,
                       classes=sorted({p.task for p in prompts}),
                       passages_sha256=sorted({p.sha256 for p in prompts}))
-        print(f"{len(prompts)} continuations, generated in {record.get('generate_s', '?')} s", flush=True)
+        print(f"{len(prompts)} continuations, generated in {record['generate_s']} s", flush=True)
         trained = {}
         if "draft" in what:
             plan = distill.DistillPlan(steps=args.draft_steps, batch_sequences=args.batch)

@@ -128,6 +128,7 @@ class EaglePlan:
         require(self.steps >= 1, f"EaglePlan.steps must be >= 1 (got {self.steps})")
         require(self.batch_sequences >= 1, f"EaglePlan.batch_sequences must be >= 1 (got {self.batch_sequences})")
         require(self.depth >= 1, f"EaglePlan.depth must be >= 1 (got {self.depth})")
+        require(self.clip > 0, f"EaglePlan.clip must be > 0 (got {self.clip})")
 
 
 def train_eagle(params: Weights, target: Weights, config: LlamaConfig, sequences: torch.Tensor,
@@ -137,7 +138,8 @@ def train_eagle(params: Weights, target: Weights, config: LlamaConfig, sequences
     loss of each step. sequences [N, P + C], states [N, P + C, hidden]: the
     target's hidden states there."""
     embedding, lm_head = target["model.embed_tokens.weight"], head(target, config)
-    optimizer = torch.optim.AdamW([p for p in params.values() if p.requires_grad], lr=plan.learning_rate,
+    trained = [p for p in params.values() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=plan.learning_rate,
                                   betas=(0.9, 0.95), weight_decay=0.0, foreach=False)
     warmup = max(1, round(plan.steps * plan.warmup_fraction))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
@@ -157,7 +159,7 @@ def train_eagle(params: Weights, target: Weights, config: LlamaConfig, sequences
             loss = loss + F.cross_entropy(logits.flatten(0, 1), labels[:, loss_from:].flatten())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in params.values() if p.requires_grad], plan.clip)
+        torch.nn.utils.clip_grad_norm_(trained, plan.clip)
         optimizer.step()
         schedule.step()
         losses.append(float(loss.detach()) / plan.depth)
