@@ -400,6 +400,8 @@ FLAGS = (
     Flag("--max-num-seqs", ("engine", "max_num_seqs"), int, "requests in the running batch"),
     Flag("--max-num-batched-tokens", ("engine", "max_num_batched_tokens"), int, "token budget per step"),
     Flag("--gpu-memory-utilization", ("engine", "gpu_memory_utilization"), float, "share of GPU memory used"),
+    Flag("--mem-fraction-static", ("engine", "mem_fraction_static"), float,
+         "--engine sglang: share of GPU memory for weights and KV cache (default: SGLang's own rule)"),
     Flag("--kv-cache-tokens", ("engine", "kv_cache_tokens"), int, "override the KV-cache size in tokens"),
     Flag("--drafter-context", ("engine", "drafter_context"), str, "drafter's view: full, none, selected:K, pooled:K"),
 )

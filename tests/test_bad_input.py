@@ -115,6 +115,7 @@ CASES = [
     case("max-num-seqs", f"{SIM} --max-num-seqs 0", "max_num_seqs", "1..65536"),
     case("max-num-batched-tokens", f"{SIM} --max-num-batched-tokens 0", "max_num_batched_tokens", "16..16777216"),
     case("gpu-memory-utilization", f"{SIM} --gpu-memory-utilization 1.5", "gpu_memory_utilization"),
+    case("mem-fraction-static", f"{SIM} --engine sglang --mem-fraction-static 0", "mem_fraction_static must be in"),
     case("kv-cache-tokens", f"{SIM} --kv-cache-tokens -1", "kv_cache_tokens"),
     case("drafter-context-k0", f"{SIM} --drafter-context selected:0", "drafter_context"),
     case("drafter-context-word", f"{SIM} --drafter-context bogus", "drafter_context", "full, none"),

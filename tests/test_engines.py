@@ -241,13 +241,17 @@ def test_vllm_memory_sizes_the_kv_cache_as_vllm_does():
     weights - the profiled activation peak - non-torch and CUDA-graph memory
     (vllm/v1/worker/gpu_worker.py 0.33 l.700-757)."""
     from simspec.costs import GPUS, MODELS
-    from simspec.serving.config import CUDAGRAPH_GIB, GIB, NON_TORCH_GIB
+    from simspec.serving.memory import CUDAGRAPH_GIB, GIB, vllm_activation_bytes
 
-    # The activation term reproduces the log it was fitted to: Llama-3-8B's
-    # shape at 8192 tokens and 256 sequences, 1.26 GiB (vLLM pull 10511).
+    # The forward term reproduces the log it was fitted to: Llama-3-8B's
+    # shape at 8192 tokens and 256 sequences, 1.26 GiB (vLLM pull 10511),
+    # where the sampler's peak is the smaller; at vLLM's H100 default of 1024
+    # sequences the sampler's is the larger (4.76 GiB in vLLM 0.11's log).
     llama3 = dataclasses.replace(MODELS["Llama-2-7B"], name="llama3-shape", kv_heads=8, mlp_hidden=14336, vocab=128256)
     eager = EngineConfig(memory="vllm", max_num_seqs=256, max_num_batched_tokens=8192)
-    assert (eager.reserve_bytes(llama3) - NON_TORCH_GIB * GIB) / GIB == pytest.approx(1.26, abs=0.005)
+    assert vllm_activation_bytes(eager, llama3) / GIB == pytest.approx(1.26, abs=0.005)
+    wide = dataclasses.replace(eager, max_num_seqs=1024)
+    assert vllm_activation_bytes(wide, llama3) / GIB == pytest.approx(4.76, abs=0.005)
     graphs = dataclasses.replace(eager, cudagraph_mode="full_and_piecewise")
     assert graphs.reserve_bytes(llama3) - eager.reserve_bytes(llama3) == pytest.approx(CUDAGRAPH_GIB * GIB)
     # An independent check: vLLM gave Llama-2-7B on one A100-80GB 7351 blocks
@@ -260,7 +264,7 @@ def test_vllm_memory_sizes_the_kv_cache_as_vllm_does():
     assert VLLM_H100.memory == "vllm"
     datasheet = dataclasses.replace(VLLM_H100, memory="datasheet").kv_budget_tokens(*h100)
     assert VLLM_H100.kv_budget_tokens(*h100) > 1.04 * datasheet
-    with pytest.raises(InputError, match="memory must be one of datasheet, vllm"):
+    with pytest.raises(InputError, match="memory must be one of datasheet, vllm, sglang"):
         EngineConfig(memory="torch")
 
 

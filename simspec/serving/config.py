@@ -2,7 +2,8 @@
 named as vLLM names them, and how much KV cache a GPU holds under them.
 One copy, shared by the simulator's replica and the live engine.
 
-Imports: simspec.acceptance.context (the drafter's context names), simspec.types (and, for type checking only, simspec.costs.specs).
+Imports: simspec.acceptance.context (the drafter's context names), simspec.serving.memory (the
+engines' memory rules), simspec.types (and, for type checking only, simspec.costs.specs).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simspec.acceptance.context import DraftContext
+from simspec.serving import memory
 from simspec.types import check_types, require
 
 if TYPE_CHECKING:
@@ -24,26 +26,8 @@ MAX_BLOCK_SIZE = 1024  # tokens per KV cache block at most
 MAX_KV_TOKENS = 1 << 40
 ENGINE_KINDS = ("simspec", "vllm", "sglang")  # simspec.engines.KINDS
 GRAPH_MODES = ("none", "piecewise", "full_and_piecewise")
-MEMORY_MODELS = ("datasheet", "vllm")
+MEMORY_MODELS = ("datasheet", "vllm", "sglang")  # simspec.serving.memory
 
-# What torch reports as a device's total memory (torch.cuda.mem_get_info),
-# which vLLM multiplies by gpu_memory_utilization: an H100 80GB shows 79.22
-# GiB (vLLM's memory profile log, github.com/vllm-project/vllm/pull/10511).
-# Other GPUs: their nominal GiB times the same ratio, an assumption.
-TORCH_MEMORY_GIB = {"h100-sxm": 79.22}
-TORCH_MEMORY_SHARE = 79.22 / 80
-# vLLM's memory profile (vllm/v1/worker/gpu_worker.py 0.33 l.700-757):
-# KV = total x utilisation - weights - non-torch memory - the activation
-# peak of a dummy step over max_num_batched_tokens - the CUDA-graph
-# estimate (profiled by default since vLLM 0.21).
-NON_TORCH_GIB = 0.16  # H100, 11B model: github.com/vllm-project/vllm/pull/12126 (log)
-CUDAGRAPH_GIB = 0.36  # "Estimated CUDA graph memory: 0.36 GiB", vLLM 0.27.1 (github.com/gpustack/runner/pull/251)
-# The activation peak: each batched token's MLP and residual activations
-# (2 x mlp_hidden + 4 x hidden values) times ACTIVATION_FACTOR, plus the
-# sampler's float32 logits for max_num_seqs rows; the factor is fitted to
-# one measurement, Llama-3-8B's 1.26 GiB at 8192 tokens and 256 sequences
-# (vLLM pull 10511's log), so it is an estimate for other shapes.
-ACTIVATION_FACTOR = 1.655
 
 
 
@@ -58,8 +42,12 @@ class EngineConfig:
     # "datasheet": the datasheet's memory x utilisation - weights -
     # activation_reserve_gib; "vllm": as vLLM sizes its KV cache (the memory
     # torch reports, the profiled activation peak, non-torch and CUDA-graph
-    # memory: TORCH_MEMORY_GIB ... ACTIVATION_FACTOR above).
+    # memory); "sglang": as SGLang does (mem_fraction_static of the memory
+    # free before the weights, less the weights): simspec.serving.memory.
     memory: str = "datasheet"
+    # SGLang's --mem-fraction-static (memory = sglang): None, SGLang's own
+    # rule from the GPU's memory, the chunk and its CUDA-graph defaults.
+    mem_fraction_static: float | None = None
     # Requests whose prompts start alike (Request.prefix_id) reuse the KV
     # blocks of the shared prefix while they stay cached: vLLM V1's
     # automatic prefix caching (on by default), an LRU of freed blocks.
@@ -131,6 +119,8 @@ class EngineConfig:
                 f"max_num_batched_tokens must be in 16..{MAX_BATCHED_TOKENS} (got {self.max_num_batched_tokens})")
         require(0.0 < self.gpu_memory_utilization <= 1.0,
                 f"gpu_memory_utilization must be in (0, 1] (got {self.gpu_memory_utilization})")
+        require(self.mem_fraction_static is None or 0.0 < self.mem_fraction_static <= 1.0,
+                f"mem_fraction_static must be in (0, 1] (got {self.mem_fraction_static})")
         require(self.activation_reserve_gib >= 0,
                 f"activation_reserve_gib must be >= 0 (got {self.activation_reserve_gib})")
         require(self.kv_cache_tokens is None or 1 <= self.kv_cache_tokens <= MAX_KV_TOKENS,
@@ -144,34 +134,36 @@ class EngineConfig:
             return self.kv_cache_tokens
         require(gpu.memory_bytes > 0, f"device {gpu.slug} has no memory size (a host CPU without a profile): "
                                       f"give --kv-cache-tokens")
-        usable = self.usable_bytes(gpu)
-        free = usable - model.weight_bytes - self.reserve_bytes(model)
+        if self.memory == "sglang":
+            fraction = memory.sglang_mem_fraction_static(self, model, gpu)
+            usable = memory.sglang_capacity_mib(gpu) * memory.MIB * fraction
+            free = memory.sglang_kv_bytes(self, model, gpu)
+            share = f"mem_fraction_static {fraction}"
+        else:
+            usable = self.usable_bytes(gpu)
+            free = usable - model.weight_bytes - self.reserve_bytes(model)
+            share = f"gpu_memory_utilization {self.gpu_memory_utilization}"
         per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)
         tp = model.tensor_parallel
         hint = _fit_hint(model, usable)
-        require(tokens > 0, f"model {model.name} at tp {tp} does not fit on {gpu.name} at gpu_memory_utilization "
-                            f"{self.gpu_memory_utilization}: weights {model.weight_bytes / 1e9:.1f} GB a GPU, "
-                            f"{usable / 1e9:.1f} GB usable{hint}")
+        require(tokens > 0, f"model {model.name} at tp {tp} does not fit on {gpu.name} at {share}: weights "
+                            f"{model.weight_bytes / 1e9:.1f} GB a GPU, {usable / 1e9:.1f} GB usable{hint}")
         return tokens
 
     def usable_bytes(self, gpu: "GpuSpec") -> float:
         """The device memory times gpu_memory_utilization: the datasheet's,
-        or what torch reports (memory = vllm)."""
-        if self.memory == "datasheet":
-            return gpu.memory_bytes * self.gpu_memory_utilization
-        total_gib = TORCH_MEMORY_GIB.get(gpu.slug, gpu.memory_bytes / 1e9 * TORCH_MEMORY_SHARE)
-        return total_gib * GIB * self.gpu_memory_utilization
+        or what torch reports (vllm). SGLang's share depends on the model
+        too (simspec.serving.memory.sglang_mem_fraction_static)."""
+        if self.memory == "vllm":
+            return memory.vllm_usable_bytes(self, gpu)
+        return gpu.memory_bytes * self.gpu_memory_utilization
 
     def reserve_bytes(self, model: "ModelSpec") -> float:
-        """Memory besides weights that the KV cache cannot have."""
-        if self.memory == "datasheet":
-            return self.activation_reserve_gib * GIB
-        mlp = model.mlp_hidden // model.tensor_parallel  # one GPU's MLP columns under tensor parallelism
-        per_token = (2 * mlp + 4 * model.hidden) * model.dtype_bytes * ACTIVATION_FACTOR
-        logits = self.max_num_seqs * model.vocab * 4
-        graphs = CUDAGRAPH_GIB * GIB if self.cudagraph_mode != "none" else 0.0
-        return self.max_num_batched_tokens * per_token + logits + NON_TORCH_GIB * GIB + graphs
+        """Memory besides weights that the KV cache cannot have (datasheet and vllm)."""
+        if self.memory == "vllm":
+            return memory.vllm_reserve_bytes(self, model)
+        return self.activation_reserve_gib * GIB
 
 
 def _fit_hint(model: "ModelSpec", usable: float) -> str:

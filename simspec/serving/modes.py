@@ -1,7 +1,7 @@
 """Engine modes: which real serving engine a simulation follows.
 
 Imports: simspec.policies, simspec.costs (the device datasheets),
-simspec.serving (EngineConfig's field names) and simspec.types.
+simspec.serving (EngineConfig's field names, the engines' memory rules) and simspec.types.
 
 ``[engine] kind`` (flag ``--engine``) picks a preset of explicit
 :class:`~simspec.serving.EngineConfig` fields, each named as the engine
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from simspec import policies
 from simspec.costs import GPUS
+from simspec.serving import memory
 from simspec.serving.config import ENGINE_KINDS as KINDS
 from simspec.types import InputError
 
@@ -86,12 +87,16 @@ def preset(kind: str, device: str, tp: int = 1) -> dict:
                 "mixed_prefill": True, "drafter_over_prefill": True, "drafter_context": "full", "scheduler": "vllm",
                 "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1, "memory": "vllm",
                 "prefix_caching": True}  # vllm/engine/arg_utils.py l.3075-3076: on for generative models
-    # SGLang 0.5.23: chunked_prefill_size 8192 on H100/H200 (srt/arg_groups/memory_hook.py l.132-159),
-    # max_running_requests 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094)
-    return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": 8192, "async_scheduling": not cpu,
+    # SGLang 0.5.23: chunked_prefill_size by the GPU's memory, 8192 on H100/H200, 4096 on L40S/A40, 16384
+    # on B200 (srt/arg_groups/memory_hook.py l.88-170; 8192 where no datasheet says), max_running_requests
+    # 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094), its KV pool sized by
+    # mem_fraction_static (simspec.serving.memory), the EAGLE head's layer in the pool's cell
+    # (srt/model_executor/pool_configurator.py l.255-310)
+    chunk = memory.sglang_chunk_tokens(memory.sglang_capacity_mib(gpu)) if gpu and not cpu else 8192
+    return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": chunk, "async_scheduling": not cpu,
             "cudagraph_mode": "none" if cpu else "full_and_piecewise", "cudagraph_buckets": "batch",
             "mixed_prefill": False,
-            "drafter_over_prefill": True, "drafter_context": "full",
+            "drafter_over_prefill": True, "drafter_context": "full", "memory": "sglang", "drafter_kv_layers": 1,
             "prefix_caching": True}  # RadixAttention on: disable_radix_cache = False (srt/arg_groups/fields/memory.py l.64-70)
 
 
