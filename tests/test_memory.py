@@ -94,3 +94,31 @@ def test_sglang_refuses_a_model_that_does_not_fit_naming_its_share():
         engine.kv_budget_tokens(model, GPUS["h100-sxm"])
     with pytest.raises(InputError, match=r"mem_fraction_static must be in \(0, 1\]"):
         EngineConfig(memory="sglang", mem_fraction_static=1.5)
+
+
+def test_the_engines_count_the_drafters_own_cache():
+    """vLLM and SGLang keep the drafter's attention layers in the KV pool:
+    an EAGLE head's one layer of the target's shape, DeepSeek-V3's MTP
+    layer (one more latent layer), a draft model's own layers and KV heads
+    (Llama-3.2-1B: 16 layers, 8 KV heads of 64, at least one head a GPU),
+    nothing for prompt lookup."""
+    from simspec.costs.catalog import deployed
+
+    llama = MODELS["Llama-3.1-70B"]
+    per_layer = llama.kv_bytes_per_token // llama.layers
+    assert deployed(llama, "ngram", 1).drafter_kv_bytes_per_token == 0
+    assert deployed(llama, "eagle3", 1).drafter_kv_bytes_per_token == per_layer
+    draft = deployed(llama, "draft-model:Llama-3.2-1B", 8)
+    assert draft.drafter_kv_bytes_per_token == 2 * 16 * 1 * 64 * 2  # 8 KV heads over 8 GPUs: one each
+    deepseek = deployed(MODELS["DeepSeek-V3"], "mtp", 8)
+    assert deepseek.drafter_kv_bytes_per_token == deepseek.kv_bytes_per_token // deepseek.layers
+    gpu = GPUS["h100-sxm"]
+    engine = EngineConfig(**modes.preset("vllm", "h100-sxm", 8))
+    eagle = deployed(llama, "eagle3", 8)
+    without = dataclasses.replace(engine, drafter_kv_layers=0).kv_budget_tokens(eagle, gpu)
+    assert without / engine.kv_budget_tokens(eagle, gpu) == pytest.approx((llama.layers + 1) / llama.layers, rel=1e-4)
+    ngram = deployed(llama, "ngram", 8)
+    assert engine.kv_budget_tokens(ngram, gpu) == dataclasses.replace(engine, drafter_kv_layers=0).kv_budget_tokens(
+        ngram, gpu)
+    with pytest.raises(InputError, match="drafter_kv_layers must be -1"):
+        EngineConfig(drafter_kv_layers=-2)

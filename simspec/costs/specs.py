@@ -353,6 +353,25 @@ class ModelSpec:
                 + self.drafter_whole.drafter_weight_params * draft_bytes)
 
     @property
+    def drafter_kv_bytes_per_token(self) -> int:
+        """One GPU's KV cache bytes per token of the drafter's own attention
+        layers, at the drafter's degree: an EAGLE head's one layer and an MTP
+        module's mtp_layers are layers of the target's shape; a draft model
+        keeps its own cache (its layers, its KV heads, at least one a GPU);
+        prompt lookup and Medusa's heads keep none."""
+        whole = self.drafter_whole
+        kind = self.drafter_kind
+        if kind in EAGLE_KINDS:
+            return whole.kv_bytes_per_token // whole.layers
+        if kind == MTP:
+            return self.mtp_layers * (whole.kv_bytes_per_token // whole.layers)
+        if kind == DRAFT_MODEL:
+            draft = self.draft_model
+            heads = max(1, draft.kv_heads // whole.tensor_parallel)
+            return 2 * draft.layers * heads * draft.head_dim * draft.dtype_bytes
+        return 0
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """One GPU's KV cache bytes per token. Latent attention caches one
         latent of kv_lora_rank plus the rotary key per layer, and every GPU

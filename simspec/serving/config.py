@@ -87,7 +87,12 @@ class EngineConfig:
     # a request's images are encoded in the step its prefill starts.
     encoder_budget: str = "none"
     block_size: int = 1  # KV cache block, tokens (vLLM's default: 16)
-    drafter_kv_layers: int = 0  # decoder layers of the drafter whose KV shares the cache (an EAGLE head: 1)
+    # Decoder layers of the drafter whose KV shares the cache, each of the
+    # target's shape (an EAGLE head: 1); -1: the drafter's own layers, as
+    # vLLM and SGLang size them (ModelSpec.drafter_kv_bytes_per_token: an
+    # EAGLE head's or MTP module's layers, a draft model's own cache, none
+    # for prompt lookup or Medusa).
+    drafter_kv_layers: int = 0
     frontend_s_per_request: float = 0.0
     frontend_s_per_text_token: float = 0.0
     frontend_s_per_image: float = 0.0
@@ -100,7 +105,8 @@ class EngineConfig:
             require(0 <= value <= 10, f"{name} must be in [0, 10] seconds (got {value})")
         require(1 <= self.block_size <= MAX_BLOCK_SIZE,
                 f"block_size must be in 1..{MAX_BLOCK_SIZE} (got {self.block_size})")
-        require(0 <= self.drafter_kv_layers <= 16, f"drafter_kv_layers must be in 0..16 (got {self.drafter_kv_layers})")
+        require(-1 <= self.drafter_kv_layers <= 16,
+                f"drafter_kv_layers must be -1 (the drafter's own) or in 0..16 (got {self.drafter_kv_layers})")
         require(self.cudagraph_buckets in ("tokens", "batch"),
                 f"cudagraph_buckets must be one of tokens, batch (got {self.cudagraph_buckets!r})")
         require(self.encoder_budget in ("none", "vllm"),
@@ -143,7 +149,10 @@ class EngineConfig:
             usable = self.usable_bytes(gpu)
             free = usable - model.weight_bytes - self.reserve_bytes(model)
             share = f"gpu_memory_utilization {self.gpu_memory_utilization}"
-        per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
+        if self.drafter_kv_layers < 0:
+            per_token = model.kv_bytes_per_token + model.drafter_kv_bytes_per_token
+        else:
+            per_token = model.kv_bytes_per_token * (model.layers + self.drafter_kv_layers) / model.layers
         tokens = int(free // per_token)
         tp = model.tensor_parallel
         hint = _fit_hint(model, usable)

@@ -85,18 +85,18 @@ def preset(kind: str, device: str, tp: int = 1) -> dict:
         return {"kind": kind, "max_num_seqs": seqs, "max_num_batched_tokens": tokens, "async_scheduling": not cpu,
                 "cudagraph_mode": "none" if cpu else "full_and_piecewise", "max_cudagraph_capture_size": 512,
                 "mixed_prefill": True, "drafter_over_prefill": True, "drafter_context": "full", "scheduler": "vllm",
-                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": 1, "memory": "vllm",
+                "encoder_budget": "vllm", "block_size": 16, "drafter_kv_layers": -1, "memory": "vllm",
                 "prefix_caching": True}  # vllm/engine/arg_utils.py l.3075-3076: on for generative models
     # SGLang 0.5.23: chunked_prefill_size by the GPU's memory, 8192 on H100/H200, 4096 on L40S/A40, 16384
     # on B200 (srt/arg_groups/memory_hook.py l.88-170; 8192 where no datasheet says), max_running_requests
     # 48 with EAGLE (srt/arg_groups/speculative_hook.py l.1086-1094), its KV pool sized by
-    # mem_fraction_static (simspec.serving.memory), the EAGLE head's layer in the pool's cell
-    # (srt/model_executor/pool_configurator.py l.255-310)
+    # mem_fraction_static (simspec.serving.memory), the drafter's layers in the pool's cell
+    # (srt/model_executor/pool_configurator.py l.255-310: an EAGLE head's or MTP module's)
     chunk = memory.sglang_chunk_tokens(memory.sglang_capacity_mib(gpu)) if gpu and not cpu else 8192
     return {"kind": kind, "max_num_seqs": 48, "max_num_batched_tokens": chunk, "async_scheduling": not cpu,
             "cudagraph_mode": "none" if cpu else "full_and_piecewise", "cudagraph_buckets": "batch",
             "mixed_prefill": False,
-            "drafter_over_prefill": True, "drafter_context": "full", "memory": "sglang", "drafter_kv_layers": 1,
+            "drafter_over_prefill": True, "drafter_context": "full", "memory": "sglang", "drafter_kv_layers": -1,
             "prefix_caching": True}  # RadixAttention on: disable_radix_cache = False (srt/arg_groups/fields/memory.py l.64-70)
 
 
