@@ -51,6 +51,28 @@ def test_side_by_side_replicas_are_the_shares_run_alone(router, policy, engine, 
     assert alone.log.rounds == side.log.rounds and alone.log.steps == side.log.steps
 
 
+@pytest.mark.parametrize("router,staleness_s,policy,engine", [("least_requests", 0.0, "marginal", "simspec"),
+                                                                 ("least_tokens", 0.0, "linear:k=3", "vllm"),
+                                                                 ("least_requests", 0.05, "ar", "simspec")])
+def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s, policy, engine, monkeypatch):
+    # simspec.fleet.fastroute runs least_requests and least_tokens in compiled code; with it switched off
+    # the Python loop routes: the same replica for every request and the same logs to the last bit.
+    from simspec.fleet import fastroute, live
+
+    scenario = _scenario(3, 900, per_replica_rate=14.0, engine=engine)
+    used, through = [], live._route_compiled
+    monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(1) or through(*a))
+    compiled = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
+    assert used and router in fastroute.ROUTERS  # it took the compiled loop
+    monkeypatch.setattr(live.fastroute, "ROUTERS", {})
+    python = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
+    assert len(used) == 1
+    assert np.array_equal(compiled.assignment, python.assignment)
+    for a, b in zip(compiled.log.table, python.log.table):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert compiled.log.rounds == python.log.rounds and compiled.log.steps == python.log.steps
+
+
 def test_least_requests_queues_less_than_random():
     scenario = _scenario(4, 3000, per_replica_rate=14.0)
     waits = {}

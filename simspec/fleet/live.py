@@ -2,8 +2,8 @@
 side and each arrival is routed, at its arrival time, from what a router
 could see then.
 
-Imports: numpy, simspec.seeds, simspec.sim (the replica and its compiled
-loop), simspec.fleet.
+Imports: numba (typeof), numpy, simspec.seeds, simspec.sim (the replica
+and its compiled loop), simspec.fleet.
 
 Each replica is the one-replica model (simspec.sim.replica) over the whole
 stream with no arrival known (``routed``); the compiled loop runs it up to
@@ -25,12 +25,14 @@ import heapq
 from dataclasses import replace
 from typing import Callable, Sequence
 
+import numba
 import numpy as np
 import simpy
 
+from simspec.fleet import fastroute
 from simspec.fleet.routers import Router
 from simspec.sim import fastloop
-from simspec.sim.replica import Frontend, Replica
+from simspec.sim.replica import Frontend, Replica, request_columns
 from simspec.types import Request, RunLog, Gaps
 from simspec import compiled, seeds
 
@@ -147,28 +149,79 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
                     progress: Callable[[int], None] | None = None) -> tuple[list[RunLog | None], np.ndarray]:
     """Serve ``requests`` (sorted by arrival) on ``replicas`` replicas behind
     a stateful ``router``, replica k with simspec.sim.simulate's arguments
-    ``setups[k]``; returns each replica's log and who served what."""
+    ``setups[k]``; returns each replica's log and who served what. The
+    routers that read only the replicas' load run in compiled code
+    (simspec.fleet.fastroute) where the replicas are alike and their
+    frontends free; the same decisions either way."""
     tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
-    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve=dict(setup))
+    columns = request_columns(requests)  # every replica reads the whole stream: read it once
+    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve={**setup, "columns": columns})
              for s, setup in zip(replica_seeds, setups)]
-    assignment = np.empty(len(requests), dtype=np.int64)
     every = max(1, len(requests) // 200)
-    for i, request in enumerate(requests):
-        t = request.arrival_s
-        for k in router.reads(request):
-            fleet[k].advance(t)
-            router.heard(k, fleet[k].hear(t, staleness_s, tokens))
-        chosen = router.choose(request, fleet)
-        fleet[chosen].add(i, request, int(tokens[i]))
-        router.sent(chosen, i, request)
-        assignment[i] = chosen
-        if progress is not None and i % every == 0:
-            progress(sum(f.replica.finished for f in fleet))
+    kind = fastroute.ROUTERS.get(router.name)
+    if kind is not None and _alike(fleet):
+        assignment = _route_compiled(requests, fleet, kind, tokens, staleness_s, every, progress)
+    else:
+        assignment = np.empty(len(requests), dtype=np.int64)
+        for i, request in enumerate(requests):
+            t = request.arrival_s
+            for k in router.reads(request):
+                fleet[k].advance(t)
+                router.heard(k, fleet[k].hear(t, staleness_s, tokens))
+            chosen = router.choose(request, fleet)
+            fleet[chosen].add(i, request, int(tokens[i]))
+            router.sent(chosen, i, request)
+            assignment[i] = chosen
+            if progress is not None and i % every == 0:
+                progress(sum(f.replica.finished for f in fleet))
     for f in fleet:
         f.close()
     if progress is not None:
         progress(len(requests))
     return [f.run_log(label) for f in fleet], assignment
+
+
+def _alike(fleet: list[_Live]) -> bool:
+    """Whether the compiled loop can take the fleet: free frontends, and
+    fastloop.run's arguments of one type for every replica."""
+    if any(f.frontend.free for f in fleet):
+        return False
+    kinds = {(numba.typeof(f.head), numba.typeof(f.window), numba.typeof(f.replica.logs.buffers)) for f in fleet}
+    return len(kinds) == 1
+
+
+def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, tokens: np.ndarray,
+                    staleness_s: float, every: int, progress: Callable[[int], None] | None) -> np.ndarray:
+    """simulate_routed's loop in simspec.fleet.fastroute, answering its
+    replicas' calls for Python (a flush, a fresh window) as _Live.advance does."""
+    book = fastroute.new_book(len(requests), len(fleet))
+    arrival = np.array([r.arrival_s for r in requests], dtype=float)
+    heads = tuple(f.head for f in fleet)
+    buffers = tuple(f.replica.logs.buffers for f in fleet)
+    windows = tuple(f.window for f in fleet)
+    staleness_s = float(staleness_s)
+    # numba's dispatch would type the replicas' tuples anew at each call: call the compiled code itself
+    route = compiled.entry(fastroute.route, heads, windows, buffers, book, arrival, tokens, 0, 0, kind, staleness_s)
+    for start in range(0, len(requests), every):
+        stop = min(start + every, len(requests))
+        while True:
+            why = route(heads, windows, buffers, book, arrival, tokens, start, stop, kind, staleness_s)
+            if why == fastroute.OK:
+                break
+            f = fleet[int(book.stopped[1])]
+            if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
+                f.replica.rand.consume(f.window)
+                f.window = f.replica.rand.window(int(f.loop.need[0]))
+                windows = tuple(g.window for g in fleet)
+            else:
+                f.replica.logs.flush()
+            start = int(book.stopped[0])
+        if progress is not None:
+            progress(sum(int(f.loop.finished[0]) for f in fleet))
+    for k, f in enumerate(fleet):  # what the Python loop's _Live keeps, for close() and run_log()
+        f.replica.finished = int(f.loop.finished[0])
+        f.mine = np.flatnonzero(book.assignment == k).tolist()
+    return book.assignment.copy()
 
 
 __all__ = ["simulate_routed"]

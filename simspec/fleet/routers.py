@@ -186,6 +186,8 @@ class Router(ABC):
     request, then which it picks. ``fleet`` items carry ``outstanding`` and
     ``outstanding_tokens`` as the router sees them."""
 
+    name = ""  # as ROUTERS names it
+
     def __init__(self, replicas: int, rng: np.random.Generator):
         self.replicas, self.rng = replicas, rng
         self.everyone = tuple(range(replicas))
@@ -214,6 +216,8 @@ class Router(ABC):
 
 
 class _RoundRobin(Router):  # as route's, one at a time (tests run the stateless routers this way too)
+    name = "round_robin"
+
     def reads(self, request):
         return ()
 
@@ -223,6 +227,8 @@ class _RoundRobin(Router):  # as route's, one at a time (tests run the stateless
 
 
 class _Random(Router):
+    name = "random"
+
     def reads(self, request):
         return ()
 
@@ -231,16 +237,22 @@ class _Random(Router):
 
 
 class _LeastRequests(Router):
+    name = "least_requests"
+
     def choose(self, request, fleet):
         return self.least([f.outstanding for f in fleet])
 
 
 class _LeastTokens(Router):
+    name = "least_tokens"
+
     def choose(self, request, fleet):
         return self.least([f.outstanding_tokens for f in fleet])
 
 
 class _PowerOfTwo(Router):
+    name = "power_of_two"
+
     def reads(self, request):
         if self.replicas == 1:
             self.pair = (0, 0)
@@ -264,6 +276,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 class _PrefixAffinity(Router):
+    name = "prefix_affinity"
+
     def __init__(self, replicas, rng):
         super().__init__(replicas, rng)
         self.salts = _mix(np.arange(1, replicas + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
@@ -283,6 +297,8 @@ class _PrefixAffinity(Router):
 
 
 class _SpecAware(Router):
+    name = "spec_aware"
+
     def __init__(self, replicas, rng, models: Sequence[ReplicaModel]):
         super().__init__(replicas, rng)
         self.fluid = [_Fluid(model) for model in models]

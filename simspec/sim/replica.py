@@ -48,7 +48,7 @@ steps and wake-ups as SimPy does.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import simpy
@@ -203,6 +203,26 @@ def _prefixes(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray] | No
     return prefix_id, np.array([r.prefix_tokens for r in requests], dtype=np.int64)
 
 
+class RequestColumns(NamedTuple):
+    """The requests' figures a replica reads, one array each (a routed
+    fleet's replicas each read the whole stream: read once, copied)."""
+
+    ids: np.ndarray  # [N] int
+    context: np.ndarray  # [N] int prompt tokens, text + visual
+    visual: np.ndarray  # [N] int
+    output: np.ndarray  # [N] int
+    images: list  # [N] each request's visual tokens per image
+    prefixes: tuple[np.ndarray, np.ndarray] | None  # _prefixes
+
+
+def request_columns(requests: Sequence[Request]) -> RequestColumns:
+    return RequestColumns(ids=np.array([r.id for r in requests], np.int64),
+                          context=np.array([r.context_tokens for r in requests], dtype=np.int64),
+                          visual=np.array([r.visual_tokens for r in requests], dtype=np.int64),
+                          output=np.array([r.output_tokens for r in requests], dtype=np.int64),
+                          images=[r.image_tokens for r in requests], prefixes=_prefixes(requests))
+
+
 class Replica:
     """State of one replica over one run; ``simulate`` drives it."""
 
@@ -210,7 +230,8 @@ class Replica:
                  costs: CostModel, acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
                  rng_difficulty: np.random.Generator | None, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
-                 difficulty: np.ndarray | None = None, routed: bool = False, transferred_kv: bool = False):
+                 difficulty: np.ndarray | None = None, routed: bool = False, transferred_kv: bool = False,
+                 columns: RequestColumns | None = None):
         """``event_detail``: keep the log's per-chunk and per-round arrays
         (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
         (tests compare the two); ``difficulty``: the requests' top-1 logits
@@ -218,21 +239,23 @@ class Replica:
         the fleet's whole stream, of which a router hands this replica its
         share as it runs (simspec.fleet.live): no arrival is known yet;
         ``transferred_kv``: each request arrives with its prompt's KV cache
-        (the decode side of a disaggregated fleet, simspec.fleet.disagg)."""
+        (the decode side of a disaggregated fleet, simspec.fleet.disagg);
+        ``columns``: :func:`request_columns` of ``requests``, read once for
+        several replicas."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
         n = len(requests)
         context = DraftContext.parse(engine.drafter_context)
-        visual = np.array([r.visual_tokens for r in requests], dtype=np.int64)
-        images = [r.image_tokens for r in requests] if engine.encoder_budget == "vllm" else None
+        columns = request_columns(requests) if columns is None else columns
+        visual = columns.visual.copy()
+        images = columns.images if engine.encoder_budget == "vllm" else None
         self.scheduler = Scheduler(
-            context=np.array([r.context_tokens for r in requests], dtype=np.int64), visual=visual,
-            output=np.array([r.output_tokens for r in requests], dtype=np.int64),
+            context=columns.context.copy(), visual=visual, output=columns.output.copy(),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
             images=images if images is not None and any(images) else None,  # no image: the budget never binds
-            block_size=engine.block_size, prefixes=_prefixes(requests) if engine.prefix_caching else None,
+            block_size=engine.block_size, prefixes=columns.prefixes if engine.prefix_caching else None,
             transferred=transferred_kv)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
         sched = self.scheduler
@@ -264,7 +287,7 @@ class Replica:
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
-                                LogBuilder(np.array([r.id for r in requests], np.int64), event_detail=event_detail))
+                                LogBuilder(columns.ids.copy(), event_detail=event_detail))
         sched.check_fits()
         self.fast = not _python
         self._setup()
@@ -412,4 +435,4 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     return replica.run_log(label or policy.label)
 
 
-__all__ = ["EngineConfig", "simulate", "Replica"]  # EngineConfig lives in simspec.serving
+__all__ = ["EngineConfig", "simulate", "Replica", "RequestColumns", "request_columns"]  # EngineConfig lives in simspec.serving
