@@ -2,11 +2,15 @@
 
 Serves N x R requests at N x the rate on N replicas (``--replicas N``,
 behind ``--router``, round_robin by default) and R requests at the rate on one, the default scenario
-otherwise, each policy in this process after an untimed warm-up, and
-prints wall seconds per thousand requests and their ratio (target: a
-fleet within 1.5x of one replica's cost per request).
+otherwise, each policy in this process after an untimed warm-up (both
+sizes: the fleet's compiled routing loop is its own code), and prints
+wall seconds per thousand requests and their ratio (target: a fleet
+within 1.5x of one replica's cost per request). ``--repeats N`` times
+each N times, one replica and the fleet in turn, and keeps the fastest
+of each: one run's time moves by a third on a shared machine.
 
     python benchmarks/fleet_speed.py [--replicas N] [--router NAME] [--requests R] [--rate X] [--policy NAME ...]
+                                     [--repeats N]
 """
 
 from __future__ import annotations
@@ -32,11 +36,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=6.0, help="requests/s per replica")
     parser.add_argument("--router", default="round_robin")
     parser.add_argument("--policy", action="append", default=None)
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     for policy in args.policy or ["ar", "linear:k=3", "marginal"]:
         timed(1, 50, args.rate, policy)  # warm-up: loads or compiles the kernels
-        one = timed(1, args.requests, args.rate, policy) / args.requests * 1e3
-        fleet = timed(args.replicas, args.requests, args.rate, policy, args.router) / (args.requests * args.replicas) * 1e3
+        timed(args.replicas, 50, args.rate, policy, args.router)
+        ones, fleets = [], []
+        for _ in range(args.repeats):
+            ones.append(timed(1, args.requests, args.rate, policy))
+            fleets.append(timed(args.replicas, args.requests, args.rate, policy, args.router))
+        one = min(ones) / args.requests * 1e3
+        fleet = min(fleets) / (args.requests * args.replicas) * 1e3
         print(f"{policy:12s} {args.router} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "
               f"ratio {fleet / one:5.2f}")
 

@@ -64,13 +64,29 @@ def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s
     monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(1) or through(*a))
     compiled = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
     assert used and router in fastroute.ROUTERS  # it took the compiled loop
-    monkeypatch.setattr(live.fastroute, "ROUTERS", {})
+    monkeypatch.setattr(live, "COMPILED", False)
     python = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
     assert len(used) == 1
     assert np.array_equal(compiled.assignment, python.assignment)
     for a, b in zip(compiled.log.table, python.log.table):
         assert np.array_equal(a, b, equal_nan=True)
     assert compiled.log.rounds == python.log.rounds and compiled.log.steps == python.log.steps
+
+
+@pytest.mark.parametrize("policy,engine", [("ar", "simspec"), ("marginal", "simspec"), ("linear:k=3", "vllm")])
+def test_no_step_is_shorter_than_the_floor_the_router_skips_by(policy, engine):
+    # fastroute leaves a replica behind an arrival when none of its requests can finish by it, reckoning
+    # no step shorter than the cost tables' cheapest forward: every step a run takes is at least that.
+    from simspec.fleet import fastroute
+    from simspec.sim import simulate as serve
+
+    scenario = _scenario(1, 600, per_replica_rate=14.0, engine=engine)
+    c = scenario.config
+    log = serve(scenario.requests, policy=policies.parse(policy), label=policy, costs=scenario.costs,
+                acceptance=scenario.acceptance, engine=c.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=0)
+    floor = fastroute.step_floor_s(scenario.costs.tables.layers_s, scenario.costs.tables.head_s)
+    assert 0 < floor <= log.step_duration_s.min()
+    assert fastroute.step_floor_s(np.array([0.0, 2.0, 1.0]), np.array([0.0, 1.0, 1.0])) == 0.0  # a falling table: none
 
 
 def test_least_requests_queues_less_than_random():

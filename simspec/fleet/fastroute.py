@@ -7,10 +7,12 @@ Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop.
 
 It decides what simspec.fleet.live's Python loop decides, arrival for
 arrival (tests/test_fleet_routers.py compares the two): each replica run
-up to the arrival (fastloop's CALL_HORIZON), the finishes the router has
+up to the arrival (fastloop's CALL_HORIZON) unless none of its requests
+can finish by then (:func:`_finish_after`), the finishes the router has
 heard by then (``staleness_s`` after they happen), the least loaded with
-ties to the first from the replica after the last chosen, and the request
-placed among the replica's known arrivals by its ready time. It returns to
+ties to the first from the replica after the last chosen, run up to the
+arrival if it was not, and the request placed among the replica's known
+arrivals by its ready time. It returns to
 Python where Python must act for a replica (its log buffers to flush, its
 random numbers' window to refill: ``Escape``) and at the end of the
 arrivals it was given; a call resumes at the arrival it stopped at, whose
@@ -46,24 +48,46 @@ class Book(NamedTuple):
     outstanding: np.ndarray  # [R] int requests sent and not heard finish
     outstanding_tokens: np.ndarray  # [R] int ... their prompt and output tokens
     last: np.ndarray  # [1] int the replica last chosen (ties start after it)
-    stopped: np.ndarray  # [2] int (arrival, replica) a call stopped at: the replicas before it are run up to it
+    # [3] int where a call stopped: the arrival, how far through the replicas (the ones before are seen to;
+    # R: all, the chosen one running up to it), the replica Python must answer for
+    stopped: np.ndarray
+    step_floor_s: np.ndarray  # [R] float no step of the replica is shorter (0: unknown)
+    depth: np.ndarray  # [R] int draft tokens a request's round verifies at most (a step emits depth + 1 at most)
 
 
-def new_book(requests: int, replicas: int) -> Book:
+def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book:
+    replicas = len(step_floor_s)
     return Book(assignment=np.full(requests, -1, np.int64), next=np.full(requests, -1, np.int64),
                 live=np.full(replicas, -1, np.int64), heard=np.full(replicas, -1, np.int64),
                 seen_finished=np.zeros(replicas, np.int64), outstanding=np.zeros(replicas, np.int64),
                 outstanding_tokens=np.zeros(replicas, np.int64), last=np.full(1, -1, np.int64),
-                stopped=np.full(2, -1, np.int64))
+                stopped=np.full(3, -1, np.int64), step_floor_s=np.asarray(step_floor_s, float),
+                depth=np.asarray(depth, np.int64))
+
+
+def step_floor_s(layers_s: np.ndarray, head_s: np.ndarray) -> float:
+    """A step's seconds at least: the cost tables' cheapest forward of one
+    token or more (layers and LM head; attention, the drafter, the CPU's
+    part, graph regimes and waking only add), a hair under; 0 where a table
+    falls past its end (no floor)."""
+    floor = 0.0
+    for table in (layers_s, head_s):
+        if len(table) < 3 or table[-1] < table[-2]:
+            return 0.0
+        floor += float(table[1:].min())
+    return max(floor, 0.0) * (1 - 1e-9)
+
+
+@jit
+def _ready(loop, until_s: float) -> bool:
+    """Whether a replica is already where the router needs it (nothing it does before ``until_s`` unknown), or idle."""
+    return loop.routing[0] == fastloop.ROUTING_OPEN and (loop.now_s[0] >= until_s or loop.finished[0] >= loop.routed[0])
 
 
 @jit
 def _advance(head, window, buffers, until_s: float) -> int:
     """simspec.fleet.live._Live.advance without its Python: OK, or the CALL_* Python must answer."""
-    loop = head[3]
-    if loop.routing[0] == fastloop.ROUTING_OPEN and (loop.now_s[0] >= until_s or loop.finished[0] >= loop.routed[0]):
-        return OK
-    loop.until_s[0] = until_s
+    head[3].until_s[0] = until_s
     while True:
         why = fastloop.run(*head, window, buffers)
         if why == fastloop.CALL_HORIZON or why == fastloop.CALL_DONE:
@@ -109,6 +133,30 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
 
 
 @jit
+def _finish_after(book: Book, k: int, now_s: float, finish_s: np.ndarray, emitted: np.ndarray,
+                  output: np.ndarray) -> float:
+    """No request sent to replica ``k`` and unfinished can finish before
+    this: its next decision at ``now_s``, then as many steps of the step
+    floor as the closest to done needs (depth + 1 tokens a step at most)."""
+    floor, per = book.step_floor_s[k], book.depth[k] + 1
+    if floor <= 0.0:
+        return now_s
+    steps = -1
+    i = book.live[k]
+    while i >= 0:
+        if np.isnan(finish_s[i]):
+            need = (output[i] - emitted[i] + per - 1) // per
+            if steps < 0 or need < steps:
+                steps = need
+                if steps <= 1:
+                    break
+        i = book.next[i]
+    if steps < 1:
+        steps = 1
+    return now_s + steps * floor
+
+
+@jit
 def _least(loads: np.ndarray, last: int) -> int:
     """Router.least: the least loaded; ties, the first from the replica after ``last``."""
     n = len(loads)
@@ -140,28 +188,43 @@ def _add(arrivals, loop, i: int, ready: float) -> None:
 
 
 @jit
-def route(heads, windows, buffers, book: Book, arrival_s: np.ndarray, tokens: np.ndarray, start: int, stop: int,
-          router: int, staleness_s: float) -> int:
+def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tokens: np.ndarray, start: int,
+          stop: int, router: int, staleness_s: float) -> int:
     """Route arrivals ``start`` .. ``stop`` - 1; OK, or the CALL_* of the
-    replica (``book.stopped``) that needs Python first."""
+    replica (``book.stopped``) that needs Python first. ``parts``: each
+    replica's (arrivals, loop, pending, finish_s, emitted, output), the few
+    of fastloop.run's arguments read at every arrival (a replica's whole
+    ``heads`` entry is copied out only when it runs). A replica none of
+    whose requests can finish by the arrival (_finish_after) is not run up
+    to it unless it is chosen: its load is known, and a replica's course
+    does not depend on where the router stops it."""
     n = len(heads)
     loads = np.empty(n, np.int64)
     for i in range(start, stop):
         t = arrival_s[i]
-        first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are run up to t
+        first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are seen to
         for k in range(first, n):
-            why = _advance(heads[k], windows[k], buffers[k], t)
-            if why != OK:
-                book.stopped[0], book.stopped[1] = i, k
-                return why
-            loop = heads[k][3]
-            _hear(book, k, heads[k][5].finish_s, loop.finished[0], t, staleness_s, tokens)
-        book.stopped[0] = -1
+            _, loop, _, finish_s, emitted, output = parts[k]
+            if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
+                why = _advance(heads[k], windows[k], buffers[k], t)
+                if why != OK:
+                    book.stopped[0], book.stopped[1], book.stopped[2] = i, k, k
+                    return why
+            _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
         for k in range(n):
             loads[k] = book.outstanding[k] if router == LEAST_REQUESTS else book.outstanding_tokens[k]
         chosen = _least(loads, book.last[0])
+        arrivals, loop, pending, _, _, _ = parts[chosen]
+        if not _ready(loop, t):  # the chosen one runs up to the arrival before it joins
+            why = _advance(heads[chosen], windows[chosen], buffers[chosen], t)
+            if why != OK:
+                book.stopped[0], book.stopped[1], book.stopped[2] = i, n, chosen
+                return why
+        book.stopped[0] = -1
         book.last[0] = chosen
-        _add(heads[chosen][2], heads[chosen][3], i, t)
+        _add(arrivals, loop, i, t)
+        pending.decided[0] *= 1 - pending.resume[0]  # a run going on is decided anew
+        pending.resume[0] = 0
         book.assignment[i] = chosen
         book.next[i] = book.live[chosen]
         book.live[chosen] = i
@@ -170,4 +233,4 @@ def route(heads, windows, buffers, book: Book, arrival_s: np.ndarray, tokens: np
     return OK
 
 
-__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "OK", "Book", "new_book", "route"]
+__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "OK", "Book", "new_book", "step_floor_s", "route"]

@@ -10,7 +10,10 @@ stream with no arrival known (``routed``); the compiled loop runs it up to
 the next routing decision and stops there (fastloop's CALL_HORIZON).
 Routing request i at time t: every replica the router reads is run up to
 t (a replica's course depends only on what was routed to it, so one not
-read can catch up later), the router picks from their state as of t, and
+read can catch up later; behind least_requests and least_tokens, one none
+of whose requests can finish by t is not run either, its load being
+known, unless it is chosen: simspec.fleet.fastroute, which runs those two
+routers' loop compiled), the router picks from their state as of t, and
 the request joins the chosen replica's arrivals at its frontend's ready
 time (in order among those it has not yet queued: a replica that lags
 behind t has not reached them). What the router reads is what a router
@@ -60,6 +63,7 @@ class _Live:
         self.seen_finished = 0
         self.outstanding = 0  # requests the router has sent here and not heard finish
         self.outstanding_tokens = 0  # ... their prompt and output tokens
+        self.step_floor_s = fastroute.step_floor_s(rep.tables.layers_s, rep.tables.head_s)
 
     def advance(self, until_s: float) -> None:
         """Run the replica up to its first decision at or after ``until_s``."""
@@ -80,6 +84,17 @@ class _Live:
             elif why == fastloop.CALL_FLUSH:
                 rep.logs.flush()
         rep.finished = int(loop.finished[0])
+
+    def finish_after(self) -> float:
+        """fastroute._finish_after: no request sent here and unfinished can finish before this."""
+        rep, now = self.replica, float(self.loop.now_s[0])
+        if self.step_floor_s <= 0.0:
+            return now
+        live = np.array(self.live, dtype=np.int64)
+        live = live[np.isnan(rep.finish_s[live])]
+        per = rep.call.depth + 1
+        steps = int(((rep.state.output[live] - rep.state.emitted[live] + per - 1) // per).min()) if len(live) else 1
+        return now + max(steps, 1) * self.step_floor_s
 
     def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> list[int]:
         """Bring the router's view up to ``now_s``: finishes it has heard of by then (returned)."""
@@ -114,6 +129,9 @@ class _Live:
         if at + 1 <= end:
             arrivals.fresh[at + 1] = arrivals.ready_s[at + 1] > ready
         loop.routed[0] = end + 1
+        pending = self.replica.pending
+        if pending.resume[0]:  # a run going on as decided is decided anew, with this request
+            pending.decided[0] = pending.resume[0] = 0
         self.mine.append(i)
         self.live.append(i)
         self.outstanding += 1
@@ -144,6 +162,9 @@ def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
     return replace(log, table=table, gaps=gaps, start_s=start)
 
 
+COMPILED = True  # route least_requests and least_tokens in compiled code where it can (tests switch it off)
+
+
 def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Router, seed: int, label: str,
                     replica_seeds: list[int], difficulty: np.ndarray, setups: Sequence[dict], staleness_s: float = 0.0,
                     progress: Callable[[int], None] | None = None) -> tuple[list[RunLog | None], np.ndarray]:
@@ -159,16 +180,20 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
              for s, setup in zip(replica_seeds, setups)]
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)
-    if kind is not None and _alike(fleet):
-        assignment = _route_compiled(requests, fleet, kind, tokens, staleness_s, every, progress)
-    else:
+    assignment = _route_compiled(requests, fleet, kind, tokens, staleness_s, every, progress) \
+        if kind is not None and COMPILED and not any(f.frontend.free for f in fleet) else None
+    if assignment is None:
+        lazy = kind is not None  # as the compiled loop: a replica that cannot finish a request by t stays behind
         assignment = np.empty(len(requests), dtype=np.int64)
         for i, request in enumerate(requests):
             t = request.arrival_s
             for k in router.reads(request):
-                fleet[k].advance(t)
+                if not lazy or fleet[k].finish_after() <= t:
+                    fleet[k].advance(t)
                 router.heard(k, fleet[k].hear(t, staleness_s, tokens))
             chosen = router.choose(request, fleet)
+            if lazy:  # the chosen one runs up to the arrival before it joins
+                fleet[chosen].advance(t)
             fleet[chosen].add(i, request, int(tokens[i]))
             router.sent(chosen, i, request)
             assignment[i] = chosen
@@ -181,34 +206,34 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     return [f.run_log(label) for f in fleet], assignment
 
 
-def _alike(fleet: list[_Live]) -> bool:
-    """Whether the compiled loop can take the fleet: free frontends, and
-    fastloop.run's arguments of one type for every replica."""
-    if any(f.frontend.free for f in fleet):
-        return False
-    kinds = {(numba.typeof(f.head), numba.typeof(f.window), numba.typeof(f.replica.logs.buffers)) for f in fleet}
-    return len(kinds) == 1
-
-
 def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, tokens: np.ndarray,
-                    staleness_s: float, every: int, progress: Callable[[int], None] | None) -> np.ndarray:
+                    staleness_s: float, every: int, progress: Callable[[int], None] | None) -> np.ndarray | None:
     """simulate_routed's loop in simspec.fleet.fastroute, answering its
-    replicas' calls for Python (a flush, a fresh window) as _Live.advance does."""
-    book = fastroute.new_book(len(requests), len(fleet))
+    replicas' calls for Python (a flush, a fresh window) as _Live.advance
+    does; None (nothing run) where the replicas' arguments to fastloop.run
+    are not of one type (replicas of different policies)."""
+    floors = [fastroute.step_floor_s(f.replica.tables.layers_s, f.replica.tables.head_s) for f in fleet]
+    book = fastroute.new_book(len(requests), np.array(floors), np.array([f.replica.call.depth for f in fleet]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
     heads = tuple(f.head for f in fleet)
     buffers = tuple(f.replica.logs.buffers for f in fleet)
     windows = tuple(f.window for f in fleet)
+    parts = tuple((f.replica.arrival, f.loop, f.replica.pending, f.replica.finish_s, f.replica.state.emitted,
+                   f.replica.state.output) for f in fleet)
     staleness_s = float(staleness_s)
     # numba's dispatch would type the replicas' tuples anew at each call: call the compiled code itself
-    route = compiled.entry(fastroute.route, heads, windows, buffers, book, arrival, tokens, 0, 0, kind, staleness_s)
+    signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
+                                                               0, 0, kind, staleness_s))
+    if not all(isinstance(t, numba.types.UniTuple) for t in signature[:4]):
+        return None
+    route = fastroute.route.compile(signature)
     for start in range(0, len(requests), every):
         stop = min(start + every, len(requests))
         while True:
-            why = route(heads, windows, buffers, book, arrival, tokens, start, stop, kind, staleness_s)
+            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s)
             if why == fastroute.OK:
                 break
-            f = fleet[int(book.stopped[1])]
+            f = fleet[int(book.stopped[2])]
             if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
                 f.replica.rand.consume(f.window)
                 f.window = f.replica.rand.window(int(f.loop.need[0]))

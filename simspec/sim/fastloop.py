@@ -99,6 +99,9 @@ class Pending(NamedTuple):
     max_steps: np.ndarray  # steps the log buffers hold for it (0: not yet known)
     first: np.ndarray  # [S] int requests whose prefill completed at its end
     done: np.ndarray  # [S] int requests that finished at its end
+    # 1: the decided decode run was cut only by the router's horizon (a routed fleet's replica) and goes on
+    # as decided at the next call, as it would have gone on unrouted; a request routed here clears it
+    resume: np.ndarray
 
 
 class Served(NamedTuple):
@@ -121,7 +124,7 @@ class Config(NamedTuple):
 
 def pending_for(max_num_seqs: int) -> Pending:
     return Pending(decision=new_decision(max_num_seqs), decided=_count(), max_steps=_count(),
-                   first=np.zeros(max_num_seqs, np.int64), done=np.zeros(max_num_seqs, np.int64))
+                   first=np.zeros(max_num_seqs, np.int64), done=np.zeros(max_num_seqs, np.int64), resume=_count())
 
 
 @jit
@@ -264,6 +267,8 @@ def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: P
             if routed and loop.now_s[0] >= loop.until_s[0]:
                 return CALL_HORIZON
             decide(sched, config, loop.now_s[0], pending, served, state)
+        elif pending.resume[0] == 1 and loop.now_s[0] >= loop.until_s[0]:
+            return CALL_HORIZON  # a run going on as decided stops for the router all the same
         nd, nc = pending.decision.counts[DECODES], pending.decision.counts[CHUNKS]
         if pending.max_steps[0] == 0:  # how many steps the log buffers hold (_LogBuffers.room_for)
             batch, count = (nd + nc, 1) if nc > 0 else (nd, MAX_STEPS_PER_CALL)
@@ -281,8 +286,8 @@ def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: P
         pending.decided[0] = 0
 
         start = loop.now_s[0]
-        stop_s = arrivals.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
-        stop_s = min(stop_s, loop.until_s[0])  # a routed fleet's replica stops for the router too
+        own_stop_s = arrivals.ready_s[loop.arrived[0]] if loop.arrived[0] < n else np.inf
+        stop_s = min(own_stop_s, loop.until_s[0])  # a routed fleet's replica stops for the router too
         kv_room = lim.kv_budget - kv_used(sched, lim)
         wake_s = loop.wake_owed_s[0]
         loop.wake_owed_s[0] = 0.0
@@ -306,7 +311,13 @@ def run(sched: State, config: Config, arrivals: Arrivals, loop: Loop, pending: P
             _arrive_batch(queues, arrivals, loop, False)
         loop.now_s[0] = resume
 
-        loop.finished[0] += finish(sched, config, terms, pending, served, state, logs, end)
+        retired = finish(sched, config, terms, pending, served, state, logs, end)
+        loop.finished[0] += retired
+        pending.resume[0] = 0
+        if routed and end >= loop.until_s[0] and end < own_stop_s and retired == 0 and nc == 0 and nd > 0 and \
+                lim.kv_budget - kv_used(sched, lim) >= nd * (policy.depth + 1):
+            # cut by the router alone: the run goes on as decided (run_steps would have gone on)
+            pending.decided[0], pending.max_steps[0], pending.resume[0] = 1, 0, 1
         if config.progress_every > 0 and \
                 loop.finished[0] // config.progress_every > loop.reported[0] // config.progress_every:
             loop.reported[0] = loop.finished[0]

@@ -208,6 +208,9 @@ class RequestColumns(NamedTuple):
     fleet's replicas each read the whole stream: read once, copied)."""
 
     ids: np.ndarray  # [N] int
+    arrival_s: np.ndarray  # [N] float
+    prompt_tokens: np.ndarray  # [N] int
+    image_count: np.ndarray  # [N] int images
     context: np.ndarray  # [N] int prompt tokens, text + visual
     visual: np.ndarray  # [N] int
     output: np.ndarray  # [N] int
@@ -217,6 +220,9 @@ class RequestColumns(NamedTuple):
 
 def request_columns(requests: Sequence[Request]) -> RequestColumns:
     return RequestColumns(ids=np.array([r.id for r in requests], np.int64),
+                          arrival_s=np.array([r.arrival_s for r in requests], float),
+                          prompt_tokens=np.array([r.prompt_tokens for r in requests], np.int64),
+                          image_count=np.array([r.images for r in requests], np.int64),
                           context=np.array([r.context_tokens for r in requests], dtype=np.int64),
                           visual=np.array([r.visual_tokens for r in requests], dtype=np.int64),
                           output=np.array([r.output_tokens for r in requests], dtype=np.int64),
@@ -286,6 +292,7 @@ class Replica:
         self.wake = env.event()
         self.idle_from: float | None = 0.0  # when the replica last ran out of work (None: it has work)
         self.wake_owed = 0.0  # the next step's share of waking up
+        self.columns = columns
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
                                 LogBuilder(columns.ids.copy(), event_detail=event_detail))
         sched.check_fits()
@@ -391,16 +398,14 @@ class Replica:
     # -- results -----------------------------------------------------------
     def run_log(self, label: str) -> RunLog:
         self.logs.flush()
-        requests = self.requests
+        c = self.columns
         table = RequestTable(
-            id=np.array([r.id for r in requests], np.int64),
-            arrival_s=np.array([r.arrival_s for r in requests], float), admitted_s=self.admitted_s,
-            first_token_s=self.first_token_s, finish_s=self.finish_s,
-            prompt_tokens=np.array([r.prompt_tokens for r in requests], np.int64),
-            output_tokens=self.state.emitted.copy(), images=np.array([r.images for r in requests], np.int64),
+            id=c.ids.copy(), arrival_s=c.arrival_s.copy(), admitted_s=self.admitted_s,
+            first_token_s=self.first_token_s, finish_s=self.finish_s, prompt_tokens=c.prompt_tokens.copy(),
+            output_tokens=self.state.emitted.copy(), images=c.image_count.copy(),
             visual_tokens=self.state.visual.copy(), preemptions=self.preemptions,
             cached_tokens=self.scheduler.cached_tokens.copy())
-        expected = int(self.loop.routed[0]) if self.routed else len(requests)
+        expected = int(self.loop.routed[0]) if self.routed else len(self.requests)
         return self.logs.builder.finish(policy=label, table=table, complete=self.finished == expected)
 
 
