@@ -23,7 +23,8 @@ names it; a config file or flag still sets any one of them:
   no draft trees and one draft length for every request of a step.
 - ``sglang``: SGLang 0.5.23's defaults: a prefill batch is not mixed with
   decodes (a step that prefills stalls every decode), the overlap scheduler
-  on, 48 running requests and 8192-token prefill chunks with EAGLE, and one
+  on, 48 running requests with EAGLE, prefill chunks by the GPU's memory
+  (8192 tokens on H100/H200), its KV pool by ``mem_fraction_static``, and one
   static draft shape per server (``linear:k=K`` or ``tree``), or
   ``batch_table`` as ``--speculative-adaptive`` with one step count per
   batch-size tier (its acceptance-driven moves between several are not
