@@ -2,7 +2,7 @@
 side and each arrival is routed, at its arrival time, from what a router
 could see then.
 
-Imports: numba (typeof), numpy, simspec.seeds, simspec.sim (the replica
+Imports: numba (its types), numpy, simspec.seeds, simspec.sim (the replica
 and its compiled loop), simspec.fleet.
 
 Each replica is the one-replica model (simspec.sim.replica) over the whole
@@ -212,8 +212,8 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, 
     replicas' calls for Python (a flush, a fresh window) as _Live.advance
     does; None (nothing run) where the replicas' arguments to fastloop.run
     are not of one type (replicas of different policies)."""
-    floors = [fastroute.step_floor_s(f.replica.tables.layers_s, f.replica.tables.head_s) for f in fleet]
-    book = fastroute.new_book(len(requests), np.array(floors), np.array([f.replica.call.depth for f in fleet]))
+    book = fastroute.new_book(len(requests), np.array([f.step_floor_s for f in fleet]),
+                              np.array([f.replica.call.depth for f in fleet]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
     heads = tuple(f.head for f in fleet)
     buffers = tuple(f.replica.logs.buffers for f in fleet)
