@@ -199,7 +199,7 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     to it unless it is chosen: its load is known, and a replica's course
     does not depend on where the router stops it."""
     n = len(heads)
-    loads = np.empty(n, np.int64)
+    loads = book.outstanding if router == LEAST_REQUESTS else book.outstanding_tokens
     for i in range(start, stop):
         t = arrival_s[i]
         first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are seen to
@@ -211,8 +211,6 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
                     book.stopped[0], book.stopped[1], book.stopped[2] = i, k, k
                     return why
             _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
-        for k in range(n):
-            loads[k] = book.outstanding[k] if router == LEAST_REQUESTS else book.outstanding_tokens[k]
         chosen = _least(loads, book.last[0])
         arrivals, loop, pending, _, _, _ = parts[chosen]
         if not _ready(loop, t):  # the chosen one runs up to the arrival before it joins

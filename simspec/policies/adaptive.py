@@ -1,7 +1,9 @@
-"""The load-adaptive rules, compiled: goodput, truncate and marginal.
+"""The load-adaptive rules, compiled: marginal here, and the drafting
+helpers goodput and truncate share with it (simspec.policies.chains).
 
 Imports: numpy, numba (simspec.compiled), simspec.trees,
-simspec.costs.base, simspec.policies.pricing. DESIGN.md "Policies".
+simspec.costs.base, simspec.policies.pricing, simspec.policies.frontier.
+DESIGN.md "Policies".
 
 Each rule maximises one thing: the step's expected tokens per second,
 (B + expected accepted draft tokens) / step seconds, over the plans it may
@@ -39,6 +41,7 @@ import numpy as np
 from simspec import trees
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, select_s, table_at
+from simspec.policies.frontier import Frontier, pop, push, sift_down
 from simspec.policies.pricing import (Batch, Memo, Plan, Pricing, Verifying, _chain, _packed, _pricing,
                                       _verified_s, _verifying)
 from simspec.serving.estimate import RECENT_WEIGHT
@@ -369,130 +372,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     return Drafting(levels, cut, worth)
 
 
-@jit
-def _truncate(batch: Batch, costs: CostTables, k_max: int, threshold: float) -> Plan:
-    """The dynamic head: each request's chain is cut where its cumulative
-    confidence falls under ``threshold`` (the drafter ran one step past the
-    cut to see it), and the batch stops drafting where going deeper no
-    longer pays (:func:`_draft_levels`). It verifies the cut chains, or
-    every drafted level when that has the more predicted tokens per second
-    (a cut that saves less verification than the tokens it drops is not made)."""
-    b = len(batch.context_tokens)
-    p = _pricing(batch, costs, 1)
-    v = _verifying(costs, p)
-    drafting = _draft_levels(batch, costs, p, v, k_max, threshold)
-    levels, cut, worth = drafting.levels, drafting.cut, drafting.worth
-    drafted = _drafted_chains(batch, costs, levels)
-    r = _rater(costs, p, v)
-    gain_cut, n_cut, pairs_cut, gain_all, n_all, pairs_all = float(b), 0, 0, float(b), 0, 0
-    for i in range(b):
-        gain_cut += worth[i, cut[i]]
-        n_cut += cut[i]
-        pairs_cut += cut[i] * batch.context_tokens[i]
-        gain_all += worth[i, levels[i]]
-        n_all += levels[i]
-        pairs_all += levels[i] * batch.context_tokens[i]
-    rate_all = _plan_rate(costs.layers_s, costs.head_s, p.draft_s, r, drafted.totals, b, gain_all, n_all, pairs_all)
-    if rate_all > _plan_rate(costs.layers_s, costs.head_s, p.draft_s, r, drafted.totals, b, gain_cut, n_cut,
-                             pairs_cut):
-        return _chain(batch, levels.copy(), levels.copy())
-    return _chain(batch, cut.copy(), levels.copy())
-
-
-@jit
-def _goodput(batch: Batch, costs: CostTables, k_max: int) -> Plan:
-    """SmartSpec: per request the draft length that maximises the step's
-    predicted tokens per second, every token valued by the request's
-    history alone (goodput's alpha^d: the drafter's confidences go unread),
-    the batch's depth decided as :func:`_draft_levels` decides it."""
-    b = len(batch.context_tokens)
-    history = np.empty((b, k_max, 1))
-    alpha = _history_alpha(batch)
-    for i in range(b):
-        history[i, :, 0] = max(alpha[i], 1e-12)  # every level "drafted", at the history's acceptance
-    p = _pricing(batch, costs, 1)
-    seen = Batch(batch.context_tokens, batch.visual_tokens, batch.kept_visual_tokens, batch.remaining_tokens,
-                 batch.recent_accepted, history, batch.true_ranks, batch.prefill_tokens, batch.prefill_attn_pairs,
-                 batch.prefill_kv_tokens, batch.prefill_requests, batch.vision_tokens, batch.prefill_max_context,
-                 batch.table_key)
-    levels = _draft_levels(seen, costs, p, _verifying(costs, p), k_max, 0.0).levels
-    return _chain(batch, levels, levels.copy())
-
-
 # -- marginal: how deep to draft, then what to verify ------------------------------
-
-class Frontier(NamedTuple):
-    """The best-first expansion's candidate nodes: a binary heap in arrays,
-    ordered as the tuples (-value, request, code) (highest value first, ties
-    to the lower request, then the lower code; a node's (request, code) is
-    unique, so the order is total and any correct heap pops the same
-    sequence). Capacity: the batch plus max_nodes (each pop adds at most one)."""
-
-    value: np.ndarray  # [C] float64 the node's value (expected tokens)
-    request: np.ndarray  # [C] int64 its row in the batch
-    code: np.ndarray  # [C] int64 its rank-path code
-    parent: np.ndarray  # [C] float64 its parent's value (a sibling's is that x its confidence)
-
-
-@jit
-def _before(f: Frontier, a: int, value: float, request: int, code: int) -> bool:
-    """Whether heap entry ``a`` pops before the node (value, request, code)."""
-    if f.value[a] != value:
-        return f.value[a] > value
-    if f.request[a] != request:
-        return f.request[a] < request
-    return f.code[a] < code
-
-
-@jit
-def _move(f: Frontier, to: int, at: int) -> None:
-    f.value[to], f.request[to], f.code[to], f.parent[to] = f.value[at], f.request[at], f.code[at], f.parent[at]
-
-
-@jit
-def _put(f: Frontier, at: int, value: float, request: int, code: int, parent: float) -> None:
-    f.value[at], f.request[at], f.code[at], f.parent[at] = value, request, code, parent
-
-
-@jit
-def _push(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> int:
-    """Add a node; returns the new size."""
-    k = size
-    while k > 0:
-        up = (k - 1) >> 1
-        if _before(f, up, value, request, code):
-            break
-        _move(f, k, up)
-        k = up
-    _put(f, k, value, request, code, parent)
-    return size + 1
-
-
-@jit
-def _sift_down(f: Frontier, size: int, value: float, request: int, code: int, parent: float) -> None:
-    """Place a node at the root's hole and sift it down into heap order."""
-    k = 0
-    while True:
-        c = 2 * k + 1
-        if c >= size:
-            break
-        if c + 1 < size and _before(f, c + 1, f.value[c], f.request[c], f.code[c]):
-            c += 1
-        if not _before(f, c, value, request, code):
-            break
-        _move(f, k, c)
-        k = c
-    _put(f, k, value, request, code, parent)
-
-
-@jit
-def _pop(f: Frontier, size: int) -> int:
-    """Drop the root; returns the new size."""
-    size -= 1
-    if size > 0:
-        _sift_down(f, size, f.value[size], f.request[size], f.code[size], f.parent[size])
-    return size
-
 
 @jit
 def _chain_worth(batch: Batch, levels: np.ndarray) -> np.ndarray:
@@ -551,7 +431,7 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
     size = 0
     for i in range(b):
         if levels[i] > 0 and remaining[i] > 1 and conf[i, 0, 0] > 0:
-            size = _push(f, size, conf[i, 0, 0], i, np.int64(1), 1.0)
+            size = push(f, size, conf[i, 0, 0], i, np.int64(1), 1.0)
     gain, pairs, n = float(b), 0, 0
     while size > 0 and n < max_nodes:
         value, i, code, parent = value_of[0], request_of[0], code_of[0], parent_of[0]
@@ -579,13 +459,13 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         r = trees.rank(code)
         beside = parent * conf[i, d - 1, r] if r < topk else 0.0
         if below > 0:  # the first child takes the popped node's place
-            _sift_down(f, size, below, i, trees.child_at(code, d, 1), value)
+            sift_down(f, size, below, i, trees.child_at(code, d, 1), value)
             if beside > 0:
-                size = _push(f, size, beside, i, trees.next_sibling(code, d), parent)
+                size = push(f, size, beside, i, trees.next_sibling(code, d), parent)
         elif beside > 0:
-            _sift_down(f, size, beside, i, trees.next_sibling(code, d), parent)
+            sift_down(f, size, beside, i, trees.next_sibling(code, d), parent)
         else:
-            size = _pop(f, size)
+            size = pop(f, size)
     return -1 if chain_rate > best else take
 
 

@@ -1,7 +1,7 @@
 """The policies' decision rules, compiled: one code path for every caller.
 
 Imports: numpy, numba, simspec.trees, simspec.costs.base (compiled cost
-functions), simspec.policies.pricing and .adaptive. ``Policy.plan(view)``
+functions), simspec.policies.pricing, .adaptive and .chains. ``Policy.plan(view)``
 (the live engine, tests) and the simulator's compiled step loop both call
 :func:`plan_batch`, so a policy decides the same way wherever it runs. A
 policy is named by a small integer (``AR`` ... ``STAGED``) and its
@@ -20,7 +20,8 @@ import numpy as np
 from simspec import trees
 from simspec.compiled import jit
 from simspec.costs.base import CostTables
-from simspec.policies.adaptive import _goodput, _marginal, _truncate
+from simspec.policies.adaptive import _marginal
+from simspec.policies.chains import _goodput, _truncate
 from simspec.policies.pricing import (Batch, Plan, Pricing, Verifying, _chain, _packed, _plan_of, _pricing,
                                       _step_s, _verified_s, _verify_s, _verifying)
 

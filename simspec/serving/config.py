@@ -143,7 +143,7 @@ class EngineConfig:
         if self.memory == "sglang":
             fraction = memory.sglang_mem_fraction_static(self, model, gpu)
             usable = memory.sglang_capacity_mib(gpu) * memory.MIB * fraction
-            free = memory.sglang_kv_bytes(self, model, gpu)
+            free = memory.sglang_kv_bytes(model, gpu, fraction)
             share = f"mem_fraction_static {fraction}"
         else:
             usable = self.usable_bytes(gpu)

@@ -166,11 +166,12 @@ def sglang_mem_fraction_static(engine: "EngineConfig", model: "ModelSpec", gpu: 
     return fraction
 
 
-def sglang_kv_bytes(engine: "EngineConfig", model: "ModelSpec", gpu: "GpuSpec") -> float:
-    """The bytes SGLang gives its KV pool on one GPU (the draft's layers included)."""
+def sglang_kv_bytes(model: "ModelSpec", gpu: "GpuSpec", fraction: float) -> float:
+    """The bytes SGLang gives its KV pool on one GPU (the draft's layers
+    included) at mem_fraction_static ``fraction``."""
     free = (sglang_capacity_mib(gpu) * MIB / GIB - STARTUP_GIB) * GIB
     cache = VLM_CACHE_GIB * GIB if model.vision_layers else 0.0
-    return free * sglang_mem_fraction_static(engine, model, gpu) - model.weight_bytes - cache
+    return free * fraction - model.weight_bytes - cache
 
 
 __all__ = ["TORCH_MEMORY_GIB", "NON_TORCH_GIB", "CUDAGRAPH_GIB", "FORWARD_FACTOR", "SAMPLER_BYTES", "NVIDIA_SMI_MIB",
