@@ -389,6 +389,9 @@ FLAGS = (
          "request classes and their shares, CLASS:SHARE,... of chat, translate, summarize, qa, math, rag, code (e.g. "
          "code:0.3,chat:0.5,summarize:0.2), or spec-bench (its six alike); each class its own acceptance level "
          "(docs/modelling.md; default: none, every request at the preset's level)"),
+    Flag("--temperature", ("workload", "temperature"), float,
+         "the requests' sampling temperature, 0 to 1: a preset's acceptance falls with it as the EAGLE papers' pairs "
+         "at 0 and 1 say (docs/modelling.md; iid:P and acceptance files are taken as given; default 0, greedy)"),
     Flag("--image-pool", ("workload", "image_pool"), int,
          "multimodal requests show one of N images first (repeats hit the prefix cache; 0: all distinct)"),
     Flag("--prefix-caching", ("engine", "prefix_caching"), bool, "on or off: reuse KV of shared prefixes "

@@ -120,8 +120,8 @@ def resolve(config: SimConfig) -> Scenario:
                                        max_context_tokens=model.max_context_tokens,
                                        image_tokens=image_rule(model))
     cost_model = costs.build(config.cost_model, model, gpu, engine=config.engine.kind)
-    return Scenario(config=config, model=model, gpu=gpu, costs=cost_model,
-                    acceptance=acceptance.build(config.acceptance, model.name), requests=workload.requests,
+    accepts = acceptance.build(config.acceptance, model.name, config.workload.temperature)
+    return Scenario(config=config, model=model, gpu=gpu, costs=cost_model, acceptance=accepts, requests=workload.requests,
                     clipped_requests=workload.clipped, kv_budget_tokens=config.engine.kv_budget_tokens(model, gpu),
                     members=tuple(_member(config, group) for group in config.fleet))
 

@@ -18,7 +18,7 @@ import numpy as np
 from simspec import trees
 from simspec.acceptance import classes
 from simspec.acceptance.model import AcceptanceModel, RandomBlocks
-from simspec.types import InputError
+from simspec.types import InputError, require
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftSetting:
@@ -106,6 +106,49 @@ CONTEXT_RULES: dict[str, tuple[float, int]] = {
     # within 0.048 RMS, 0.10 at worst (8k). Below the knee (its first point) the level is taken as flat.
     "EAGLE-3/Qwen3-8B": (0.2543, 2048),
 }
+_EAGLE2_T1 = "EAGLE-2, arXiv 2406.16858v2, Table 1: EAGLE-2 rows, mean of six datasets"
+_EAGLE3_T1 = "EAGLE-3, arXiv 2503.01840, Table 1: EAGLE-3 rows, mean of five datasets"
+
+
+@dataclass(frozen=True, slots=True)
+class TemperatureRule:
+    """A published pair of acceptance lengths at temperature 0 and 1 for the
+    same head, target, draft setting and datasets (strict speculative
+    sampling at 1). The pair is read as a fall of the top-1 logit: the logit
+    at which the source's draft setting gives the length at 1 less the one
+    at which it gives the length at 0, and a preset at temperature 1 moves
+    by that fall (the fall, not the ratio of lengths, carries over to
+    another draft: a short chain loses less than a deep tree)."""
+
+    greedy: float  # acceptance length at temperature 0, bonus included
+    sampled: float  # at temperature 1
+    target: str  # the source's target model the pair was measured on
+    draft: DraftSetting  # the source's draft setting
+    source: str
+
+    @property
+    def ratio(self) -> float:
+        return self.sampled / self.greedy
+
+
+# The pair each preset moves by, from the source's target nearest the
+# preset's (the LLaVA models' language model is Vicuna; Qwen2.5-VL has no
+# published pair, so its size's Vicuna pair is used, an assumption). EAGLE-2's
+# trees: depth 6, 10 nodes expanded, 60 draft tokens at 7B and 50 at 13B
+# (its appendix A); EAGLE-3's paper does not give its tree: the EAGLE
+# repository's defaults (60 tokens, depth 7, top-k 10) are assumed.
+_VICUNA_7B = TemperatureRule(4.68, 4.20, "Vicuna-7B", DraftSetting(depth=6, topk=10, budget=60), _EAGLE2_T1)
+_VICUNA_13B = TemperatureRule(4.65, 4.26, "Vicuna-13B", DraftSetting(depth=6, topk=10, budget=50), _EAGLE2_T1)
+_EAGLE3_TREE = DraftSetting(depth=7, topk=10, budget=60)
+TEMPERATURE_RULES: dict[str, TemperatureRule] = {
+    **{name: _VICUNA_13B if "13B" in name else _VICUNA_7B
+       for name in (p.name for p in PRESETS.values()) if not name.startswith("EAGLE-3/")},
+    "EAGLE-3/Qwen3-8B": TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1),
+    "EAGLE-3/gpt-oss-120b": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
+}
+"""Each preset's temperature pair (see :class:`TemperatureRule`)."""
+ASSUMED_TEMPERATURE_TARGETS = ("Qwen2.5-VL",)
+"""Preset targets whose temperature pair is another model's of their size (no published pair of their own)."""
 DEFAULT_PRESET = "SpecVLM/LLaVA-1.5-7B"
 FIT_ROUNDS = 3000
 FIT_SEED = 20251115
@@ -248,6 +291,38 @@ def fit_class_logits(name: str) -> dict[str, float]:
             for c, length in class_lengths(name).items() if not classes.assumed(c)}
 
 
+def fit_temperature_logit(name: str) -> float:
+    """The top-1 logit offset at temperature 1 of preset ``name``, fitted
+    afresh (a few seconds): the fall of :class:`TemperatureRule`, on the
+    preset's own model shape (its tails, spreads and depth profile)."""
+    p = _preset_entry(name)
+    rule = TEMPERATURE_RULES[p.name]
+    template = replace(preset(name), top1_logit=0.0, class_logit=())
+    greedy = fit_top1_logit(template, rule.draft, rule.greedy)
+    return round(fit_top1_logit(template, rule.draft, rule.sampled) - greedy, 4)
+
+
+def temperature_offset(name: str, temperature: float) -> float:
+    """The top-1 logit offset of preset ``name`` at ``temperature`` in [0, 1]:
+    the fitted offset at 1 times the temperature (between the published
+    points a straight line in the logit, an assumption)."""
+    require(0.0 <= temperature <= 1.0, f"temperature must be in [0, 1]: published acceptance figures pair "
+                                       f"temperature 0 with 1 (got {temperature})")
+    return temperature * FITTED_TEMPERATURE_LOGIT[_preset_entry(name).name]
+
+
+def temperature_line(name: str, temperature: float) -> str:
+    """What the run's temperature does to preset ``name``'s level, and on what it rests."""
+    p = _preset_entry(name)
+    rule = TEMPERATURE_RULES[p.name]
+    between = "" if temperature == 1.0 else "; between 0 and 1 a straight line in the logit (an assumption)"
+    assumed = (f"; {p.model} has no published pair: {rule.target}'s (an assumption)"
+               if any(t in p.model for t in ASSUMED_TEMPERATURE_TARGETS) else "")
+    return (f"temperature {temperature:g}: top-1 logit {temperature_offset(name, temperature):+.3f}, the fall "
+            f"that takes {rule.target}'s acceptance length {rule.greedy:g} at 0 to {rule.sampled:g} at 1 "
+            f"({rule.source}){between}{assumed}")
+
+
 def check_drafter(spec: str, drafter: str) -> None:
     """Refuse an acceptance preset measured with another drafter than the
     run's ``--drafter`` (one line naming both and what to give instead);
@@ -259,12 +334,15 @@ def check_drafter(spec: str, drafter: str) -> None:
                          f"acceptance.json for {drafter}")
 
 
-def preset(name: str) -> AcceptanceModel:
-    """The acceptance model of a published preset, with its shipped fits."""
+def preset(name: str, temperature: float = 0.0) -> AcceptanceModel:
+    """The acceptance model of a published preset, with its shipped fits, at
+    the requests' sampling ``temperature`` (0: greedy, as the presets were
+    measured; up to 1, :func:`temperature_offset`)."""
     p = _preset_entry(name)
     offsets = FITTED_CLASS_LOGIT.get(p.name, {})
     decay, knee = CONTEXT_RULES.get(p.name, (0.0, 2048))
-    return AcceptanceModel(name=p.name, top1_logit=FITTED_TOP1_LOGIT[p.name],
+    shift = temperature_offset(name, temperature) if temperature != 0.0 else 0.0
+    return AcceptanceModel(name=p.name, top1_logit=FITTED_TOP1_LOGIT[p.name] + shift,
                            class_logit=tuple(sorted((c, float(v)) for c, v in offsets.items())),
                            context_decay_logit=decay, context_knee_tokens=knee,
                            depth_profile=DEPTH_PROFILES.get(p.name, ()))
@@ -312,4 +390,29 @@ FITTED_CLASS_LOGIT: dict[str, dict[str, float]] = {
         'qa': -0.3238, 'math': 0.6383, 'rag': -0.4887, 'code': 1.5962},
     'EAGLE-3/gpt-oss-120b': {'chat': 0.3886, 'translate': -0.3789, 'summarize': -0.0763,
         'qa': -0.218, 'math': 0.3886, 'rag': -0.31, 'code': 0.7751},
+}
+
+# Each preset's top-1 logit offset at temperature 1 (``fit_temperature_logit``),
+# shipped as the top-1 logits are; a test refits some. Regenerate:
+# python -c "from simspec.acceptance import presets as p; print({n: p.fit_temperature_logit(n) for n in p.FITTED_TOP1_LOGIT})"
+FITTED_TEMPERATURE_LOGIT: dict[str, float] = {
+    'EagleVLM/LLaVA-1.5-7B': -0.4835,
+    'SpecVLM/LLaVA-1.5-7B': -0.4835,
+    'EagleVLM/LLaVA-1.6-7B': -0.4835,
+    'SpecVLM/LLaVA-1.6-7B': -0.4835,
+    'EagleVLM/LLaVA-1.5-13B': -0.3866,
+    'SpecVLM/LLaVA-1.5-13B': -0.3866,
+    'EagleVLM/LLaVA-1.6-13B': -0.3866,
+    'SpecVLM/LLaVA-1.6-13B': -0.3866,
+    'SpecVLM/LLaVA-1.5-7B@5ep': -0.4835,
+    'SpecVLM/LLaVA-1.6-13B@5ep': -0.3866,
+    'EAGLE-2/LLaVA-1.6-7B': -0.4835,
+    'ViSpec/LLaVA-1.6-7B': -0.4835,
+    'EAGLE-2/LLaVA-1.6-13B': -0.3866,
+    'ViSpec/LLaVA-1.6-13B': -0.3866,
+    'EAGLE-2/Qwen2.5-VL-7B': -0.4835,
+    'ViSpec/Qwen2.5-VL-7B': -0.4835,
+    'ViSpec/Qwen2.5-VL-3B': -0.4835,
+    'EAGLE-3/Qwen3-8B': -1.0887,
+    'EAGLE-3/gpt-oss-120b': -0.1552,
 }

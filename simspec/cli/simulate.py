@@ -10,7 +10,7 @@ import numpy as np
 
 from simspec import __version__, config as configuration, experiment, runfolder
 from simspec.serving import modes
-from simspec.acceptance import PRESETS, classes
+from simspec.acceptance import PRESETS, classes, presets
 from simspec.acceptance.presets import CONTEXT_RULES
 from simspec.cli.scenario import add_scenario_flags, number, scenario_config
 from simspec.files import write_png, write_text
@@ -51,6 +51,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(experiment.cost_model_line(scenario))
     print(f"acceptance: {scenario.acceptance.name} | drafter context: {cfg.engine.drafter_context} | "
           f"workload: {_describe(cfg.workload)}")
+    if cfg.workload.temperature > 0.0:
+        print(_temperature_line(cfg.acceptance, cfg.workload.temperature))
     classed = sum(1 for r in scenario.requests if r.task)
     if classed:
         print(_classes_line(cfg.workload.mix, scenario.acceptance, classed, len(scenario.requests)))
@@ -97,6 +99,13 @@ def _describe(w: WorkloadConfig) -> str:
             f"{sizes}")
 
 
+def _temperature_line(spec: str, temperature: float) -> str:
+    """What the requests' sampling temperature does to this run's acceptance."""
+    if spec.lower() in PRESETS:
+        return presets.temperature_line(spec, temperature)
+    return f"temperature {temperature:g}: {spec} is the acceptance at this temperature as given"
+
+
 def _classes_line(mix: str | None, model, classed: int, total: int) -> str:
     """What the request classes do in this run, and on what their levels rest."""
     m = classes.parse_mix(mix) if mix is not None else None
@@ -121,6 +130,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
         speedup = f"{p.speedup_vs_ar:8.2f}" if p.speedup_vs_ar == p.speedup_vs_ar else f"{'-':>8s}"
         print(f"{p.name:32s} {p.accept_length:13.2f} {speedup}  "
               f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+        rule = presets.TEMPERATURE_RULES[p.name]
+        print(f"{'':32s} temperature 1: top-1 logit {presets.FITTED_TEMPERATURE_LOGIT[p.name]:+.3f} ({rule.target} "
+              f"{rule.greedy:g} -> {rule.sampled:g} at 0 -> 1, {rule.source.split(',')[0]})")
         if p.name in CONTEXT_RULES:
             decay, knee = CONTEXT_RULES[p.name]
             print(f"{'':32s} long contexts: top-1 logit -{decay:g} per 1,000 tokens past {knee:,} (fitted to the "

@@ -183,7 +183,7 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     require(w is not None, "plan --sensitivity: no fleet meets every SLO, so there is no answer to check")
     config = w.candidate.config(base)
     native = native_rate(config)
-    own = acceptance.build(config.acceptance, experiment.model_of(config).name)
+    own = acceptance.build(config.acceptance, experiment.model_of(config).name, config.workload.temperature)
     moved = own.with_top1_logit(shifted_logit(own, scale)) if scale != 1.0 else own
     size = None if base.workload.arrival == "trace" else pc.requests * w.replicas
     worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),

@@ -30,7 +30,7 @@ def calibration(sweep: SweepConfig) -> dict[tuple[str, str, str], str]:
         try:
             model, gpu = experiment.model_of(config), costs.gpu_spec(config.device)
             built = costs.build(config.cost_model, model, gpu, engine=config.engine.kind)
-            acceptance.build(config.acceptance, model.name)
+            acceptance.build(config.acceptance, model.name, config.workload.temperature)
             config.engine.kv_budget_tokens(model, gpu)
         except InputError as err:
             raise InputError(f"sweep: {err}") from None

@@ -236,7 +236,8 @@ def sensitivity(tuned: Tuned, tc: TuneConfig, spread: float) -> list[str]:
 
     from simspec import acceptance
 
-    model = acceptance.build(tuned.scenario.acceptance, experiment.model_of(tuned.scenario).name)  # not a whole scenario
+    model = acceptance.build(tuned.scenario.acceptance, experiment.model_of(tuned.scenario).name,
+                             tuned.scenario.workload.temperature)  # not a whole scenario
     ends = [(scale, shifted_logit(model, scale)) for scale in (1.0 - spread, 1.0 + spread)]
     lines = []
     for cell in tuned.cells:

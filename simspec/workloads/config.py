@@ -155,6 +155,10 @@ class WorkloadConfig:
     # "spec-bench": its six categories alike); each request draws its class
     # from it. None: no classes (every request at the acceptance model's level).
     mix: str | None = None
+    # The requests' sampling temperature, 0 (greedy) to 1: a preset's
+    # acceptance falls with it as published pairs at 0 and 1 say
+    # (simspec.acceptance.presets.TemperatureRule).
+    temperature: float = 0.0
 
     cv_to_burstiness = staticmethod(cv_to_burstiness)
 
@@ -178,6 +182,8 @@ class WorkloadConfig:
             image_sizes(self.image_size)
         if self.mix is not None:
             parse_mix(self.mix)
+        require(0.0 <= self.temperature <= 1.0, f"temperature must be in [0, 1]: published acceptance figures pair "
+                                                f"temperature 0 with 1 (got {self.temperature})")
         require(self.arrival_rescale in RESCALES,
                 f"arrival_rescale must be one of {', '.join(RESCALES)} (got {self.arrival_rescale!r})")
         if self.arrival_rescale == "vllm":
