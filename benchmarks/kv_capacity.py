@@ -1,6 +1,6 @@
 """KV capacity engines logged vs simspec's memory rules: every row of
 ``validation/published/kv_capacity.csv`` (vLLM and SGLang logs on H100s,
-1 and 2 GPUs), logged and predicted weights, activation peak and KV cache
+1, 2 and 4 GPUs), logged and predicted weights, activation peak and KV cache
 per GPU, the relative KV error and the memory share (the row's own, or
 the one SGLang's rule chose and logged); then the largest |error| per role (the
 row each constant was fitted to, the held-out rows).
