@@ -243,28 +243,31 @@ def test_vllm_memory_sizes_the_kv_cache_as_vllm_does():
     from simspec.costs import GPUS, MODELS
     from simspec.serving.memory import CUDAGRAPH_GIB, GIB, vllm_activation_bytes
 
-    # The forward term reproduces the log it was fitted to: Llama-3-8B's
-    # shape at 8192 tokens and 256 sequences, 1.26 GiB (vLLM pull 10511),
-    # where the sampler's peak is the smaller; at vLLM's H100 default of 1024
-    # sequences the sampler's is the larger (4.76 GiB in vLLM 0.11's log).
+    # Before vLLM 0.17 (memory = vllm-0.16) the forward term reproduces the
+    # log it was fitted to: Llama-3-8B's shape at 8192 tokens and 256
+    # sequences, 1.26 GiB (vLLM pull 10511), where the sampler's peak is the
+    # smaller; at vLLM's H100 default of 1024 sequences the sampler's is the
+    # larger (4.76 GiB in vLLM 0.11's log). From 0.17 (memory = vllm) the
+    # sampler's run peaks at 1.89 GiB there (vLLM 0.19's log).
     llama3 = dataclasses.replace(MODELS["Llama-2-7B"], name="llama3-shape", kv_heads=8, mlp_hidden=14336, vocab=128256)
-    eager = EngineConfig(memory="vllm", max_num_seqs=256, max_num_batched_tokens=8192)
+    eager = EngineConfig(memory="vllm-0.16", max_num_seqs=256, max_num_batched_tokens=8192)
     assert vllm_activation_bytes(eager, llama3) / GIB == pytest.approx(1.26, abs=0.005)
     wide = dataclasses.replace(eager, max_num_seqs=1024)
     assert vllm_activation_bytes(wide, llama3) / GIB == pytest.approx(4.76, abs=0.005)
+    assert vllm_activation_bytes(dataclasses.replace(wide, memory="vllm"), llama3) / GIB == pytest.approx(1.89, abs=0.005)
     graphs = dataclasses.replace(eager, cudagraph_mode="full_and_piecewise")
     assert graphs.reserve_bytes(llama3) - eager.reserve_bytes(llama3) == pytest.approx(CUDAGRAPH_GIB * GIB)
     # An independent check: vLLM gave Llama-2-7B on one A100-80GB 7351 blocks
     # of 16 tokens at utilisation 0.9 (github.com/vllm-project/vllm/pull/2031,
     # V0: 256 sequences, 4096 batched tokens, no graphs counted, no drafter).
-    a100 = EngineConfig(memory="vllm", max_num_seqs=256, max_num_batched_tokens=4096)
+    a100 = EngineConfig(memory="vllm-0.16", max_num_seqs=256, max_num_batched_tokens=4096)
     assert a100.kv_budget_tokens(MODELS["Llama-2-7B"], GPUS["a100-80gb"]) == pytest.approx(7351 * 16, rel=0.02)
     # The H100 preset holds more than the datasheet's decimal 80 GB left room for.
     h100 = MODELS["LLaVA-1.5-7B"], GPUS["h100-sxm"]
     assert VLLM_H100.memory == "vllm"
     datasheet = dataclasses.replace(VLLM_H100, memory="datasheet").kv_budget_tokens(*h100)
     assert VLLM_H100.kv_budget_tokens(*h100) > 1.04 * datasheet
-    with pytest.raises(InputError, match="memory must be one of datasheet, vllm, sglang"):
+    with pytest.raises(InputError, match="memory must be one of datasheet, vllm, vllm-0.16, sglang"):
         EngineConfig(memory="torch")
 
 

@@ -26,7 +26,7 @@ MAX_BLOCK_SIZE = 1024  # tokens per KV cache block at most
 MAX_KV_TOKENS = 1 << 40
 ENGINE_KINDS = ("simspec", "vllm", "sglang")  # simspec.engines.KINDS
 GRAPH_MODES = ("none", "piecewise", "full_and_piecewise")
-MEMORY_MODELS = ("datasheet", "vllm", "sglang")  # simspec.serving.memory
+MEMORY_MODELS = ("datasheet", "vllm", "vllm-0.16", "sglang")  # simspec.serving.memory
 
 
 
@@ -40,9 +40,10 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # share of GPU memory for weights + activations + KV cache
     activation_reserve_gib: float = 2.0  # memory kept for activations and CUDA graphs (memory = datasheet)
     # "datasheet": the datasheet's memory x utilisation - weights -
-    # activation_reserve_gib; "vllm": as vLLM sizes its KV cache (the memory
-    # torch reports, the profiled activation peak, non-torch and CUDA-graph
-    # memory); "sglang": as SGLang does (mem_fraction_static of the memory
+    # activation_reserve_gib; "vllm": as vLLM 0.17 and later size their KV
+    # cache (the memory torch reports, the profiled activation peak,
+    # non-torch and CUDA-graph memory), "vllm-0.16" as vLLM before 0.17
+    # (a larger sampler peak, less non-torch memory); "sglang": as SGLang does (mem_fraction_static of the memory
     # free before the weights, less the weights): simspec.serving.memory.
     memory: str = "datasheet"
     # SGLang's --mem-fraction-static (memory = sglang): None, SGLang's own
@@ -164,13 +165,13 @@ class EngineConfig:
         """The device memory times gpu_memory_utilization: the datasheet's,
         or what torch reports (vllm). SGLang's share depends on the model
         too (simspec.serving.memory.sglang_mem_fraction_static)."""
-        if self.memory == "vllm":
+        if self.memory in memory.VLLM_MEMORY:
             return memory.vllm_usable_bytes(self, gpu)
         return gpu.memory_bytes * self.gpu_memory_utilization
 
     def reserve_bytes(self, model: "ModelSpec") -> float:
         """Memory besides weights that the KV cache cannot have (datasheet and vllm)."""
-        if self.memory == "vllm":
+        if self.memory in memory.VLLM_MEMORY:
             return memory.vllm_reserve_bytes(self, model)
         return self.activation_reserve_gib * GIB
 

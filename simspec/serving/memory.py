@@ -1,6 +1,7 @@
 """How much of a GPU each engine leaves its KV cache: the memory rules
 :meth:`simspec.serving.EngineConfig.kv_budget_tokens` applies under
-``memory = "vllm"`` and ``memory = "sglang"``, each from the engine's own
+``memory = "vllm"`` (``"vllm-0.16"`` for vLLM before 0.17) and
+``memory = "sglang"``, each from the engine's own
 source, its constants from public logs (cited where they are set). The
 published rows they are checked against are in
 ``validation/published/kv_capacity.csv`` (``benchmarks/kv_capacity.py``).
@@ -12,6 +13,7 @@ this module).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -34,28 +36,59 @@ MIB = 1024**2
 # Other GPUs: their nominal GB times the same ratio, an assumption.
 TORCH_MEMORY_GIB = {"h100-sxm": 79.22}
 TORCH_MEMORY_SHARE = 79.22 / 80
-# Non-torch memory (the CUDA context's growth, NCCL and custom all-reduce
-# buffers): 0.13 GiB at tp 1 and 0.54-0.55 at tp 2 in vLLM 0.11's H100 logs
-# (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-memory-results.md).
-# Larger degrees: the tp-2 figure, an assumption (no log at tp 4 or 8 found).
-NON_TORCH_GIB = {1: 0.13, 2: 0.55}
 CUDAGRAPH_GIB = 0.36  # "Estimated CUDA graph memory: 0.36 GiB", vLLM 0.27.1 (github.com/gpustack/runner/pull/251)
-# The profiled peak is the larger of two runs (the forward step's
-# activations are freed before the sampler runs):
-# - the forward step: each batched token's MLP and residual activations
-#   (2 x one GPU's MLP columns + 4 x hidden values, at the model's dtype)
-#   times FORWARD_FACTOR, fitted to Llama-3-8B's 1.26 GiB at 8192 tokens
-#   and 256 sequences (vllm pull 10511's log, where the forward run is the
-#   larger);
-# - the sampler: SAMPLER_BYTES per logit of max_num_seqs x vocab (float32
-#   logits, probabilities, their sort and top-k/top-p masks), fitted to
-#   Llama-3.1-8B's 4.76 GiB peak at 1024 sequences in vLLM 0.11 on an H100
-#   (llm-d, above). Held out there: Qwen3-32B at tp 1 and 2 (5.64 GiB
-#   logged; 5.64 predicted), Llama-3.3-70B at tp 2 (4.84; 4.76) and
-#   Qwen3-0.6B (5.56; 5.64): the sampler decides the peak at vLLM's H100
-#   default of 1024 sequences, and it does not shrink with the degree.
-FORWARD_FACTOR = 1.26 * GIB / (8192 * (2 * 14336 + 4 * 4096) * 2)
-SAMPLER_BYTES = 4.76 * GIB / (1024 * 128256)
+
+
+@dataclass(frozen=True)
+class VllmProfile:
+    """The constants of one era of vLLM's memory profile.
+
+    - ``non_torch_gib``: non-torch memory (the CUDA context's growth, NCCL
+      and custom all-reduce buffers) at tp 1 and from tp 2 on.
+    - The profiled torch peak is the larger of two dummy runs (the forward
+      step's activations are freed before the sampler runs): the forward
+      step, each batched token's MLP and residual activations (2 x one GPU's
+      MLP columns + 4 x hidden values, at the model's dtype) times
+      ``forward_factor``; and the sampler, ``sampler_bytes`` a logit of
+      max_num_seqs x vocab (float32 logits, probabilities, their sort and
+      top-k/top-p masks). At vLLM's H100 default of 1024 sequences the
+      sampler decides the peak for most vocabularies, and it does not
+      shrink with the degree."""
+
+    since: str  # the first vLLM version it describes
+    forward_factor: float
+    sampler_bytes: float
+    non_torch_gib: dict
+
+
+def _forward_factor(gib: float, tokens: int, mlp: int, hidden: int) -> float:
+    return gib * GIB / (tokens * (2 * mlp + 4 * hidden) * 2)
+
+
+# vLLM's activation peak fell by 60% between 0.16 and 0.17 (Qwen3-14B on an
+# H100 at tp 1: 5.64 GiB in 0.15 and 0.16, 2.23 in 0.17 and 0.18;
+# github.com/jgchn/llm-d-planner, accuracy/results/version-sweep/run_matrix.md
+# at 3c876c8), so its constants come in two eras.
+VLLM_PROFILES = {
+    # vLLM 0.17 and later (the vllm mode's 0.33): fitted to vLLM 0.19 H100
+    # startup logs (jgchn/llm-d-planner at d3121e0,
+    # accuracy/results/v0.19.0/logs/): the sampler to Llama-3.1-8B's 1.89 GiB
+    # at tp 1 and 1024 sequences, the forward step to CodeLlama-7B's 0.77 GiB
+    # (a 32,016-token vocabulary: the forward run decides), non-torch to
+    # Llama-3.1-8B's 0.25 GiB at tp 1 and 2.07 at tp 2 (2.06-2.21 at tp 2
+    # and 4 in the other logs; tp 8 taken as 4, an assumption).
+    "vllm": VllmProfile(since="0.17", forward_factor=_forward_factor(0.77, 8192, 11008, 4096),
+                        sampler_bytes=1.89 * GIB / (1024 * 128256), non_torch_gib={1: 0.25, 2: 2.07}),
+    # vLLM before 0.17: the forward step fitted to Llama-3-8B's 1.26 GiB at
+    # 8192 tokens and 256 sequences (vllm pull 10511's log, where the forward
+    # run is the larger), the sampler to Llama-3.1-8B's 4.76 GiB at 1024
+    # sequences in vLLM 0.11 on an H100, non-torch 0.13 GiB at tp 1 and
+    # 0.54-0.55 at tp 2 in the same 0.11 logs
+    # (llm-d/llm-d-benchmark, config_explorer/empirical-vllm-memory-results.md).
+    "vllm-0.16": VllmProfile(since="0.6", forward_factor=_forward_factor(1.26, 8192, 14336, 4096),
+                             sampler_bytes=4.76 * GIB / (1024 * 128256), non_torch_gib={1: 0.13, 2: 0.55}),
+}
+VLLM_MEMORY = tuple(VLLM_PROFILES)  # the memory values that follow vLLM's profile
 
 
 def vllm_usable_bytes(engine: "EngineConfig", gpu: "GpuSpec") -> float:
@@ -66,15 +99,32 @@ def vllm_usable_bytes(engine: "EngineConfig", gpu: "GpuSpec") -> float:
 
 def vllm_activation_bytes(engine: "EngineConfig", model: "ModelSpec") -> float:
     """The profiled torch peak: the larger of the forward step's and the sampler's."""
-    mlp = model.mlp_hidden // model.tensor_parallel  # one GPU's MLP columns under tensor parallelism
-    forward = engine.max_num_batched_tokens * (2 * mlp + 4 * model.hidden) * model.dtype_bytes * FORWARD_FACTOR
-    sampler = engine.max_num_seqs * model.vocab * SAMPLER_BYTES
-    return max(forward, sampler)
+    profile = VLLM_PROFILES[engine.memory]
+    # one GPU's MLP columns under tensor parallelism; a mixture of experts' are in its workspace, below
+    mlp = 0 if model.experts else model.mlp_hidden // model.tensor_parallel
+    forward = engine.max_num_batched_tokens * (2 * mlp + 4 * model.hidden) * model.dtype_bytes * profile.forward_factor
+    sampler = engine.max_num_seqs * model.vocab * profile.sampler_bytes
+    return max(forward, sampler) + vllm_moe_workspace_bytes(engine, model)
+
+
+def vllm_moe_workspace_bytes(engine: "EngineConfig", model: "ModelSpec") -> float:
+    """A mixture of experts' fused-MoE buffers, which stay allocated beside
+    either run's peak: each batched token's routed copies
+    (experts_per_token of them) hold the gate and up projections (2 x one
+    GPU's expert columns), their product (1 x) and the expert outputs
+    (hidden), at the model's dtype. Checked on vLLM 0.19's logs: Mixtral-8x7B
+    at tp 2 (1.21 GiB logged, 1.25 predicted), Qwen3-30B-A3B at tp 1 (2.68,
+    2.77), Llama 4 Scout at tp 4 (3.19, 3.15); 0 for a dense model."""
+    if not model.experts:
+        return 0.0
+    columns = model.expert_mlp_hidden // model.tensor_parallel
+    return (engine.max_num_batched_tokens * model.experts_per_token * (3 * columns + model.hidden)
+            * model.dtype_bytes)
 
 
 def vllm_reserve_bytes(engine: "EngineConfig", model: "ModelSpec") -> float:
     """Memory besides the weights that vLLM's KV cache cannot have."""
-    non_torch = NON_TORCH_GIB[min(model.tensor_parallel, 2)] * GIB
+    non_torch = VLLM_PROFILES[engine.memory].non_torch_gib[min(model.tensor_parallel, 2)] * GIB
     graphs = CUDAGRAPH_GIB * GIB if engine.cudagraph_mode != "none" else 0.0
     return vllm_activation_bytes(engine, model) + non_torch + graphs
 
@@ -174,7 +224,7 @@ def sglang_kv_bytes(model: "ModelSpec", gpu: "GpuSpec", fraction: float) -> floa
     return free * fraction - model.weight_bytes - cache
 
 
-__all__ = ["TORCH_MEMORY_GIB", "NON_TORCH_GIB", "CUDAGRAPH_GIB", "FORWARD_FACTOR", "SAMPLER_BYTES", "NVIDIA_SMI_MIB",
+__all__ = ["TORCH_MEMORY_GIB", "CUDAGRAPH_GIB", "VLLM_PROFILES", "VLLM_MEMORY", "VllmProfile", "NVIDIA_SMI_MIB",
            "STARTUP_GIB", "vllm_usable_bytes", "vllm_activation_bytes", "vllm_reserve_bytes", "sglang_capacity_mib",
            "sglang_chunk_tokens", "sglang_decode_graph_max_bs", "sglang_prefill_graph_sizes",
            "sglang_mem_fraction_static", "sglang_kv_bytes"]

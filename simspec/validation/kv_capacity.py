@@ -5,9 +5,10 @@ prints them; ``tests/test_memory.py`` holds the held-out rows to 5%).
 
 A row's simulation: the catalog's model at the row's degree and weight
 bytes, no drafter (none ran), the engine's preset for that GPU and degree
-with the row's batch limits and memory share. vLLM before 0.21 did not
-subtract CUDA-graph memory from the KV cache (``graphs_subtracted = no``),
-so those rows are predicted without it.
+with the row's batch limits and memory share, and the memory profile of
+the row's vLLM version (``vllm-0.16`` before 0.17). vLLM before 0.21 did
+not subtract CUDA-graph memory from the KV cache (``graphs_subtracted =
+no``), so those rows are predicted without it.
 
 Imports: pandas, simspec.costs, simspec.serving.
 """
@@ -51,8 +52,12 @@ def rows(path: Path = TABLE) -> pd.DataFrame:
     return pd.read_csv(path, dtype={"engine_version": str})
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in str(text).split(".")[:2])
+
+
 def engine_for(row) -> EngineConfig:
-    """The engine a row ran: its preset on that GPU and degree, the row's limits and share, no drafter."""
+    """The engine a row ran: its preset on that GPU and degree, the row's limits, share and version, no drafter."""
     fields = modes.preset(row.engine, row.gpu, int(row.tp))
     if not pd.isna(row.max_num_seqs):
         fields["max_num_seqs"] = int(row.max_num_seqs)
@@ -60,6 +65,8 @@ def engine_for(row) -> EngineConfig:
     fields["drafter_kv_layers"] = 0
     if row.engine == "vllm":
         fields["gpu_memory_utilization"] = float(row.share)
+        if _version(row.engine_version) < _version(memory.VLLM_PROFILES["vllm"].since):
+            fields["memory"] = "vllm-0.16"
         if row.graphs_subtracted == "no":
             fields["cudagraph_mode"] = "none"  # only the memory rule reads it here
     elif not pd.isna(row.share):
