@@ -305,7 +305,7 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty(depth, dtype=np.int64),
                      np.empty(depth, dtype=np.int64), np.empty((1, depth)))
-    picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(m))
+    picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(2 * m))
     row_codes = np.empty(m, dtype=np.int64)
     row_logs = np.empty(m)
     for i in range(b):
@@ -338,7 +338,7 @@ class _Picked(NamedTuple):
     key: np.ndarray  # [M] float path confidence less the depth tie-break
     code: np.ndarray  # [M] int
     best: np.ndarray  # [keep] int
-    scratch: np.ndarray  # [M] float
+    scratch: np.ndarray  # [2M] float (a band's keys, then kth_largest's own scratch)
 
 
 @jit
@@ -350,6 +350,16 @@ def _floor(kth_log: float, depth: int) -> float:
     least = np.exp(kth_log) - _DEPTH_TIEBREAK * depth
     least = least * (1.0 - 1e-9) - 1e-12
     return np.log(least) - 1e-9 if least > 0 else -np.inf
+
+
+@jit
+def _ceiling(kth_log: float, depth: int) -> float:
+    """The log confidence over which a node outranks every node whose log
+    value is at most the budget-th largest ``kth_log``: its key exceeds
+    exp(kth) + tiebreak x depth - tiebreak x depth, theirs is at most
+    exp(kth) - tiebreak (with a margin far above exp's and the rounding)."""
+    most = (np.exp(kth_log) + _DEPTH_TIEBREAK * depth) * (1.0 + 1e-9) + 1e-12
+    return np.log(most) + 1e-9
 
 
 @jit
@@ -488,11 +498,39 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
         for j in range(keep):
             out[j] = picked_code[j]
         return
-    for j in range(n):  # the keys _full_row ranks by (exp only here: most rows need none)
-        key[j] = np.exp(key[j]) - _DEPTH_TIEBREAK * _depth_of(picked_code[j])
-    top_into(key[:n], keep, picked.best, picked.scratch)
-    for j in range(keep):
-        out[j] = picked_code[picked.best[j]]
+    # Nodes above the ceiling outrank every node at or under the budget-th
+    # log value, so they are in and ahead of the budget-th key (fewer of them
+    # than the budget: only nodes above kth_log can be); the band between
+    # floor and ceiling is ranked by _full_row's keys (exp only there).
+    ceiling = _ceiling(kth_log, depth)
+    above, band = 0, 0
+    scratch = picked.scratch
+    for j in range(n):
+        if key[j] > ceiling:
+            above += 1
+        else:
+            scratch[band] = np.exp(key[j]) - _DEPTH_TIEBREAK * _depth_of(picked_code[j])
+            band += 1
+    kth_key = kth_largest(scratch[:band], keep - above, scratch[band:])
+    m, b = 0, 0  # top_into's order: keys above the budget-th in expansion order, then its ties
+    for j in range(n):
+        if key[j] > ceiling:
+            out[m] = picked_code[j]
+            m += 1
+        else:
+            if scratch[b] > kth_key:
+                out[m] = picked_code[j]
+                m += 1
+            b += 1
+    b = 0
+    for j in range(n):
+        if m == keep:
+            break
+        if not key[j] > ceiling:
+            if scratch[b] == kth_key:
+                out[m] = picked_code[j]
+                m += 1
+            b += 1
 
 
 @jit
