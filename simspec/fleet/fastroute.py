@@ -53,6 +53,9 @@ class Book(NamedTuple):
     stopped: np.ndarray
     step_floor_s: np.ndarray  # [R] float no step of the replica is shorter (0: unknown)
     depth: np.ndarray  # [R] int draft tokens a request's round verifies at most (a step emits depth + 1 at most)
+    # [R] float before this no arrival finds anything to do at the replica (none of its requests can finish, the
+    # router hears of no finish): route passes it by (-inf: look)
+    wake_s: np.ndarray
 
 
 def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book:
@@ -62,7 +65,7 @@ def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book
                 seen_finished=np.zeros(replicas, np.int64), outstanding=np.zeros(replicas, np.int64),
                 outstanding_tokens=np.zeros(replicas, np.int64), last=np.full(1, -1, np.int64),
                 stopped=np.full(3, -1, np.int64), step_floor_s=np.asarray(step_floor_s, float),
-                depth=np.asarray(depth, np.int64))
+                depth=np.asarray(depth, np.int64), wake_s=np.full(replicas, -np.inf))
 
 
 def step_floor_s(layers_s: np.ndarray, head_s: np.ndarray) -> float:
@@ -98,9 +101,10 @@ def _advance(head, window, buffers, until_s: float) -> int:
 
 @jit
 def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float, staleness_s: float,
-          tokens: np.ndarray) -> None:
+          tokens: np.ndarray) -> float:
     """_Live.hear: move what finished since the last look to the heard-of-soon
-    list, then hear what finished ``staleness_s`` or more before ``now_s``."""
+    list, then hear what finished ``staleness_s`` or more before ``now_s``;
+    returns when the router will hear the next of the rest (inf: none)."""
     nxt = book.next
     if finished != book.seen_finished[k]:
         book.seen_finished[k] = finished
@@ -118,9 +122,11 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
                 prev = i
             i = after
     prev, i = -1, book.heard[k]
+    soonest = np.inf
     while i >= 0:
         after = nxt[i]
-        if finish_s[i] + staleness_s <= now_s:
+        heard_s = finish_s[i] + staleness_s
+        if heard_s <= now_s:
             if prev < 0:
                 book.heard[k] = after
             else:
@@ -129,7 +135,9 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
             book.outstanding_tokens[k] -= tokens[i]
         else:
             prev = i
+            soonest = min(soonest, heard_s)
         i = after
+    return soonest
 
 
 @jit
@@ -200,18 +208,26 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     does not depend on where the router stops it."""
     n = len(heads)
     loads = book.outstanding if router == LEAST_REQUESTS else book.outstanding_tokens
+    wake_s = book.wake_s
     for i in range(start, stop):
         t = arrival_s[i]
         first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are seen to
         for k in range(first, n):
+            if t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
+                continue
             _, loop, _, finish_s, emitted, output = parts[k]
             if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
                 why = _advance(heads[k], windows[k], buffers[k], t)
                 if why != OK:
                     book.stopped[0], book.stopped[1], book.stopped[2] = i, k, k
+                    wake_s[k] = -np.inf
                     return why
-            _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
+            heard_s = _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
+            # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
+            # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
+            wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)
         chosen = _least(loads, book.last[0])
+        wake_s[chosen] = -np.inf
         arrivals, loop, pending, _, _, _ = parts[chosen]
         if not _ready(loop, t):  # the chosen one runs up to the arrival before it joins
             why = _advance(heads[chosen], windows[chosen], buffers[chosen], t)
