@@ -84,8 +84,13 @@ def test_no_step_is_shorter_than_the_floor_the_router_skips_by(policy, engine):
     c = scenario.config
     log = serve(scenario.requests, policy=policies.parse(policy), label=policy, costs=scenario.costs,
                 acceptance=scenario.acceptance, engine=c.engine, kv_budget_tokens=scenario.kv_budget_tokens, seed=0)
-    floor = fastroute.step_floor_s(scenario.costs.tables.layers_s, scenario.costs.tables.head_s)
+    t = scenario.costs.tables
+    cpu = t.overhead_s + t.overhead_per_request
+    overlap = c.engine.async_scheduling
+    floor = fastroute.step_floor_s(t.layers_s, t.head_s, cpu, overlap)
     assert 0 < floor <= log.step_duration_s.min()
+    if not overlap:  # the CPU's part runs after the forward (beside it, it only counts once it is the longer)
+        assert floor > fastroute.step_floor_s(t.layers_s, t.head_s)
     assert fastroute.step_floor_s(np.array([0.0, 2.0, 1.0]), np.array([0.0, 1.0, 1.0])) == 0.0  # a falling table: none
 
 

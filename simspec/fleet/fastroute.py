@@ -68,16 +68,19 @@ def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book
                 depth=np.asarray(depth, np.int64), wake_s=np.full(replicas, -np.inf))
 
 
-def step_floor_s(layers_s: np.ndarray, head_s: np.ndarray) -> float:
+def step_floor_s(layers_s: np.ndarray, head_s: np.ndarray, cpu_s: float = 0.0, overlap: bool = False) -> float:
     """A step's seconds at least: the cost tables' cheapest forward of one
-    token or more (layers and LM head; attention, the drafter, the CPU's
-    part, graph regimes and waking only add), a hair under; 0 where a table
-    falls past its end (no floor)."""
+    token or more (layers and LM head; attention, the drafter, graph regimes
+    and waking only add) and the engine's CPU part of a step of one request
+    or more (``cpu_s``: beside the forward where the engine overlaps them,
+    after it where not), a hair under; 0 where a table falls past its end
+    (no floor)."""
     floor = 0.0
     for table in (layers_s, head_s):
         if len(table) < 3 or table[-1] < table[-2]:
             return 0.0
         floor += float(table[1:].min())
+    floor = max(floor, cpu_s) if overlap else floor + cpu_s
     return max(floor, 0.0) * (1 - 1e-9)
 
 

@@ -63,7 +63,10 @@ class _Live:
         self.seen_finished = 0
         self.outstanding = 0  # requests the router has sent here and not heard finish
         self.outstanding_tokens = 0  # ... their prompt and output tokens
-        self.step_floor_s = fastroute.step_floor_s(rep.tables.layers_s, rep.tables.head_s)
+        tables = rep.tables
+        self.step_floor_s = fastroute.step_floor_s(tables.layers_s, tables.head_s,
+                                                   tables.overhead_s + max(tables.overhead_per_request, 0.0),
+                                                   rep.terms.overlap)
 
     def advance(self, until_s: float) -> None:
         """Run the replica up to its first decision at or after ``until_s``."""
