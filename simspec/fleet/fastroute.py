@@ -1,6 +1,6 @@
 """The routing loop of simspec.fleet.live, compiled, for the routers that
 read only the replicas' outstanding load (``least_requests``,
-``least_tokens``): many arrivals a call instead of a return to Python, and
+``least_tokens``, ``power_of_two``): many arrivals a call instead of a return to Python, and
 a compiled call, for each replica at each arrival.
 
 Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop.
@@ -31,8 +31,12 @@ import numpy as np
 from simspec.compiled import jit
 from simspec.sim import fastloop
 
-LEAST_REQUESTS, LEAST_TOKENS = 0, 1
-ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS}
+LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO = 0, 1, 2
+ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS, "power_of_two": POWER_OF_TWO}
+# The routers that leave behind a replica none of whose requests can finish by an arrival. power_of_two runs
+# its two replicas up to every arrival, as before its compiled loop: where a replica is stopped moves the
+# last bit of its clock (SimPy's start + (end - start)), and leaving them behind changed some of its runs' logs so.
+LAZY = (LEAST_REQUESTS, LEAST_TOKENS)
 OK = -1  # route's return when it got through its arrivals (else the CALL_* of the replica that stopped it)
 
 
@@ -199,21 +203,52 @@ def _add(arrivals, loop, i: int, ready: float) -> None:
 
 
 @jit
+def _pair(heads, windows, buffers, parts, book: Book, pairs: np.ndarray, i: int, t: float, staleness_s: float,
+          tokens: np.ndarray) -> int:
+    """power_of_two at arrival ``i``: its two replicas run up to it and
+    heard, the less loaded of them (the first on ties); or -1 - the CALL_*
+    of the one that needs Python first (``book.stopped``)."""
+    first = book.stopped[1] if book.stopped[0] == i else 0  # the pair's replicas before it are seen to
+    for e in range(first, 2):
+        k = pairs[i, e]
+        _, loop, _, finish_s, _, _ = parts[k]
+        if not _ready(loop, t):
+            why = _advance(heads[k], windows[k], buffers[k], t)
+            if why != OK:
+                book.stopped[0], book.stopped[1], book.stopped[2] = i, e, k
+                return -1 - why
+        _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
+    a, b = pairs[i, 0], pairs[i, 1]
+    return b if book.outstanding[b] < book.outstanding[a] else a
+
+
+@jit
 def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tokens: np.ndarray, start: int,
-          stop: int, router: int, staleness_s: float) -> int:
+          stop: int, router: int, staleness_s: float, pairs: np.ndarray) -> int:
     """Route arrivals ``start`` .. ``stop`` - 1; OK, or the CALL_* of the
     replica (``book.stopped``) that needs Python first. ``parts``: each
     replica's (arrivals, loop, pending, finish_s, emitted, output), the few
     of fastloop.run's arguments read at every arrival (a replica's whole
-    ``heads`` entry is copied out only when it runs). A replica none of
-    whose requests can finish by the arrival (_finish_after) is not run up
-    to it unless it is chosen: its load is known, and a replica's course
-    does not depend on where the router stops it."""
+    ``heads`` entry is copied out only when it runs). For least_requests
+    and least_tokens a replica none of whose requests can finish by the
+    arrival (_finish_after) is not run up to it unless it is chosen: its
+    load is known, so no decision moves (where a replica is stopped can
+    move the last bit of its clock, SimPy's start + (end - start); the
+    Python loop leaves the same replicas behind). power_of_two runs and hears the arrival's two replicas
+    alone (``pairs`` [N, 2], drawn as simspec.fleet.routers draws them)."""
     n = len(heads)
     loads = book.outstanding if router == LEAST_REQUESTS else book.outstanding_tokens
     wake_s = book.wake_s
     for i in range(start, stop):
         t = arrival_s[i]
+        if router == POWER_OF_TWO:
+            chosen = _pair(heads, windows, buffers, parts, book, pairs, i, t, staleness_s, tokens)
+            if chosen < 0:
+                return -1 - chosen
+            arrivals, loop, pending, _, _, _ = parts[chosen]
+            book.stopped[0] = -1
+            _place(book, arrivals, loop, pending, i, chosen, t, tokens)
+            continue
         first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are seen to
         for k in range(first, n):
             if t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
@@ -239,15 +274,21 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
                 return why
         book.stopped[0] = -1
         book.last[0] = chosen
-        _add(arrivals, loop, i, t)
-        pending.decided[0] *= 1 - pending.resume[0]  # a run going on is decided anew
-        pending.resume[0] = 0
-        book.assignment[i] = chosen
-        book.next[i] = book.live[chosen]
-        book.live[chosen] = i
-        book.outstanding[chosen] += 1
-        book.outstanding_tokens[chosen] += tokens[i]
+        _place(book, arrivals, loop, pending, i, chosen, t, tokens)
     return OK
 
 
-__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "OK", "Book", "new_book", "step_floor_s", "route"]
+@jit
+def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, tokens: np.ndarray) -> None:
+    """Request ``i`` joins replica ``chosen`` (run up to ``t``), in its arrivals and the router's book."""
+    _add(arrivals, loop, i, t)
+    pending.decided[0] *= 1 - pending.resume[0]  # a run going on is decided anew
+    pending.resume[0] = 0
+    book.assignment[i] = chosen
+    book.next[i] = book.live[chosen]
+    book.live[chosen] = i
+    book.outstanding[chosen] += 1
+    book.outstanding_tokens[chosen] += tokens[i]
+
+
+__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route"]

@@ -183,10 +183,10 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
              for s, setup in zip(replica_seeds, setups)]
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)
-    assignment = _route_compiled(requests, fleet, kind, tokens, staleness_s, every, progress) \
+    assignment = _route_compiled(requests, fleet, router, kind, tokens, staleness_s, every, progress) \
         if kind is not None and COMPILED and not any(f.frontend.free for f in fleet) else None
     if assignment is None:
-        lazy = kind is not None  # as the compiled loop: a replica that cannot finish a request by t stays behind
+        lazy = kind in fastroute.LAZY  # as the compiled loop: a replica that cannot finish a request by t stays behind
         assignment = np.empty(len(requests), dtype=np.int64)
         for i, request in enumerate(requests):
             t = request.arrival_s
@@ -209,7 +209,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     return [f.run_log(label) for f in fleet], assignment
 
 
-def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, tokens: np.ndarray,
+def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Router, kind: int, tokens: np.ndarray,
                     staleness_s: float, every: int, progress: Callable[[int], None] | None) -> np.ndarray | None:
     """simulate_routed's loop in simspec.fleet.fastroute, answering its
     replicas' calls for Python (a flush, a fresh window) as _Live.advance
@@ -218,6 +218,7 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, 
     book = fastroute.new_book(len(requests), np.array([f.step_floor_s for f in fleet]),
                               np.array([f.replica.call.depth for f in fleet]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
+    pairs = np.zeros((0, 2), np.int64)
     heads = tuple(f.head for f in fleet)
     buffers = tuple(f.replica.logs.buffers for f in fleet)
     windows = tuple(f.window for f in fleet)
@@ -226,14 +227,16 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], kind: int, 
     staleness_s = float(staleness_s)
     # numba's dispatch would type the replicas' tuples anew at each call: call the compiled code itself
     signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
-                                                               0, 0, kind, staleness_s))
+                                                               0, 0, kind, staleness_s, pairs))
     if not all(isinstance(t, numba.types.UniTuple) for t in signature[:4]):
         return None
+    if kind == fastroute.POWER_OF_TWO:  # the router's draws, in the order its reads() makes them at each arrival
+        pairs = np.array([router.reads(r) for r in requests], dtype=np.int64).reshape(len(requests), 2)
     route = fastroute.route.compile(signature)
     for start in range(0, len(requests), every):
         stop = min(start + every, len(requests))
         while True:
-            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s)
+            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s, pairs)
             if why == fastroute.OK:
                 break
             f = fleet[int(book.stopped[2])]
