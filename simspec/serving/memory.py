@@ -98,7 +98,8 @@ def vllm_usable_bytes(engine: "EngineConfig", gpu: "GpuSpec") -> float:
 
 
 def vllm_activation_bytes(engine: "EngineConfig", model: "ModelSpec") -> float:
-    """The profiled torch peak: the larger of the forward step's and the sampler's."""
+    """The profiled torch peak: the larger of the forward step's and the
+    sampler's (``engine.memory``'s era), and a mixture of experts' buffers."""
     profile = VLLM_PROFILES[engine.memory]
     # one GPU's MLP columns under tensor parallelism; a mixture of experts' are in its workspace, below
     mlp = 0 if model.experts else model.mlp_hidden // model.tensor_parallel
@@ -225,6 +226,7 @@ def sglang_kv_bytes(model: "ModelSpec", gpu: "GpuSpec", fraction: float) -> floa
 
 
 __all__ = ["TORCH_MEMORY_GIB", "CUDAGRAPH_GIB", "VLLM_PROFILES", "VLLM_MEMORY", "VllmProfile", "NVIDIA_SMI_MIB",
-           "STARTUP_GIB", "vllm_usable_bytes", "vllm_activation_bytes", "vllm_reserve_bytes", "sglang_capacity_mib",
+           "STARTUP_GIB", "vllm_usable_bytes", "vllm_activation_bytes", "vllm_moe_workspace_bytes", "vllm_reserve_bytes",
+           "sglang_capacity_mib",
            "sglang_chunk_tokens", "sglang_decode_graph_max_bs", "sglang_prefill_graph_sizes",
            "sglang_mem_fraction_static", "sglang_kv_bytes"]
