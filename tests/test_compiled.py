@@ -33,7 +33,7 @@ def test_the_key_of_an_identical_copy_is_the_same(package_copy):
     assert compiled.cache_key(package_copy) == compiled.cache_key()
 
 
-@pytest.mark.parametrize("module", ["trees.py", "sim/steps.py", "costs/base.py", "types.py"])
+@pytest.mark.parametrize("module", ["trees/__init__.py", "trees/eagle.py", "sim/steps.py", "costs/base.py", "types.py"])
 def test_one_byte_of_a_compiled_module_or_its_constants_changes_the_key(package_copy, module):
     before = compiled.cache_key(package_copy)
     _flip_last_byte(package_copy / module)

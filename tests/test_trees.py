@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simspec import trees
+from simspec.trees import eagle
 from simspec.types import PLAN_LINEAR, PLAN_TREE
 
 
@@ -93,14 +94,14 @@ def expanded_pick(conf, depth, topk, budget):
     m = topk + (depth - 1) * topk * topk
     keep = min(budget, m)
     logc = trees.log_confidences(conf, depth, topk)
-    bufs = trees._ExpandBuffers(np.empty(topk, np.int64), np.empty(topk), np.empty(topk * topk, np.int64),
+    bufs = trees.ExpandBuffers(np.empty(topk, np.int64), np.empty(topk), np.empty(topk * topk, np.int64),
                                 np.empty(topk * topk), np.empty(topk, np.int64), np.empty(topk * topk))
-    picked = trees._Picked(np.empty(m), np.empty(m, np.int64), np.empty(keep, np.int64), np.empty(m))
+    picked = eagle._Picked(np.empty(m), np.empty(m, np.int64), np.empty(keep, np.int64), np.empty(m))
     out = np.empty((len(conf), keep), np.int64)
     codes, logs = np.empty(m, np.int64), np.empty(m)
     for i in range(len(conf)):
-        trees._expand_row(logc[i], depth, topk, codes, logs, bufs)
-        trees._full_row(codes, logs, depth, topk, keep, picked, out[i])
+        trees.expand_row(logc[i], depth, topk, codes, logs, bufs)
+        eagle._full_row(codes, logs, depth, topk, keep, picked, out[i])
     return out
 
 
