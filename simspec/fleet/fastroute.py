@@ -1,7 +1,7 @@
 """The routing loop of simspec.fleet.live, compiled, for the routers that
 read only the replicas' outstanding load (``least_requests``,
-``least_tokens``, ``power_of_two``): many arrivals a call instead of a return to Python, and
-a compiled call, for each replica at each arrival.
+``least_tokens``, ``power_of_two``): many arrivals a call instead of a
+return to Python, and a compiled call, for each replica at each arrival.
 
 Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop.
 
@@ -234,8 +234,11 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     arrival (_finish_after) is not run up to it unless it is chosen: its
     load is known, so no decision moves (where a replica is stopped can
     move the last bit of its clock, SimPy's start + (end - start); the
-    Python loop leaves the same replicas behind). power_of_two runs and hears the arrival's two replicas
-    alone (``pairs`` [N, 2], drawn as simspec.fleet.routers draws them)."""
+    Python loop leaves the same replicas behind). power_of_two runs and
+    hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
+    simspec.fleet.routers draws them). The look at a replica is written out
+    in both loops: a call taking the replicas' tuples would count a
+    reference for every array in them, at every replica and arrival."""
     n = len(heads)
     loads = book.outstanding if router == LEAST_REQUESTS else book.outstanding_tokens
     wake_s = book.wake_s

@@ -12,8 +12,8 @@ Routing request i at time t: every replica the router reads is run up to
 t (a replica's course depends only on what was routed to it, so one not
 read can catch up later; behind least_requests and least_tokens, one none
 of whose requests can finish by t is not run either, its load being
-known, unless it is chosen: simspec.fleet.fastroute, which runs those two
-routers' loop compiled), the router picks from their state as of t, and
+known, unless it is chosen; simspec.fleet.fastroute runs those two
+routers' loop, and power_of_two's, compiled), the router picks from their state as of t, and
 the request joins the chosen replica's arrivals at its frontend's ready
 time (in order among those it has not yet queued: a replica that lags
 behind t has not reached them). What the router reads is what a router
@@ -165,7 +165,7 @@ def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
     return replace(log, table=table, gaps=gaps, start_s=start)
 
 
-COMPILED = True  # route least_requests and least_tokens in compiled code where it can (tests switch it off)
+COMPILED = True  # route least_requests, least_tokens and power_of_two in compiled code where it can (tests switch it off)
 
 
 def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Router, seed: int, label: str,
