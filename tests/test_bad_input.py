@@ -295,6 +295,7 @@ CASES = [
     case("live-checkpoint-missing", "live --target {in}/none --drafter {in}/none", "none"),
     case("validate-repeats-0", "validate --repeats 0", "--repeats", "[1, 10]"),
     case("validate-repeats-11", "validate --repeats 11", "--repeats", "[1, 10]"),
+    case("validate-load-unknown", "validate --against vllm --out v --load peak", "--load", "bursty"),
     case("train-steps-0", "train --steps 0 --target t --drafter d", "steps", ">= 1"),
     case("profile-gpu-import-missing", "profile-gpu --import-vidur {in}/none --out p", "none"),
     case("profile-gpu-model", "profile-gpu --device cpu --model NoSuchModel --out p", "NoSuchModel"),

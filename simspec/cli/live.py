@@ -202,6 +202,12 @@ def cmd_validate_vllm(args: argparse.Namespace) -> int:
         if args.texts:
             require(not args.quick, "--texts serves the text traffic's loads: leave --quick out")
             changes.update(texts=True, calibration=vv.TEXT_CALIBRATION, held_out=vv.TEXT_HELD_OUT)
+        if args.load:
+            held = changes.get("held_out", base.held_out)
+            names = [t.name for t in held]
+            for name in args.load:
+                require(name in names, f"--load must be one of {', '.join(names)} (got {name!r})")
+            changes["held_out"] = tuple(t for t in held if t.name in args.load)
         if "size" in changes and "models" not in changes:
             raise InputError("--size names the size of the models to build: give --models DIR with it")
         cfg = replace(base, **changes)
@@ -298,6 +304,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="VLLM_CPU_KVCACHE_SPACE for the servers (default: 1)")
     g.add_argument("--no-iomp", action="store_true", help="do not LD_PRELOAD the venv's Intel OpenMP")
     g.add_argument("--sim-seeds", type=number(int, "--sim-seeds"), help="simulator seeds per replay (default: 3)")
+    g.add_argument("--load", action="append", metavar="NAME", help="held-out load to serve (repeat; default: "
+                   "all: low, mid and bursty, or --quick's low and bursty): e.g. more repeats of one load")
     g.add_argument("--texts", action="store_true", help="real-text prompts of six classes (chat, code, "
                    "summarize, rag, edit, translate; simspec.vllm.texts, kept in the run folder) instead of vLLM's "
                    "random dataset: for a trained model (e.g. scripts/smollm2-checkpoint's)")
