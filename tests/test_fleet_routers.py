@@ -75,6 +75,31 @@ def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s
     assert compiled.log.rounds == python.log.rounds and compiled.log.steps == python.log.steps
 
 
+@pytest.mark.parametrize("policy,staleness_s", [("marginal", 0.0), ("linear:k=3", 0.05)])
+def test_prefix_affinity_routes_compiled_as_in_python(policy, staleness_s, monkeypatch):
+    # Two system prompts on three replicas at a high rate: the homes fill until the fleet is out of balance
+    # and the escape sends requests to the least loaded; both branches, compiled and in Python, to the last bit.
+    from simspec.fleet import fastroute, live
+
+    scenario = _scenario(3, 900, per_replica_rate=30.0, multimodal_share=0.0, shared_prefix_tokens=1024,
+                         shared_prefixes=2)
+    engine = replace(scenario.config.engine, prefix_caching=True)
+    used, through = [], live._route_compiled
+    monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(1) or through(*a))
+    compiled = _serve(scenario, 3, "prefix_affinity", policy, engine=engine, staleness_s=staleness_s)
+    assert used and "prefix_affinity" in fastroute.ROUTERS
+    monkeypatch.setattr(live, "COMPILED", False)
+    python = _serve(scenario, 3, "prefix_affinity", policy, engine=engine, staleness_s=staleness_s)
+    assert np.array_equal(compiled.assignment, python.assignment)
+    for a, b in zip(compiled.log.table, python.log.table):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert compiled.log.rounds == python.log.rounds and compiled.log.steps == python.log.steps
+    homes = routers.router("prefix_affinity", 3, np.random.default_rng(0)).homes(scenario.requests)
+    sent_home = (compiled.assignment == homes).mean()
+    assert 0.3 < sent_home < 1.0  # some went home, some escaped the imbalance
+    assert len(set(compiled.assignment.tolist())) == 3
+
+
 @pytest.mark.parametrize("policy,engine", [("ar", "simspec"), ("marginal", "simspec"), ("linear:k=3", "vllm")])
 def test_no_step_is_shorter_than_the_floor_the_router_skips_by(policy, engine):
     # fastroute leaves a replica behind an arrival when none of its requests can finish by it, reckoning

@@ -1,9 +1,10 @@
 """The routing loop of simspec.fleet.live, compiled, for the routers that
-read only the replicas' outstanding load (``least_requests``,
-``least_tokens``, ``power_of_two``): many arrivals a call instead of a
+read only the replicas' outstanding load and what is known of a request
+before it arrives (``least_requests``, ``least_tokens``, ``power_of_two``,
+``prefix_affinity``): many arrivals a call instead of a
 return to Python, and a compiled call, for each replica at each arrival.
 
-Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop.
+Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop, simspec.fleet.routers (its constants).
 
 It decides what simspec.fleet.live's Python loop decides, arrival for
 arrival (tests/test_fleet_routers.py compares the two): each replica run
@@ -29,14 +30,16 @@ from typing import NamedTuple
 import numpy as np
 
 from simspec.compiled import jit
+from simspec.fleet.routers import BALANCE_ABS, BALANCE_REL
 from simspec.sim import fastloop
 
-LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO = 0, 1, 2
-ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS, "power_of_two": POWER_OF_TWO}
+LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO, PREFIX_AFFINITY = 0, 1, 2, 3
+ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS, "power_of_two": POWER_OF_TWO,
+           "prefix_affinity": PREFIX_AFFINITY}
 # The routers that leave behind a replica none of whose requests can finish by an arrival. power_of_two runs
 # its two replicas up to every arrival, as before its compiled loop: where a replica is stopped moves the
 # last bit of its clock (SimPy's start + (end - start)), and leaving them behind changed some of its runs' logs so.
-LAZY = (LEAST_REQUESTS, LEAST_TOKENS)
+LAZY = (LEAST_REQUESTS, LEAST_TOKENS, PREFIX_AFFINITY)
 OK = -1  # route's return when it got through its arrivals (else the CALL_* of the replica that stopped it)
 
 
@@ -236,11 +239,13 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     move the last bit of its clock, SimPy's start + (end - start); the
     Python loop leaves the same replicas behind). power_of_two runs and
     hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
-    simspec.fleet.routers draws them). The look at a replica is written out
+    simspec.fleet.routers draws them); prefix_affinity reads every replica
+    as least_requests does and sends a request home (``pairs[i, 0]``, -1:
+    its prefix does not go home) unless the fleet is out of balance. The look at a replica is written out
     in both loops: a call taking the replicas' tuples would count a
     reference for every array in them, at every replica and arrival."""
     n = len(heads)
-    loads = book.outstanding if router == LEAST_REQUESTS else book.outstanding_tokens
+    loads = book.outstanding_tokens if router == LEAST_TOKENS else book.outstanding
     wake_s = book.wake_s
     for i in range(start, stop):
         t = arrival_s[i]
@@ -267,7 +272,12 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
             wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)
-        chosen = _least(loads, book.last[0])
+        home = pairs[i, 0] if router == PREFIX_AFFINITY else -1
+        if home >= 0:
+            high, low = loads.max(), loads.min()
+            if high - low > BALANCE_ABS and high > BALANCE_REL * low:  # out of balance: the least loaded
+                home = -1
+        chosen = _least(loads, book.last[0]) if home < 0 else home
         wake_s[chosen] = -np.inf
         arrivals, loop, pending, _, _, _ = parts[chosen]
         if not _ready(loop, t):  # the chosen one runs up to the arrival before it joins
@@ -276,7 +286,8 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
                 book.stopped[0], book.stopped[1], book.stopped[2] = i, n, chosen
                 return why
         book.stopped[0] = -1
-        book.last[0] = chosen
+        if home < 0:  # a request sent home leaves the least-loaded rotation where it was
+            book.last[0] = chosen
         _place(book, arrivals, loop, pending, i, chosen, t, tokens)
     return OK
 
@@ -294,4 +305,4 @@ def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, t
     book.outstanding_tokens[chosen] += tokens[i]
 
 
-__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route"]
+__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route"]

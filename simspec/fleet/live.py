@@ -12,8 +12,9 @@ Routing request i at time t: every replica the router reads is run up to
 t (a replica's course depends only on what was routed to it, so one not
 read can catch up later; behind least_requests and least_tokens, one none
 of whose requests can finish by t is not run either, its load being
-known, unless it is chosen; simspec.fleet.fastroute runs those two
-routers' loop, and power_of_two's, compiled), the router picks from their state as of t, and
+known, unless it is chosen, and so behind prefix_affinity;
+simspec.fleet.fastroute runs those three routers' loop, and
+power_of_two's, compiled), the router picks from their state as of t, and
 the request joins the chosen replica's arrivals at its frontend's ready
 time (in order among those it has not yet queued: a replica that lags
 behind t has not reached them). What the router reads is what a router
@@ -165,7 +166,7 @@ def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
     return replace(log, table=table, gaps=gaps, start_s=start)
 
 
-COMPILED = True  # route least_requests, least_tokens and power_of_two in compiled code where it can (tests switch it off)
+COMPILED = True  # route the routers of simspec.fleet.fastroute in compiled code where it can (tests switch it off)
 
 
 def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Router, seed: int, label: str,
@@ -219,19 +220,23 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
                               np.array([f.replica.call.depth for f in fleet]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
     pairs = np.zeros((0, 2), np.int64)
-    heads = tuple(f.head for f in fleet)
-    buffers = tuple(f.replica.logs.buffers for f in fleet)
-    windows = tuple(f.window for f in fleet)
-    parts = tuple((f.replica.arrival, f.loop, f.replica.pending, f.replica.finish_s, f.replica.state.emitted,
-                   f.replica.state.output) for f in fleet)
-    staleness_s = float(staleness_s)
-    # numba's dispatch would type the replicas' tuples anew at each call: call the compiled code itself
-    signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
-                                                               0, 0, kind, staleness_s, pairs))
-    if not all(isinstance(t, numba.types.UniTuple) for t in signature[:4]):
+    # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
+    # tuple of replicas would compile anew for each size, and index them through a branch per replica).
+    heads = _alike([f.head for f in fleet])
+    buffers = _alike([f.replica.logs.buffers for f in fleet])
+    windows = _alike([f.window for f in fleet])
+    parts = _alike([(f.replica.arrival, f.loop, f.replica.pending, f.replica.finish_s, f.replica.state.emitted,
+                     f.replica.state.output) for f in fleet])
+    if heads is None or buffers is None or windows is None or parts is None:
         return None
+    staleness_s = float(staleness_s)
     if kind == fastroute.POWER_OF_TWO:  # the router's draws, in the order its reads() makes them at each arrival
         pairs = np.array([router.reads(r) for r in requests], dtype=np.int64).reshape(len(requests), 2)
+    elif kind == fastroute.PREFIX_AFFINITY:  # each request's home (-1: none), beside a column route does not read
+        pairs = np.stack([router.homes(requests), np.full(len(requests), -1, np.int64)], axis=1)
+    # numba's dispatch would type the replicas' lists anew at each call: call the compiled code itself
+    signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
+                                                               0, 0, kind, staleness_s, pairs))
     route = fastroute.route.compile(signature)
     for start in range(0, len(requests), every):
         stop = min(start + every, len(requests))
@@ -243,7 +248,7 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
             if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
                 f.replica.rand.consume(f.window)
                 f.window = f.replica.rand.window(int(f.loop.need[0]))
-                windows = tuple(g.window for g in fleet)
+                windows[int(book.stopped[2])] = f.window
             else:
                 f.replica.logs.flush()
             start = int(book.stopped[0])
@@ -253,6 +258,17 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
         f.replica.finished = int(f.loop.finished[0])
         f.mine = np.flatnonzero(book.assignment == k).tolist()
     return book.assignment.copy()
+
+
+def _alike(items: list) -> "numba.typed.List | None":
+    """``items`` as one typed list, or None where they are not of one type (replicas of different policies)."""
+    kinds = {numba.typeof(item) for item in items}
+    if len(kinds) != 1:
+        return None
+    out = numba.typed.List.empty_list(kinds.pop())
+    for item in items:
+        out.append(item)
+    return out
 
 
 __all__ = ["simulate_routed"]

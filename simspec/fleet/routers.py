@@ -286,14 +286,28 @@ class _PrefixAffinity(Router):
         """Rendezvous hashing: the replica whose hash with the prefix is highest."""
         return int(np.argmax(_mix(self.salts ^ np.uint64(prefix_id))))
 
+    def homes(self, requests: Sequence[Request]) -> np.ndarray:
+        """[N] each request's home, -1 where its shared prefix is too short a
+        share of its prompt to go home (choose's rule, for the compiled loop)."""
+        out = np.full(len(requests), -1, np.int64)
+        goes = [i for i, r in enumerate(requests) if _goes_home(r)]
+        if goes:
+            ids, where = np.unique([requests[i].prefix_id for i in goes], return_inverse=True)
+            out[goes] = np.array([self.home(int(p)) for p in ids], np.int64)[where]
+        return out
+
     def choose(self, request, fleet):
         loads = [f.outstanding for f in fleet]
         high, low = max(loads), min(loads)
-        if high - low > BALANCE_ABS and high > BALANCE_REL * low:
+        if high - low > BALANCE_ABS and high > BALANCE_REL * low:  # as fastroute's compiled loop
             return self.least(loads)
-        if request.prefix_id >= 0 and request.prefix_tokens > CACHE_THRESHOLD * request.context_tokens:
+        if _goes_home(request):
             return self.home(request.prefix_id)
         return self.least(loads)
+
+
+def _goes_home(request: Request) -> bool:
+    return request.prefix_id >= 0 and request.prefix_tokens > CACHE_THRESHOLD * request.context_tokens
 
 
 class _SpecAware(Router):
