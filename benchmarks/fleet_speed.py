@@ -8,9 +8,11 @@ wall seconds per thousand requests and their ratio (target: a fleet
 within 1.5x of one replica's cost per request). ``--repeats N`` times
 each N times, one replica and the fleet in turn, and keeps the fastest
 of each: one run's time moves by a third on a shared machine.
+``--prefixes P`` gives the prompts P shared system prompts of 1,024
+tokens, prefix caching on (for ``prefix_affinity``).
 
     python benchmarks/fleet_speed.py [--replicas N] [--router NAME] [--requests R] [--rate X] [--policy NAME ...]
-                                     [--repeats N]
+                                     [--repeats N] [--prefixes P]
 """
 
 from __future__ import annotations
@@ -21,9 +23,14 @@ import time
 from simspec import config, experiment
 
 
-def timed(replicas: int, requests: int, rate: float, policy: str, router: str = "round_robin") -> float:
-    cfg = config.build({}, {"replicas": replicas, "router": router, "policies": [policy],
-                            "workload": {"num_requests": requests * replicas, "rate_per_s": rate * replicas}})
+def timed(replicas: int, requests: int, rate: float, policy: str, router: str = "round_robin",
+          prefixes: int = 0) -> float:
+    workload = {"num_requests": requests * replicas, "rate_per_s": rate * replicas}
+    fields = {"replicas": replicas, "router": router, "policies": [policy], "workload": workload}
+    if prefixes:
+        workload.update(shared_prefix_tokens=1024, shared_prefixes=prefixes)
+        fields["engine"] = {"prefix_caching": True}
+    cfg = config.build({}, fields)
     started = time.perf_counter()
     experiment.run(cfg, event_detail=False)
     return time.perf_counter() - started
@@ -37,14 +44,15 @@ def main() -> None:
     parser.add_argument("--router", default="round_robin")
     parser.add_argument("--policy", action="append", default=None)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--prefixes", type=int, default=0)
     args = parser.parse_args()
     for policy in args.policy or ["ar", "linear:k=3", "marginal"]:
-        timed(1, 50, args.rate, policy)  # warm-up: loads or compiles the kernels
-        timed(args.replicas, 50, args.rate, policy, args.router)
+        timed(1, 50, args.rate, policy, prefixes=args.prefixes)  # warm-up: loads or compiles the kernels
+        timed(args.replicas, 50, args.rate, policy, args.router, args.prefixes)
         ones, fleets = [], []
         for _ in range(args.repeats):
-            ones.append(timed(1, args.requests, args.rate, policy))
-            fleets.append(timed(args.replicas, args.requests, args.rate, policy, args.router))
+            ones.append(timed(1, args.requests, args.rate, policy, prefixes=args.prefixes))
+            fleets.append(timed(args.replicas, args.requests, args.rate, policy, args.router, args.prefixes))
         one = min(ones) / args.requests * 1e3
         fleet = min(fleets) / (args.requests * args.replicas) * 1e3
         print(f"{policy:12s} {args.router} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "
