@@ -337,9 +337,22 @@ class ModelSpec:
                 + self.sparse_layers * (self.sparse_always_params + self.experts * self.expert_params))
 
     @property
+    def rope_table_bytes(self) -> int:
+        """The rotary embedding's cos/sin table every GPU keeps beside the
+        weights: one row of the rotary width (``qk_rope_head_dim`` for latent
+        attention, else the head) for each of the model's positions, at
+        dtype_bytes (vLLM's rotary_embedding/base.py registers it as a buffer
+        at load, over max_position_embeddings; layers share it). Llama 4
+        Scout's 10,485,760 positions make it 2.5 GiB a GPU; 32 MiB for a
+        131,072-token Llama 3.1. All of the head is taken as rotary."""
+        width = self.qk_rope_head_dim if self.qk_rope_head_dim else self.head_dim
+        return self.max_context_tokens * width * self.dtype_bytes
+
+    @property
     def weight_bytes(self) -> int:
         """One GPU's weights in memory: the decoder at weight_bytes_per_param,
-        embeddings, LM head and vision tower at dtype_bytes, the drafter's own."""
+        embeddings, LM head and vision tower at dtype_bytes, the drafter's own,
+        and the rotary table loaded with them (:attr:`rope_table_bytes`)."""
         total = (
             (1 if self.tied_embeddings else 2) * self.lm_head_params  # embeddings + LM head
             + self.vision_params
@@ -350,7 +363,7 @@ class ModelSpec:
             draft_bytes = self.weight_bytes_per_param if self.drafter_kind == MTP else self.dtype_bytes
         # A drafter on one GPU holds all its weights there (the GPU the KV budget is bound by).
         return (self.decoder_params * self.weight_bytes_per_param + total * self.dtype_bytes
-                + self.drafter_whole.drafter_weight_params * draft_bytes)
+                + self.drafter_whole.drafter_weight_params * draft_bytes + self.rope_table_bytes)
 
     @property
     def drafter_kv_bytes_per_token(self) -> int:
