@@ -18,8 +18,9 @@ Python where Python must act for a replica (its log buffers to flush, its
 random numbers' window to refill: ``Escape``) and at the end of the
 arrivals it was given; a call resumes at the arrival it stopped at, whose
 replicas already run up to it are not run again. The replicas' arguments
-to fastloop.run come as one tuple of like tuples (one type for all: alike
-replicas, which a fleet of one setup is); the frontend has no cost here
+to fastloop.run come as typed lists of like tuples, an item a replica (one
+type for all: alike replicas, which a fleet of one setup is; one compiled
+loop for every fleet size); the frontend has no cost here
 (every request is ready when it arrives), as in every engine preset.
 """
 
@@ -241,9 +242,10 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
     simspec.fleet.routers draws them); prefix_affinity reads every replica
     as least_requests does and sends a request home (``pairs[i, 0]``, -1:
-    its prefix does not go home) unless the fleet is out of balance. The look at a replica is written out
-    in both loops: a call taking the replicas' tuples would count a
-    reference for every array in them, at every replica and arrival."""
+    its prefix does not go home) unless the fleet is out of balance. The
+    look at a replica is written out in both loops: a call taking a
+    replica's tuples would count a reference for every array in them, at
+    every replica and arrival."""
     n = len(heads)
     loads = book.outstanding_tokens if router == LEAST_TOKENS else book.outstanding
     wake_s = book.wake_s
