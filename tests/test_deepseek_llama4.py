@@ -85,7 +85,9 @@ def test_llama4_scout_counts_109b_parameters_17b_active():
 def test_fp8_weights_take_a_byte_and_the_mtp_layer_its_experts():
     spec = costs.model_spec("DeepSeek-V3")
     embed = 2 * spec.lm_head_params * 2  # embeddings and LM head stay bf16
-    assert spec.weight_bytes == spec.decoder_params + embed + spec.drafter_weight_params
+    rope = 163_840 * 64 * 2  # the rotary table: a row of qk_rope_head_dim for each position, bf16
+    assert spec.rope_table_bytes == rope
+    assert spec.weight_bytes == spec.decoder_params + embed + spec.drafter_weight_params + rope
     assert spec.drafter_weight_params == 2 * 7168 * 7168 + spec.sparse_always_params + 256 * spec.expert_params
     eagle = costs.model_spec("DeepSeek-V3", "eagle1")
     assert spec.weight_bytes - eagle.weight_bytes > 10e9  # the MTP layer holds all 256 experts (~11.6 GB)
