@@ -241,7 +241,7 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     Python loop leaves the same replicas behind). power_of_two runs and
     hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
     simspec.fleet.routers draws them); prefix_affinity reads every replica
-    as least_requests does and sends a request home (``pairs[i, 0]``, -1:
+    as least_requests does and sends a request home (``pairs`` [N, 1]; -1:
     its prefix does not go home) unless the fleet is out of balance. The
     look at a replica is written out in both loops: a call taking a
     replica's tuples would count a reference for every array in them, at

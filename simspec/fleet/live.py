@@ -232,8 +232,8 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
     staleness_s = float(staleness_s)
     if kind == fastroute.POWER_OF_TWO:  # the router's draws, in the order its reads() makes them at each arrival
         pairs = np.array([router.reads(r) for r in requests], dtype=np.int64).reshape(len(requests), 2)
-    elif kind == fastroute.PREFIX_AFFINITY:  # each request's home (-1: none), beside a column route does not read
-        pairs = np.stack([router.homes(requests), np.full(len(requests), -1, np.int64)], axis=1)
+    elif kind == fastroute.PREFIX_AFFINITY:  # each request's home (-1: none), in the first column
+        pairs = router.homes(requests)[:, None]
     # numba's dispatch would type the replicas' lists anew at each call: call the compiled code itself
     signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
                                                                0, 0, kind, staleness_s, pairs))
