@@ -162,17 +162,23 @@ def cached(module: str, function: str) -> bool:
     return CACHING and any(CACHE_DIR.glob(f"{module}.{function}-*.nbi"))
 
 
-def jit(fn):
+def jit(fn=None, *, inline: bool = False):
     """``numba.njit`` as every compiled simspec function is built: no GIL,
-    cached in :data:`CACHE_DIR` (when it can be written).
+    cached in :data:`CACHE_DIR` (when it can be written). ``@jit(inline=True)``
+    has numba inline the function into each compiled caller.
 
     A small function called in a hot loop with arrays among its arguments
     should read them all before its first branch: numba counts a
     reference for each on entry (an atomic call) and drops the pair only
     when the release falls in the same block (simspec.policies.rules'
-    _verified_s and _confidence; inlining such a function by numba's
-    ``inline="always"`` kept the counts, at every call site)."""
-    return numba.njit(cache=CACHING, nogil=True)(fn)
+    _verified_s and _confidence). Inlining drops only some of the counts
+    (kept, at every call site, for _verified_s; a quarter of them for
+    EAGLE-2's row helpers in simspec.trees.eagle, which it makes 8% faster),
+    so it is for a function called from few sites whose arrays are used past
+    a branch."""
+    if fn is None:
+        return functools.partial(jit, inline=inline)
+    return numba.njit(cache=CACHING, nogil=True, inline="always" if inline else "never")(fn)
 
 
 def entry(dispatcher, *args):

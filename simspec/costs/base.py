@@ -289,11 +289,15 @@ def cpu_s(t: CostTables, requests: int) -> float:
 
 @jit
 def table_at(table: np.ndarray, tokens: int) -> float:
-    """table[tokens], extrapolating past the end with the last slope."""
+    """table[tokens], extrapolating past the end with the last slope.
+
+    Every read comes before the one branch: numba then drops the
+    reference count it takes on the table (a pair of atomic calls per call
+    otherwise, and the planners call this in their innermost loops)."""
     last = len(table) - 1
-    if tokens <= last:
-        return table[tokens]
-    return table[last] + (tokens - last) * (table[last] - table[last - 1])
+    inside = table[min(tokens, last)]
+    past = table[last] + (tokens - last) * (table[last] - table[last - 1])
+    return inside if tokens <= last else past
 
 
 def wave_factor(queries, wave_tokens, wave_share):

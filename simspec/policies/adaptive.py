@@ -117,25 +117,25 @@ def _drafted() -> Drafted:
 @jit
 def _add_rows(draft_s: np.ndarray, d: Drafted, level: int, rows: int) -> None:
     """``rows`` more rows in the drafter call of ``level`` (0-based);
-    ``draft_s`` is the cost tables' drafter table."""
+    ``draft_s`` is the cost tables' drafter table. Written without a
+    branch, so numba drops the reference counts on the three arrays."""
     before = d.rows[level]
-    levels = d.totals[T_LEVELS]
-    after = table_at(draft_s, before + rows)
-    d.totals[T_TABLE] += after - (table_at(draft_s, before) if before > 0 else 0.0)
+    added = table_at(draft_s, before + rows) - table_at(draft_s, before) * (before > 0)
+    d.totals[T_TABLE] += added
     d.rows[level] = before + rows
     d.totals[T_ROWS] += rows
-    if level + 1 > levels:
-        d.totals[T_LEVELS] = level + 1
+    d.totals[T_LEVELS] = max(d.totals[T_LEVELS], level + 1.0)
 
 
 @jit
 def _start(totals: np.ndarray, kept: int, visual: int) -> None:
     """A request with ``kept`` of its ``visual`` tokens drafts: they join
-    every call of the drafting whose ``totals`` these are, and it selects them."""
+    every call of the drafting whose ``totals`` these are, and it selects
+    them. Without a branch, as :func:`_add_rows`."""
+    selects = (kept > 0) & (kept < visual)
     totals[T_KEPT] += kept
-    if 0 < kept < visual:
-        totals[T_SELECTING] += 1
-        totals[T_KEYS] += visual
+    totals[T_SELECTING] += selects
+    totals[T_KEYS] += visual * selects
 
 
 @jit

@@ -43,12 +43,20 @@ def after_round(recent: np.ndarray, population: np.ndarray, i: int, drafted: int
     """Update request ``i``'s estimate (and the replica-wide one, ``population[0]``)
     after a round that verified ``drafted`` draft tokens ``depth`` deep and
     accepted ``accepted``; a round without drafts relaxes it toward the replica's."""
+    recent[i], population[0] = updated(recent[i], population[0], drafted, accepted, depth)
+
+
+@jit
+def updated(recent: float, population: float, drafted: int, accepted: int, depth: int) -> tuple[float, float]:
+    """:func:`after_round` on the numbers: (the request's estimate, the
+    replica's) after the round. For a caller's loop over a batch: a call
+    that takes the arrays counts a reference for each, every request."""
     if drafted > 0:
-        recent[i] = (1.0 - RECENT_WEIGHT) * recent[i] + RECENT_WEIGHT * censored_accepted(accepted, depth, recent[i])
-        seen = censored_accepted(accepted, depth, population[0])
-        population[0] = (1.0 - POPULATION_WEIGHT) * population[0] + POPULATION_WEIGHT * seen
-    else:  # no draft, no evidence: the estimate drifts back to the replica's
-        recent[i] = (1.0 - RELAX_WEIGHT) * recent[i] + RELAX_WEIGHT * population[0]
+        mine = (1.0 - RECENT_WEIGHT) * recent + RECENT_WEIGHT * censored_accepted(accepted, depth, recent)
+        seen = censored_accepted(accepted, depth, population)
+        return mine, (1.0 - POPULATION_WEIGHT) * population + POPULATION_WEIGHT * seen
+    # no draft, no evidence: the estimate drifts back to the replica's
+    return (1.0 - RELAX_WEIGHT) * recent + RELAX_WEIGHT * population, population
 
 
 class Estimate:
@@ -68,5 +76,5 @@ class Estimate:
 
 
 
-__all__ = ["Estimate", "after_round", "censored_accepted", "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT",
+__all__ = ["Estimate", "after_round", "updated", "censored_accepted", "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT",
            "RELAX_WEIGHT", "MAX_PRIOR_ACCEPTED"]

@@ -143,16 +143,29 @@ def arrive(q: Queues, i: int) -> None:
 def held(tok: Tokens, lim: Limits, i: int) -> int:
     """KV tokens request ``i`` holds or will once prefilled, in whole blocks,
     besides the shared prefix blocks it uses (counted once, in :func:`kv_used`)."""
-    return blocks(max(tok.cache[i], tok.target[i]) - tok.shared[i], lim.block_size)
+    return _held(tok.cache[i], tok.target[i], tok.shared[i], lim.block_size)
+
+
+@jit
+def _held(cache: int, target: int, shared: int, block_size: int) -> int:
+    """:func:`held` from the request's numbers."""
+    return blocks(max(cache, target) - shared, block_size)
 
 
 @jit
 def kv_used(s: State, lim: Limits) -> int:
-    """KV tokens the running requests hold (:func:`held`) and the cached prefixes they share."""
+    """KV tokens the running requests hold (:func:`held`) and the cached prefixes they share.
+
+    The three arrays are read once, before the loop: a call that takes
+    ``s.tokens`` counts a reference for each of its arrays, and a call a
+    running request would pay those atomic counts for every request of
+    every step."""
     q = s.queues
+    running, cache, target, shared = q.running, s.tokens.cache, s.tokens.target, s.tokens.shared
     used = s.prefixes.counts[IN_USE]
     for j in range(q.counts[RUN_LEN]):
-        used += held(s.tokens, lim, q.running[j])
+        i = running[j]
+        used += _held(cache[i], target[i], shared[i], lim.block_size)
     return used
 
 

@@ -28,7 +28,7 @@ from simspec.acceptance.model import Draws, Randoms, draw_round, normals_per_rou
 from simspec.compiled import jit
 from simspec.costs.base import CostTables, Forward, Step, cpu_s, step_cost
 from simspec.policies import rules
-from simspec.serving.estimate import after_round
+from simspec.serving.estimate import updated
 from simspec.serving.queues import NO_PREFILL, Prefill
 from simspec import trees
 from simspec.types import MAX_DEPTH
@@ -220,7 +220,7 @@ def step_scratch(ids: np.ndarray, state: RequestState, policy: PolicyCall) -> St
                    level_space=np.zeros(2 * max(depth, MAX_DEPTH, 1), np.int64))
 
 
-@jit
+@jit(inline=True)
 def draw(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables,
          engine: EngineTerms, pf: Prefill, rand: Randoms, scratch: StepScratch, scheduled_before: int) -> Round:
     """The step's round: the batch's snapshot (into ``scratch``), the
@@ -258,7 +258,7 @@ def draw(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall, c
     return Round(plan=plan, true_ranks=true_ranks)
 
 
-@jit
+@jit(inline=True)
 def drafter_rows(policy: PolicyCall, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
                  plan: rules.Plan) -> np.ndarray:
     """Rows of each of the step's drafter calls (a view of ``scratch.level_space``).
@@ -290,7 +290,7 @@ def drafter_rows(policy: PolicyCall, engine: EngineTerms, pf: Prefill, scratch: 
     return rows[:calls]
 
 
-@jit
+@jit(inline=True)
 def price(policy: PolicyCall, costs: CostTables, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
           plan: rules.Plan) -> float:
     """Seconds of the step exactly as planned: its forward (the prefill
@@ -324,7 +324,7 @@ def price(policy: PolicyCall, costs: CostTables, engine: EngineTerms, pf: Prefil
     return engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, step), regime)
 
 
-@jit
+@jit(inline=True)
 def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: StepScratch, rnd: Round,
                    span: Span) -> Accepted:
     """Emit each request's accepted tokens + 1 (at most what it has left)
@@ -335,23 +335,31 @@ def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: St
     finished = False
     c, r, s = logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0]
     grown = 0
+    # every array the loop reads, read once: a tuple's array read in a loop
+    # that calls out can cost a pair of atomic reference counts each time
+    draft_steps, num_nodes, depth = plan.draft_steps, plan.num_nodes, plan.depth
+    context, visual, remaining = scratch.context, scratch.visual, scratch.remaining
+    absorbed, cache, emitted, drafted, output = state.absorbed, state.cache, state.emitted, state.drafted, state.output
+    recent, population = state.recent, state.population
+    chunk_id, chunk_tokens, chunk_time_s = logs.chunk_id, logs.chunk_tokens, logs.chunk_time_s
+    round_accepted, round_depth, round_drafted = logs.round_accepted, logs.round_depth, logs.round_drafted
+    end_s = span.end_s
     for i in range(len(ids)):
         j = ids[i]
-        if plan.draft_steps[i] > 0:  # the drafter's KV now holds the text of the cache the step started with
-            state.absorbed[j] = scratch.context[i] - scratch.visual[i]
-        emit = min(accepted[i] + 1, scratch.remaining[i])
-        state.cache[j] += emit
-        state.emitted[j] += emit
+        if draft_steps[i] > 0:  # the drafter's KV now holds the text of the cache the step started with
+            absorbed[j] = context[i] - visual[i]
+        emit = min(accepted[i] + 1, remaining[i])
+        cache[j] += emit
+        emitted[j] += emit
         grown += emit
-        logs.chunk_id[c], logs.chunk_tokens[c], logs.chunk_time_s[c] = j, emit, span.end_s
+        chunk_id[c], chunk_tokens[c], chunk_time_s[c] = j, emit, end_s
         c += 1
-        state.drafted[j] = plan.num_nodes[i]
-        if plan.num_nodes[i] > 0:
-            logs.round_accepted[r], logs.round_depth[r], logs.round_drafted[r] = accepted[i], plan.depth[i], \
-                plan.num_nodes[i]
+        drafted[j] = num_nodes[i]
+        if num_nodes[i] > 0:
+            round_accepted[r], round_depth[r], round_drafted[r] = accepted[i], depth[i], num_nodes[i]
             r += 1
-        after_round(state.recent, state.population, j, plan.num_nodes[i], accepted[i], plan.depth[i])
-        finished = finished or state.emitted[j] >= state.output[j]
+        recent[j], population[0] = updated(recent[j], population[0], num_nodes[i], accepted[i], depth[i])
+        finished = finished or emitted[j] >= output[j]
     logs.step_start_s[s], logs.step_duration_s[s], logs.step_batch[s], logs.step_tokens[s] = (
         span.start_s, span.duration_s, len(ids), grown)
     for k in range(3):

@@ -85,7 +85,7 @@ class _Picked(NamedTuple):
     scratch: np.ndarray  # [2M] float (a band's keys, then kth_largest's own scratch)
 
 
-@jit
+@jit(inline=True)
 def _floor(kth_log: float, depth: int) -> float:
     """The log confidence under which no node can make the budget, from the
     budget-th largest log confidence: nodes that make it have log value >=
@@ -96,7 +96,7 @@ def _floor(kth_log: float, depth: int) -> float:
     return np.log(least) - 1e-9 if least > 0 else -np.inf
 
 
-@jit
+@jit(inline=True)
 def _ceiling(kth_log: float, depth: int) -> float:
     """The log confidence over which a node outranks every node whose log
     value is at most the budget-th largest ``kth_log``: its key exceeds
@@ -106,7 +106,7 @@ def _ceiling(kth_log: float, depth: int) -> float:
     return np.log(most) + 1e-9
 
 
-@jit
+@jit(inline=True)
 def _full_row(codes: np.ndarray, logs: np.ndarray, depth: int, topk: int, keep: int, picked: _Picked,
               out: np.ndarray) -> None:
     """The budget's pick of one expanded row (codes, log values [M], in expansion order)."""
@@ -124,7 +124,7 @@ def _full_row(codes: np.ndarray, logs: np.ndarray, depth: int, topk: int, keep: 
         out[j] = picked.code[picked.best[j]]
 
 
-@jit
+@jit(inline=True)
 def _sorted_row(logc: np.ndarray) -> bool:
     """Whether every level's log confidences [depth, topk] are <= 0 and never
     rise with rank: then a node's children and younger siblings never
@@ -139,7 +139,7 @@ def _sorted_row(logc: np.ndarray) -> bool:
     return True
 
 
-@jit
+@jit(inline=True)
 def _first_max(values: np.ndarray, row: int, n: int) -> int:
     """The index of the largest of ``values[row, :n]``, the first on ties;
     written as selects, so the compiled loop has no branch to mispredict
@@ -154,7 +154,7 @@ def _first_max(values: np.ndarray, row: int, n: int) -> int:
     return top
 
 
-@jit
+@jit(inline=True)
 def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fronts, picked: _Picked,
                 out: np.ndarray) -> None:
     """:func:`_full_row`'s pick for a sorted row, without expanding it.
@@ -226,7 +226,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     _near_budget(n, keep, kth_log, depth, picked, out)
 
 
-@jit
+@jit(inline=True)
 def _above_floor(logc: np.ndarray, depth: int, topk: int, code: np.ndarray, value_of: np.ndarray, floor: float,
                  key: np.ndarray, picked_code: np.ndarray) -> int:
     """The nodes whose log value is at or above ``floor`` into ``key`` and
@@ -250,7 +250,7 @@ def _above_floor(logc: np.ndarray, depth: int, topk: int, code: np.ndarray, valu
     return n
 
 
-@jit
+@jit(inline=True)
 def _near_budget(n: int, keep: int, kth_log: float, depth: int, picked: _Picked, out: np.ndarray) -> None:
     """The budget's pick of the ``n`` nodes above the floor (``picked.key``
     their log values, ``picked.code`` their codes) when more than the budget
@@ -291,7 +291,7 @@ def _near_budget(n: int, keep: int, kth_log: float, depth: int, picked: _Picked,
             b += 1
 
 
-@jit
+@jit(inline=True)
 def _order_front(code: np.ndarray, value: np.ndarray, index: np.ndarray, d: int, topk: int, kth: float) -> None:
     """Put level ``d``'s frontier (row d of each [depth, topk] array), picked
     best first, in top_into's order: the values above the k-th by index,
