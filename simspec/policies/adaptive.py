@@ -204,7 +204,7 @@ def _history_alpha(batch: Batch) -> np.ndarray:
     return alpha
 
 
-@jit
+@jit(inline=True)
 def _copy_into(src: Drafted, dst: Drafted) -> None:
     dst.rows[:] = src.rows
     dst.totals[:] = src.totals
@@ -223,7 +223,7 @@ def _plan_rate(layers_s: np.ndarray, head_s: np.ndarray, zero: np.ndarray, r: Ra
     return gain / (forward + drafting)
 
 
-@jit
+@jit(inline=True)
 def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, r: Rater, now: Drafted, trial: Drafted,
                  members: np.ndarray, path: np.ndarray, future: np.ndarray, alpha: np.ndarray, d: int, depth: int,
                  gain: float, n: int, pairs: int, enough: float) -> float:
@@ -290,6 +290,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     for it; the engine drafts it and plans again, and the same decisions
     are replayed up to it."""
     b = len(batch.context_tokens)
+    remaining, conf = batch.remaining_tokens, batch.conf  # read once: a read in the loops costs a reference count
     levels = np.zeros(b, np.int64)
     cut = np.zeros(b, np.int64)
     worth = np.zeros((b, depth + 1))
@@ -297,7 +298,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     alive = np.zeros(b, np.bool_)
     alpha = _history_alpha(batch)
     for i in range(b):
-        alive[i] = batch.remaining_tokens[i] > 1
+        alive[i] = remaining[i] > 1
     now, trial = _drafted(), _drafted()
     future = np.empty(b)
     r = _rater(costs, p, v)
@@ -317,7 +318,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             slope = (1.0 / wide - 1.0 / base) / b
         g, eligible = 0, 0
         for i in range(b):
-            ok = alive[i] and levels[i] == d and d + 1 < batch.remaining_tokens[i]
+            ok = alive[i] and levels[i] == d and d + 1 < remaining[i]
             everyone[i] = ok
             eligible += ok
             if ok and threshold <= 0.0:
@@ -347,7 +348,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             going[:] = everyone
         unknown = False
         for i in range(b):
-            if going[i] and batch.conf[i, d, 0] <= 0.0:
+            if going[i] and conf[i, d, 0] <= 0.0:
                 unknown = True
         for i in range(b):
             if not going[i]:
@@ -358,7 +359,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             levels[i] = d + 1
             if unknown:
                 continue
-            path[i] *= batch.conf[i, d, 0]
+            path[i] *= conf[i, d, 0]
             worth[i, d + 1] = worth[i, d] + path[i]
             gain += path[i]
             n += 1
