@@ -411,6 +411,7 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
     rater = _rater(costs, p, v)
     drafting_s = _drafting_s(rater.terms, drafted.totals, b)
     zero, table = p.draft_s, costs.draft_s  # depth 0 of the drafting table: the forward alone
+    layers_s, head_s = costs.layers_s, costs.head_s
     context, remaining = batch.context_tokens, batch.remaining_tokens
     # The chains as drafted: a candidate of its own.
     worth = _chain_worth(batch, levels)
@@ -419,9 +420,8 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         n_chain += levels[i]
         pairs_chain += levels[i] * context[i]
         gain_chain += worth[i]
-    chain_rate = _plan_rate(costs.layers_s, costs.head_s, zero, rater, drafted.totals, b, gain_chain, n_chain,
-                            pairs_chain)
-    best = _plan_rate(costs.layers_s, costs.head_s, zero, rater, drafted.totals, b, float(b), 0, 0)
+    chain_rate = _plan_rate(layers_s, head_s, zero, rater, drafted.totals, b, gain_chain, n_chain, pairs_chain)
+    best = _plan_rate(layers_s, head_s, zero, rater, drafted.totals, b, float(b), 0, 0)
     memo = Memo(np.nan, np.nan)
     take = 0
     c = b + max_nodes + 1
@@ -434,13 +434,13 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
         if levels[i] > 0 and remaining[i] > 1 and conf[i, 0, 0] > 0:
             size = push(f, size, conf[i, 0, 0], i, np.int64(1), 1.0)
     gain, pairs, n = float(b), 0, 0
+    forward = 0.0  # the forward of the nodes taken so far: the last pop's, as (n, pairs) are
     while size > 0 and n < max_nodes:
         value, i, code, parent = value_of[0], request_of[0], code_of[0], parent_of[0]
         d = trees.depth(code)
         if n > 0:
-            here, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
-            after, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n + CHORD_TOKENS, pairs, 0)
-            slope = (after - here) / CHORD_TOKENS
+            after, memo = _verified_s(v, layers_s, head_s, zero, memo, n + CHORD_TOKENS, pairs, 0)
+            slope = (after - forward) / CHORD_TOKENS
             if slope > 0 and value / slope < best:
                 break
         rows[n], chosen[n] = i, code
@@ -452,7 +452,7 @@ def _verify_rule(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, leve
             for level in range(1, levels[i]):
                 _add_rows(table, drafted, level, topk - 1)
             drafting_s = _drafting_s(rater.terms, drafted.totals, b)
-        forward, memo = _verified_s(v, costs.layers_s, costs.head_s, zero, memo, n, pairs, 0)
+        forward, memo = _verified_s(v, layers_s, head_s, zero, memo, n, pairs, 0)
         rate = gain / (forward + drafting_s)
         if rate > best:
             best, take = rate, n
