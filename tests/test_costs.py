@@ -124,6 +124,14 @@ def test_tables_extrapolate_past_their_end(roofline):
     assert beyond - edge == pytest.approx(100 * (edge - inside), rel=1e-9)
 
 
+
+def test_the_compiled_table_lookup_reads_inside_and_extrapolates_past_the_end():
+    table = np.array([0.5, 0.75, 1.5, 2.0])
+    assert [costs.base.table_at(table, t) for t in range(4)] == table.tolist()
+    assert costs.base.table_at(table, 6) == 2.0 + 3 * (2.0 - 1.5)
+    assert costs.base.table_at(np.array([0.25]), 5) == 0.25  # one entry: flat past it
+
+
 def test_kv_budget_from_memory():
     from simspec.sim import EngineConfig
     tokens = EngineConfig().kv_budget_tokens(LLAVA, H100)
