@@ -76,5 +76,5 @@ class Estimate:
 
 
 
-__all__ = ["Estimate", "after_round", "updated", "censored_accepted", "prior_accepted", "RECENT_WEIGHT", "POPULATION_WEIGHT",
-           "RELAX_WEIGHT", "MAX_PRIOR_ACCEPTED"]
+__all__ = ["Estimate", "after_round", "updated", "censored_accepted", "prior_accepted", "RECENT_WEIGHT",
+           "POPULATION_WEIGHT", "RELAX_WEIGHT", "MAX_PRIOR_ACCEPTED"]
