@@ -172,10 +172,9 @@ def jit(fn=None, *, inline: bool = False):
     reference for each on entry (an atomic call) and drops the pair only
     when the release falls in the same block (simspec.policies.rules'
     _verified_s and _confidence). Inlining drops only some of the counts
-    (kept, at every call site, for _verified_s; a quarter of them for
-    EAGLE-2's row helpers in simspec.trees.eagle, which it makes 8% faster),
-    so it is for a function called from few sites whose arrays are used past
-    a branch."""
+    (none for _verified_s; some for EAGLE-2's row helpers), so it is for a
+    function that takes arrays, uses them past a branch and is called from
+    few sites."""
     if fn is None:
         return functools.partial(jit, inline=inline)
     return numba.njit(cache=CACHING, nogil=True, inline="always" if inline else "never")(fn)

@@ -124,7 +124,6 @@ def test_tables_extrapolate_past_their_end(roofline):
     assert beyond - edge == pytest.approx(100 * (edge - inside), rel=1e-9)
 
 
-
 def test_the_compiled_table_lookup_reads_inside_and_extrapolates_past_the_end():
     table = np.array([0.5, 0.75, 1.5, 2.0])
     assert [costs.base.table_at(table, t) for t in range(4)] == table.tolist()

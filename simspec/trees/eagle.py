@@ -85,7 +85,7 @@ class _Picked(NamedTuple):
     scratch: np.ndarray  # [2M] float (a band's keys, then kth_largest's own scratch)
 
 
-@jit(inline=True)
+@jit
 def _floor(kth_log: float, depth: int) -> float:
     """The log confidence under which no node can make the budget, from the
     budget-th largest log confidence: nodes that make it have log value >=
@@ -96,7 +96,7 @@ def _floor(kth_log: float, depth: int) -> float:
     return np.log(least) - 1e-9 if least > 0 else -np.inf
 
 
-@jit(inline=True)
+@jit
 def _ceiling(kth_log: float, depth: int) -> float:
     """The log confidence over which a node outranks every node whose log
     value is at most the budget-th largest ``kth_log``: its key exceeds
