@@ -11,7 +11,8 @@ as it arrives:
   exact: numpy's statistics over the gaps in request order), beyond that a
   histogram of GAP_BINS log-spaced bins between MIN_GAP_S and MAX_GAP_S
   (relative width GAP_RATIO - 1: a percentile within half of it), with the
-  exact count, mean and spread;
+  exact count, mean and spread. The replicas of a fleet share the count
+  (:class:`GapBudget`): past EXACT_GAPS over the fleet, each bins its own;
 - drafted rounds as counts (RoundStats);
 - per step its start, duration, batch, plan mix and tokens emitted.
 
@@ -52,16 +53,38 @@ def bin_value_s(index: np.ndarray) -> np.ndarray:
     return MIN_GAP_S * GAP_RATIO ** (np.asarray(index, dtype=float) + 0.5)
 
 
+class GapBudget:
+    """The gaps kept one by one so far, by one log or by the replicas of a
+    fleet together (each replica's log holding the same budget): past
+    EXACT_GAPS, every log that holds it counts its gaps in bins, so a
+    fleet's merged log is exact exactly where one replica's log of the same
+    gaps would be, and its memory bounded as one's."""
+
+    def __init__(self):
+        self.kept = 0
+
+    @property
+    def spent(self) -> bool:
+        return self.kept > EXACT_GAPS
+
+
 class _Gaps:
     """Gaps between each request's consecutive chunks, exact or binned."""
 
-    def __init__(self, n_requests: int):
+    def __init__(self, n_requests: int, budget: GapBudget | None = None):
         self.last_s = np.full(n_requests, np.nan)  # [N] the request's previous chunk time
         self.requests: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
-        self.kept = 0
+        self.budget = GapBudget() if budget is None else budget
         self.bins: np.ndarray | None = None
         self.count, self.mean_s, self.m2 = 0, 0.0, 0.0
+
+    def _to_bins(self) -> None:
+        """From here on, counts in bins (the gaps kept so far too)."""
+        self.bins = np.zeros(GAP_BINS, dtype=np.int64)
+        for values in self.values:
+            self.bins += np.bincount(gap_bin(values), minlength=GAP_BINS)
+        self.requests, self.values = [], []
 
     def add(self, index: np.ndarray, time_s: np.ndarray) -> None:
         """Chunks of requests ``index`` [C] at ``time_s`` [C], in time order."""
@@ -87,19 +110,20 @@ class _Gaps:
             self.mean_s += delta * n / total
             self.m2 += m2 + delta * delta * self.count * n / total
             self.count = total
+        if self.bins is None and self.budget.spent:  # another log that holds the budget spent it
+            self._to_bins()
         if self.bins is None:
             self.requests.append(who)
             self.values.append(gaps)
-            self.kept += len(gaps)
-            if self.kept > EXACT_GAPS:  # from here on, counts in bins
-                self.bins = np.zeros(GAP_BINS, dtype=np.int64)
-                for values in self.values:
-                    self.bins += np.bincount(gap_bin(values), minlength=GAP_BINS)
-                self.requests, self.values = [], []
+            self.budget.kept += len(gaps)
+            if self.budget.spent:
+                self._to_bins()
         else:
             self.bins += np.bincount(gap_bin(gaps), minlength=GAP_BINS)
 
     def result(self, ids: np.ndarray) -> Gaps:
+        if self.bins is None and self.budget.spent:
+            self._to_bins()
         if self.bins is not None:
             return Gaps(count=self.count, bins=self.bins, mean_s=self.mean_s, m2_s2=self.m2)
         who = np.concatenate(self.requests) if self.requests else np.zeros(0, np.int64)
@@ -191,11 +215,13 @@ class LogBuilder:
     """A run's log, fed in blocks (module docstring). Requests are indexed
     0..N-1 here; ``ids`` [N] gives each its request id. ``event_detail``
     False keeps no per-chunk and per-round arrays (RunLog's ``chunk_*`` and
-    ``round_*`` are None), whatever the run's size."""
+    ``round_*`` are None), whatever the run's size. ``gap_budget``: the
+    count of exact gaps it shares with other logs (a fleet's replicas';
+    None: its own)."""
 
-    def __init__(self, ids: np.ndarray, *, event_detail: bool = True):
+    def __init__(self, ids: np.ndarray, *, event_detail: bool = True, gap_budget: GapBudget | None = None):
         self.ids = np.asarray(ids, dtype=np.int64)
-        self._gaps = _Gaps(len(self.ids))
+        self._gaps = _Gaps(len(self.ids), gap_budget)
         self._rounds = _Rounds()
         self._steps: dict[str, list[np.ndarray]] | None = {k: [] for k in ("start", "duration", "batch", "plans",
                                                                                   "tokens")}
@@ -258,4 +284,4 @@ class LogBuilder:
             rounds_total=int(sum(self._totals.plans)), complete=complete, notes=notes, **detail)
 
 
-__all__ = ["LogBuilder", "EXACT_GAPS", "DETAIL_EVENTS", "GAP_BINS", "gap_bin", "bin_value_s"]
+__all__ = ["LogBuilder", "GapBudget", "EXACT_GAPS", "DETAIL_EVENTS", "GAP_BINS", "gap_bin", "bin_value_s"]

@@ -95,3 +95,29 @@ def test_merged_counts_are_the_replicas_sums():
         i for p in parts for i in p.table.id.tolist())
     pooled = np.concatenate([p.gaps.exact_s for p in parts])
     assert metrics.summarize(merged)["mean_itl_ms"] == pytest.approx(pooled.mean() * 1e3, rel=1e-9)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_requests"])
+def test_a_fleet_keeps_gaps_one_by_one_as_one_log_would(monkeypatch, router):
+    # the replicas share one count of exact gaps: past the limit over the fleet, the merged log is binned,
+    # as one replica's log of as many gaps would be, though each replica kept fewer than the limit
+    from simspec import logs
+    from simspec.fleet import merge
+    cfg = config.build({}, {"replicas": 3, "router": router, "policies": ["ar"],
+                            "workload": {"num_requests": 90, "rate_per_s": 8.0}})
+    exact = experiment.run(cfg)
+    total = exact.logs[0].gaps.count
+    parts = [log for log in exact.fleets[0].replicas if log is not None]
+    assert exact.logs[0].gaps.exact_s is not None and len(parts) == 3
+    assert max(p.gaps.count for p in parts) < total // 2
+    limit = total // 2
+    monkeypatch.setattr(logs, "EXACT_GAPS", limit)
+    monkeypatch.setattr(merge, "EXACT_GAPS", limit)
+    binned = experiment.run(cfg)
+    gaps = binned.logs[0].gaps
+    assert gaps.exact_s is None and gaps.bins.sum() == gaps.count == total
+    assert gaps.mean_s == pytest.approx(exact.logs[0].gaps.mean_s, rel=1e-12)
+    assert np.array_equal(gaps.bins, np.bincount(logs.gap_bin(exact.logs[0].gaps.exact_s), minlength=logs.GAP_BINS))
+    late = [p for p in binned.fleets[0].replicas if p is not None]
+    assert any(p.gaps.exact_s is None for p in late)  # a replica still serving when the fleet's count passed binned its own
+    assert np.array_equal(binned.logs[0].table.finish_s, exact.logs[0].table.finish_s)  # the run itself is the same

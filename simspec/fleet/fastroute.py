@@ -11,9 +11,9 @@ arrival (tests/test_fleet_routers.py compares the two): each replica run
 up to the arrival (fastloop's CALL_HORIZON) unless none of its requests
 can finish by then (:func:`_finish_after`), the finishes the router has
 heard by then (``staleness_s`` after they happen), the least loaded with
-ties to the first from the replica after the last chosen, run up to the
-arrival if it was not, and the request placed among the replica's known
-arrivals by its ready time. It returns to
+ties to the first from the replica after the last chosen, and the
+request placed among the replica's known arrivals by its ready time
+(a replica behind the arrival stops its steps there when it reaches it). It returns to
 Python where Python must act for a replica (its log buffers to flush, its
 random numbers' window to refill: ``Escape``) and at the end of the
 arrivals it was given; a call resumes at the arrival it stopped at, whose
@@ -235,8 +235,9 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     of fastloop.run's arguments read at every arrival (a replica's whole
     ``heads`` entry is copied out only when it runs). For least_requests
     and least_tokens a replica none of whose requests can finish by the
-    arrival (_finish_after) is not run up to it unless it is chosen: its
-    load is known, so no decision moves (where a replica is stopped can
+    arrival (_finish_after) is not run up to it, chosen or not: its load is
+    known, so no decision moves, and a chosen one's steps stop at the
+    arrival when they reach it (where a replica is stopped can
     move the last bit of its clock, SimPy's start + (end - start); the
     Python loop leaves the same replicas behind). power_of_two runs and
     hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
@@ -282,11 +283,6 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
         chosen = _least(loads, book.last[0]) if home < 0 else home
         wake_s[chosen] = -np.inf
         arrivals, loop, pending, _, _, _ = parts[chosen]
-        if not _ready(loop, t):  # the chosen one runs up to the arrival before it joins
-            why = _advance(heads[chosen], windows[chosen], buffers[chosen], t)
-            if why != OK:
-                book.stopped[0], book.stopped[1], book.stopped[2] = i, n, chosen
-                return why
         book.stopped[0] = -1
         if home < 0:  # a request sent home leaves the least-loaded rotation where it was
             book.last[0] = chosen
@@ -296,10 +292,11 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
 
 @jit
 def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, tokens: np.ndarray) -> None:
-    """Request ``i`` joins replica ``chosen`` (run up to ``t``), in its arrivals and the router's book."""
+    """Request ``i`` joins replica ``chosen``, in its arrivals and the router's book."""
     _add(arrivals, loop, i, t)
-    pending.decided[0] *= 1 - pending.resume[0]  # a run going on is decided anew
-    pending.resume[0] = 0
+    if loop.now_s[0] >= t:  # a run going on past the arrival is decided anew (one behind it stops there itself)
+        pending.decided[0] *= 1 - pending.resume[0]
+        pending.resume[0] = 0
     book.assignment[i] = chosen
     book.next[i] = book.live[chosen]
     book.live[chosen] = i

@@ -12,12 +12,13 @@ Routing request i at time t: every replica the router reads is run up to
 t (a replica's course depends only on what was routed to it, so one not
 read can catch up later; behind least_requests and least_tokens, one none
 of whose requests can finish by t is not run either, its load being
-known, unless it is chosen, and so behind prefix_affinity;
-simspec.fleet.fastroute runs those three routers' loop, and
-power_of_two's, compiled), the router picks from their state as of t, and
-the request joins the chosen replica's arrivals at its frontend's ready
-time (in order among those it has not yet queued: a replica that lags
-behind t has not reached them). What the router reads is what a router
+known, and so behind prefix_affinity; simspec.fleet.fastroute runs those
+three routers' loop, and power_of_two's, compiled), the router picks from
+their state as of t, and the request joins the chosen replica's arrivals
+at its frontend's ready time (in order among those it has not yet
+queued: a replica that lags behind t has not reached them; its steps
+stop there when they do, as at any known arrival, so the lazy routers do
+not run the chosen replica up to t either). What the router reads is what a router
 keeps itself: the requests it sent to each replica and has not yet heard
 finish, and their prompt and output tokens; a finish is heard
 ``staleness_s`` after it happens (0: at once). A request in a step that ends after t is outstanding at t.
@@ -26,7 +27,6 @@ finish, and their prompt and output tokens; a finish is heard
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
 from typing import Callable, Sequence
 
 import numba
@@ -37,7 +37,7 @@ from simspec.fleet import fastroute
 from simspec.fleet.routers import Router
 from simspec.sim import fastloop
 from simspec.sim.replica import Frontend, Replica, request_columns
-from simspec.types import Request, RunLog, Gaps
+from simspec.types import Request, RunLog
 from simspec import compiled, seeds
 
 
@@ -134,8 +134,8 @@ class _Live:
             arrivals.fresh[at + 1] = arrivals.ready_s[at + 1] > ready
         loop.routed[0] = end + 1
         pending = self.replica.pending
-        if pending.resume[0]:  # a run going on as decided is decided anew, with this request
-            pending.decided[0] = pending.resume[0] = 0
+        if pending.resume[0] and loop.now_s[0] >= ready:  # a run going on past the arrival is decided anew, with
+            pending.decided[0] = pending.resume[0] = 0  # this request (one behind it stops there itself)
         self.mine.append(i)
         self.live.append(i)
         self.outstanding += 1
@@ -150,20 +150,7 @@ class _Live:
         """The log of the requests routed here (None: none was)."""
         if not self.mine:
             return None
-        return _subset(self.replica.run_log(label), np.sort(np.array(self.mine, dtype=np.int64)))
-
-
-def _subset(log: RunLog, rows: np.ndarray) -> RunLog:
-    """``log`` with only the table's ``rows`` (sorted); its gaps' rows renumbered."""
-    table = type(log.table)(*(column[rows] for column in log.table))
-    gaps = log.gaps
-    if gaps.exact_request is not None:
-        renumber = np.full(len(log.table.id), -1, np.int64)
-        renumber[rows] = np.arange(len(rows))
-        gaps = Gaps(count=gaps.count, exact_s=gaps.exact_s, exact_request=renumber[gaps.exact_request],
-                    mean_s=gaps.mean_s, m2_s2=gaps.m2_s2)
-    start = min(0.0, float(table.arrival_s.min()))
-    return replace(log, table=table, gaps=gaps, start_s=start)
+        return self.replica.run_log(label, rows=np.sort(np.array(self.mine, dtype=np.int64)))
 
 
 COMPILED = True  # route the routers of simspec.fleet.fastroute in compiled code where it can (tests switch it off)
@@ -196,8 +183,6 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
                     fleet[k].advance(t)
                 router.heard(k, fleet[k].hear(t, staleness_s, tokens))
             chosen = router.choose(request, fleet)
-            if lazy:  # the chosen one runs up to the arrival before it joins
-                fleet[chosen].advance(t)
             fleet[chosen].add(i, request, int(tokens[i]))
             router.sent(chosen, i, request)
             assignment[i] = chosen

@@ -4,8 +4,9 @@ metrics, tables and run folders read of a one-replica run.
 Imports: numpy, simspec.logs (gap bins, the timeline's size), simspec.types.
 
 Requests are one table sorted by id; rounds, steps and gaps are summed (the
-gaps kept one by one where every replica kept them, else counted in the
-shared bins, their mean and spread pooled); the timeline is re-binned to
+gaps kept one by one where every replica kept them and they are at most
+simspec.logs.EXACT_GAPS, as one log keeps them, else counted in the shared
+bins, their mean and spread pooled); the timeline is re-binned to
 the widest replica's bin width (widths are the same start width doubled,
 so bins nest). Per-step, per-chunk and per-round arrays are left out, as
 a long run leaves them out. Busy time is summed over replicas (the
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simspec.logs import GAP_BINS, TIMELINE_BINS, gap_bin, stable_order
+from simspec.logs import EXACT_GAPS, GAP_BINS, TIMELINE_BINS, gap_bin, stable_order
 from simspec.types import Gaps, RequestTable, RoundStats, RunLog, StepStats, Timeline
 
 
@@ -58,7 +59,7 @@ def _gaps(gaps: list[Gaps], rows: list[np.ndarray]) -> Gaps:
     count = sum(g.count for g in gaps)
     mean = sum(g.mean_s * g.count for g in gaps) / count if count else 0.0
     m2 = sum(g.m2_s2 + g.count * (g.mean_s - mean) ** 2 for g in gaps)  # pooled (Chan et al.'s parallel form)
-    if all(g.exact_s is not None for g in gaps):
+    if all(g.exact_s is not None for g in gaps) and count <= EXACT_GAPS:
         values = np.concatenate([g.exact_s for g in gaps])
         who = np.concatenate([row[g.exact_request] for g, row in zip(gaps, rows)])
         order = stable_order(who)

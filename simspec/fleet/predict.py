@@ -33,7 +33,7 @@ BURST = 256  # requests of the calibration burst
 def calibrate(requests: Sequence[Request], *, seed: int, **serve) -> ReplicaModel:
     """The replica model of ``serve`` (simspec.sim.simulate's arguments) on ``requests``' mix."""
     burst = [replace(r, arrival_s=0.0) for r in requests[:BURST]]
-    serve = {**serve, "event_detail": True}
+    serve = {**serve, "event_detail": True, "gap_budget": None}  # its own log, not the fleet's
     child = int(seeds.stream(seed, "router-model").generate_state(1)[0])
     log = simulate(burst, label="calibration", seed=child, **serve)
     batch, duration = log.step_batch, log.step_duration_s

@@ -15,7 +15,9 @@ replica i draws its rounds from its own child of the run's seed
 their choices from ``seeds.stream(seed, "router")``; none depends on the
 policy, so the policies of one run share their routing (where the router
 does not read the replicas' state) and their draws (common random
-numbers), as one replica's do. A fleet of groups (simspec.fleet.groups)
+numbers), as one replica's do. The replicas' logs share one count of the
+gaps they keep one by one (simspec.logs.GapBudget), so the merged log
+keeps them exactly where one replica's log of as many would. A fleet of groups (simspec.fleet.groups)
 gives each replica its own setup (cost model, engine, KV budget, policy:
 ``setups``); everything else is the same.
 """
@@ -32,6 +34,7 @@ from simspec.fleet import routers
 from simspec.fleet.live import simulate_routed
 from simspec.fleet.merge import merge
 from simspec.fleet.predict import calibrate
+from simspec.logs import GapBudget
 from simspec.sim import simulate
 from simspec.sim.replica import request_logits
 from simspec.types import Request, RunLog, require
@@ -74,10 +77,13 @@ def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, s
     routers.check(router, replicas)
     require(setups is None or len(setups) == replicas,
             f"setups: one a replica ({replicas}; got {len(setups or ())})")
-    own = [{**serve, **setup} for setup in setups] if setups is not None else [serve] * replicas
     if replicas == 1:
-        log = simulate(requests, label=label, seed=seed, progress=progress, **own[0])
+        own = {**serve, **setups[0]} if setups is not None else serve
+        log = simulate(requests, label=label, seed=seed, progress=progress, **own)
         return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
+    budget = GapBudget()
+    own = [{**serve, **setup, "gap_budget": budget} for setup in setups] if setups is not None \
+        else [{**serve, "gap_budget": budget}] * replicas
     difficulty = request_logits(serve["acceptance"], np.random.default_rng(seeds.stream(seed, "difficulty")),
                                 requests)
     rng = np.random.default_rng(seeds.stream(seed, "router"))

@@ -48,6 +48,7 @@ steps and wake-ups as SimPy does.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -63,7 +64,7 @@ from simspec.serving.estimate import Estimate
 from simspec.serving.queues import CHUNKS, DECODES
 from simspec.serving.scheduler import Scheduler
 from simspec import seeds
-from simspec.logs import LogBuilder
+from simspec.logs import GapBudget, LogBuilder
 from simspec.types import Request, RequestTable, RunLog
 
 LOG_STEPS = 4096  # steps per log buffer; a full buffer is flushed to Python lists
@@ -237,7 +238,7 @@ class Replica:
                  rng_difficulty: np.random.Generator | None, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
                  difficulty: np.ndarray | None = None, routed: bool = False, transferred_kv: bool = False,
-                 columns: RequestColumns | None = None):
+                 columns: RequestColumns | None = None, gap_budget: GapBudget | None = None):
         """``event_detail``: keep the log's per-chunk and per-round arrays
         (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
         (tests compare the two); ``difficulty``: the requests' top-1 logits
@@ -247,7 +248,8 @@ class Replica:
         ``transferred_kv``: each request arrives with its prompt's KV cache
         (the decode side of a disaggregated fleet, simspec.fleet.disagg);
         ``columns``: :func:`request_columns` of ``requests``, read once for
-        several replicas."""
+        several replicas; ``gap_budget``: the exact gaps the log shares with
+        a fleet's other replicas' (simspec.logs.GapBudget)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
@@ -285,8 +287,8 @@ class Replica:
         self.finished = 0
         self.arrived = 0
         self.routed = routed
-        if routed:
-            self.ready_s, self.order = np.full(n, np.inf), np.zeros(n, np.int64)
+        if routed:  # nothing known yet: the arrivals are filled in as routed (_setup)
+            self.ready_s, self.order = np.zeros(0), np.zeros(0, np.int64)
         else:
             self.ready_s, self.order = frontend_ready(requests, engine)
         self.wake = env.event()
@@ -294,7 +296,7 @@ class Replica:
         self.wake_owed = 0.0  # the next step's share of waking up
         self.columns = columns
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
-                                LogBuilder(columns.ids.copy(), event_detail=event_detail))
+                                LogBuilder(columns.ids.copy(), event_detail=event_detail, gap_budget=gap_budget))
         sched.check_fits()
         self.fast = not _python
         self._setup()
@@ -305,12 +307,14 @@ class Replica:
         seqs = len(sched.queues.running)
         every = max(1, n // 200) if self.progress is not None and self.fast else 0
         self.config = fastloop.Config(sched.limits, engine.scheduler == "vllm", engine.mixed_prefill, every)
-        order = np.asarray(self.order, dtype=np.int64)
-        if self.routed:  # filled in as the router hands requests over (Loop's routed fields)
-            queued_s, fresh = np.full(n, np.inf), np.ones(n, np.bool_)
+        if self.routed:  # filled in as the router hands requests over (Loop's routed fields): of the times only
+            # the first Loop.routed are read, so the rest stays untouched and its memory unused (a fleet's replica
+            # has the whole stream's length, of which its share is a fraction); ``fresh`` past them ends a batch
+            self.arrival = fastloop.Arrivals(np.zeros(n, np.int64), np.zeros(n), np.zeros(n), np.ones(n, np.bool_))
         else:
+            order = np.asarray(self.order, dtype=np.int64)
             queued_s, fresh = fastloop.arrival_times(np.asarray(self.ready_s, dtype=float), order)
-        self.arrival = fastloop.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
+            self.arrival = fastloop.Arrivals(order, np.asarray(self.ready_s, dtype=float)[order], queued_s, fresh)
         self.loop = fastloop.new_loop()
         if self.routed:
             self.loop.routed[0], self.loop.routing[0] = 0, fastloop.ROUTING_OPEN
@@ -396,23 +400,35 @@ class Replica:
         return end
 
     # -- results -----------------------------------------------------------
-    def run_log(self, label: str) -> RunLog:
+    def run_log(self, label: str, rows: np.ndarray | None = None) -> RunLog:
+        """The run's log; ``rows`` (sorted): of these requests alone (a routed
+        replica's share of the fleet's stream), its gaps' requests numbered
+        by them."""
         self.logs.flush()
         c = self.columns
         table = RequestTable(
-            id=c.ids.copy(), arrival_s=c.arrival_s.copy(), admitted_s=self.admitted_s,
-            first_token_s=self.first_token_s, finish_s=self.finish_s, prompt_tokens=c.prompt_tokens.copy(),
-            output_tokens=self.state.emitted.copy(), images=c.image_count.copy(),
-            visual_tokens=self.state.visual.copy(), preemptions=self.preemptions,
-            cached_tokens=self.scheduler.cached_tokens.copy())
+            id=c.ids, arrival_s=c.arrival_s, admitted_s=self.admitted_s, first_token_s=self.first_token_s,
+            finish_s=self.finish_s, prompt_tokens=c.prompt_tokens, output_tokens=self.state.emitted,
+            images=c.image_count, visual_tokens=self.state.visual, preemptions=self.preemptions,
+            cached_tokens=self.scheduler.cached_tokens)
+        owned = ("admitted_s", "first_token_s", "finish_s", "preemptions")  # the replica's own: not copied
+        table = RequestTable(*(column[rows] if rows is not None else column if name in owned else column.copy()
+                               for name, column in zip(RequestTable._fields, table)))
         expected = int(self.loop.routed[0]) if self.routed else len(self.requests)
-        return self.logs.builder.finish(policy=label, table=table, complete=self.finished == expected)
+        log = self.logs.builder.finish(policy=label, table=table, complete=self.finished == expected)
+        gaps = log.gaps
+        if rows is None or gaps.exact_request is None:
+            return log
+        renumber = np.full(len(c.ids), -1, np.int64)
+        renumber[rows] = np.arange(len(rows))
+        return replace(log, gaps=replace(gaps, exact_request=renumber[gaps.exact_request]))
 
 
 def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None = None, costs: CostModel,
              acceptance: AcceptanceModel, engine: EngineConfig, kv_budget_tokens: int,
              seed: int = 0, progress: Callable[[int], None] | None = None, event_detail: bool = True,
-             _python: bool = False, difficulty: np.ndarray | None = None, transferred_kv: bool = False) -> RunLog:
+             _python: bool = False, difficulty: np.ndarray | None = None, transferred_kv: bool = False,
+             gap_budget: GapBudget | None = None) -> RunLog:
     """Serve ``requests`` with ``policy`` and return everything measured.
 
     The run's seed gives the difficulty and round streams (simspec.seeds
@@ -425,6 +441,7 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     fleet's draw). ``_python`` runs the SimPy-process driver
     (module docstring; tests compare the two paths). ``transferred_kv``:
     each request arrives with its prompt's KV cache (Replica).
+    ``gap_budget``: the exact gaps its log shares with other replicas' (a fleet's).
     """
     rng_difficulty, rng_rounds = (np.random.default_rng(seeds.stream(seed, purpose))
                                   for purpose in ("difficulty", "rounds"))
@@ -432,7 +449,7 @@ def simulate(requests: Sequence[Request], *, policy: Policy, label: str | None =
     replica = Replica(env, requests, policy=policy, costs=costs, acceptance=acceptance, engine=engine,
                       kv_budget_tokens=kv_budget_tokens, rng_difficulty=rng_difficulty, rng_rounds=rng_rounds,
                       progress=progress, event_detail=event_detail, _python=_python, difficulty=difficulty,
-                      transferred_kv=transferred_kv)
+                      transferred_kv=transferred_kv, gap_budget=gap_budget)
     if not replica.fast:
         env.process(replica.arrivals())
     env.process(replica.replica())
