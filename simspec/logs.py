@@ -71,8 +71,9 @@ class GapBudget:
 class _Gaps:
     """Gaps between each request's consecutive chunks, exact or binned."""
 
-    def __init__(self, n_requests: int, budget: GapBudget | None = None):
-        self.last_s = np.full(n_requests, np.nan)  # [N] the request's previous chunk time
+    def __init__(self, n_requests: int, budget: GapBudget | None = None, last_s: np.ndarray | None = None):
+        # [N] the request's previous chunk time (a fleet's alike replicas share one: each request is one's)
+        self.last_s = np.full(n_requests, np.nan) if last_s is None else last_s
         self.requests: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         self.budget = GapBudget() if budget is None else budget
@@ -217,11 +218,13 @@ class LogBuilder:
     False keeps no per-chunk and per-round arrays (RunLog's ``chunk_*`` and
     ``round_*`` are None), whatever the run's size. ``gap_budget``: the
     count of exact gaps it shares with other logs (a fleet's replicas';
-    None: its own)."""
+    None: its own); ``last_s``: each request's last chunk time, an [N]
+    array of NaN to start (a fleet's alike replicas share one)."""
 
-    def __init__(self, ids: np.ndarray, *, event_detail: bool = True, gap_budget: GapBudget | None = None):
+    def __init__(self, ids: np.ndarray, *, event_detail: bool = True, gap_budget: GapBudget | None = None,
+                 last_s: np.ndarray | None = None):
         self.ids = np.asarray(ids, dtype=np.int64)
-        self._gaps = _Gaps(len(self.ids), gap_budget)
+        self._gaps = _Gaps(len(self.ids), gap_budget, last_s)
         self._rounds = _Rounds()
         self._steps: dict[str, list[np.ndarray]] | None = {k: [] for k in ("start", "duration", "batch", "plans",
                                                                                   "tokens")}

@@ -121,3 +121,35 @@ def test_a_fleet_keeps_gaps_one_by_one_as_one_log_would(monkeypatch, router):
     late = [p for p in binned.fleets[0].replicas if p is not None]
     assert any(p.gaps.exact_s is None for p in late)  # a replica still serving when the fleet's count passed binned its own
     assert np.array_equal(binned.logs[0].table.finish_s, exact.logs[0].table.finish_s)  # the run itself is the same
+
+
+def test_alike_replicas_share_their_per_request_arrays(monkeypatch):
+    # a routed fleet's replicas of one setup keep one array of each per-request figure (each request is one
+    # replica's alone): the same run as with an array a replica, in a fleet's memory of one replica's
+    from simspec.sim import replica
+    made = []
+    original = replica.Replica.__init__
+
+    def init(self, *args, private=False, **kwargs):
+        if private:
+            kwargs["pool"] = None
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    cfg = config.build({}, {"replicas": 3, "router": "least_requests", "policies": ["linear:k=3"],
+                            "workload": {"num_requests": 150, "rate_per_s": 20.0}})
+    monkeypatch.setattr(replica.Replica, "__init__", init)
+    shared = experiment.run(cfg).logs[0]
+    routed = [r for r in made if r.routed]
+    assert len(routed) == 3
+    for name in ("finish_s", "admitted_s"):
+        assert all(getattr(r, name) is getattr(routed[0], name) for r in routed)
+    assert all(r.state.emitted is routed[0].state.emitted and r.scheduler.target is routed[0].scheduler.target
+               for r in routed)
+    assert routed[0].scheduler.queues.waiting is not routed[1].scheduler.queues.waiting  # a queue is a replica's
+    monkeypatch.setattr(replica.Replica, "__init__", lambda self, *a, **k: init(self, *a, private=True, **k))
+    made.clear()
+    private = experiment.run(cfg).logs[0]
+    assert len({id(r.finish_s) for r in made if r.routed}) == 3
+    for column in ("finish_s", "first_token_s", "output_tokens", "preemptions"):
+        assert np.array_equal(getattr(shared.table, column), getattr(private.table, column)), column

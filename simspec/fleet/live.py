@@ -167,7 +167,10 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     frontends free; the same decisions either way."""
     tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
     columns = request_columns(requests)  # every replica reads the whole stream: read it once
-    fleet = [_Live(requests, seed=s, difficulty=difficulty, serve={**setup, "columns": columns})
+    # ... and the replicas of one setup keep their per-request arrays in one pool (each request is one's)
+    pools: dict[int, dict] = {}
+    fleet = [_Live(requests, seed=s, difficulty=difficulty,
+                   serve={**setup, "columns": columns, "pool": pools.setdefault(id(setup), {})})
              for s, setup in zip(replica_seeds, setups)]
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)

@@ -82,8 +82,11 @@ def simulate_fleet(requests: Sequence[Request], *, replicas: int, router: str, s
         log = simulate(requests, label=label, seed=seed, progress=progress, **own)
         return FleetRun(log=log, replicas=(log,), assignment=np.zeros(len(requests), dtype=np.int64))
     budget = GapBudget()
-    own = [{**serve, **setup, "gap_budget": budget} for setup in setups] if setups is not None \
-        else [{**serve, "gap_budget": budget}] * replicas
+    if setups is None:
+        own = [{**serve, "gap_budget": budget}] * replicas
+    else:  # one dict a distinct setup: a group's replicas share theirs (and a routed fleet's their arrays)
+        alike: dict[int, dict] = {}
+        own = [alike.setdefault(id(setup), {**serve, **setup, "gap_budget": budget}) for setup in setups]
     difficulty = request_logits(serve["acceptance"], np.random.default_rng(seeds.stream(seed, "difficulty")),
                                 requests)
     rng = np.random.default_rng(seeds.stream(seed, "router"))

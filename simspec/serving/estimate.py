@@ -63,8 +63,9 @@ class Estimate:
     """Each request's moving average of accepted draft tokens per drafted
     round (``recent[N]``) and the replica-wide one (``population[1]``)."""
 
-    def __init__(self, n: int, top1: float):
-        self.recent = np.ones(n)
+    def __init__(self, n: int, top1: float, recent: np.ndarray | None = None):
+        """``recent``: the requests' array to keep (shared with a fleet's alike replicas), else ones."""
+        self.recent = np.ones(n) if recent is None else recent
         self.population = np.array([prior_accepted(top1)])
 
     def start(self, i: int) -> None:

@@ -16,6 +16,7 @@ turns their outputs into lists.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
@@ -24,6 +25,19 @@ from simspec.serving.prefixes import FREE, IN_USE, images_reached, new_images, n
 from simspec.serving.queues import (ADMITTED, CHUNKS, DECODES, PREEMPTED, REQUEUED, RUN_LEN, WAIT_HEAD, WAIT_LEN,
                                     Limits, Prefill, State, Tokens, new_decision, new_queues)
 from simspec.types import require
+
+
+def shared_array(pool: dict | None, name: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """``make()``, or where ``pool`` is given, the array of that name in it
+    (made by the first to ask): the per-request arrays the alike replicas of
+    a fleet share. Each request is served by one replica, which alone reads
+    and writes its entries, so one array serves them all: the fleet's
+    memory is one replica's over the whole stream, not one a replica."""
+    if pool is None:
+        return make()
+    if name not in pool:
+        pool[name] = make()
+    return pool[name]
 
 
 class Scheduler:
@@ -37,7 +51,8 @@ class Scheduler:
     def __init__(self, *, context: np.ndarray, visual: np.ndarray, output: np.ndarray, max_num_seqs: int,
                  max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
                  images: list[tuple[int, ...]] | None = None, block_size: int = 1,
-                 prefixes: tuple[np.ndarray, np.ndarray] | None = None, transferred: bool = False):
+                 prefixes: tuple[np.ndarray, np.ndarray] | None = None, transferred: bool = False,
+                 pool: dict | None = None):
         """``images`` (each request's visual tokens per image, at the
         prompt's start in order): given, the vision encoder runs under
         vLLM's per-step encoder budget (simspec.serving.prefixes). Without,
@@ -49,18 +64,26 @@ class Scheduler:
         computed, and holds only the rest.
 
         ``transferred``: every request arrives with its prompt's KV cache
-        (the decode side of a disaggregated fleet: Tokens.ready)."""
+        (the decode side of a disaggregated fleet: Tokens.ready).
+
+        ``pool``: the per-request counts shared with a fleet's alike
+        replicas (:func:`shared_array`)."""
         n = len(context)
         self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
         self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
         self.output = np.asarray(output, dtype=np.int64)  # [N] tokens to generate
-        self.cache = np.zeros(n, np.int64)  # [N] tokens in the KV cache
-        self.target = self.context.copy()  # [N] tokens to prefill: the prompt, + what was emitted on recompute
-        self.drafted = np.zeros(n, np.int64)  # [N] draft tokens of the last round
-        self.emitted = np.zeros(n, np.int64)  # [N] tokens generated so far
-        self.hit = np.zeros(n, np.int64)  # [N] prefix-cache hit at the request's latest admission
-        self.shared = np.zeros(n, np.int64)  # [N] tokens of the cache held in a shared prefix entry
-        self.ready = self.context.copy() if transferred else np.zeros(n, np.int64)  # [N] KV arriving with it
+        def zeros(name: str) -> np.ndarray:
+            return shared_array(pool, name, lambda: np.zeros(n, np.int64))
+
+        self.cache = zeros("cache")  # [N] tokens in the KV cache
+        # [N] tokens to prefill: the prompt, + what was emitted on recompute
+        self.target = shared_array(pool, "target", self.context.copy)
+        self.drafted = zeros("drafted")  # [N] draft tokens of the last round
+        self.emitted = zeros("emitted")  # [N] tokens generated so far
+        self.hit = zeros("hit")  # [N] prefix-cache hit at the request's latest admission
+        self.shared = zeros("shared")  # [N] tokens of the cache held in a shared prefix entry
+        # [N] KV arriving with it
+        self.ready = shared_array(pool, "ready", self.context.copy) if transferred else zeros("ready")
         self.block_size = block_size  # KV is held in blocks of this many tokens (vLLM: 16)
         self.images = images
         self.prefix_caching = prefixes is not None

@@ -62,7 +62,7 @@ from simspec.policies import Policy
 from simspec.serving.config import EngineConfig
 from simspec.serving.estimate import Estimate
 from simspec.serving.queues import CHUNKS, DECODES
-from simspec.serving.scheduler import Scheduler
+from simspec.serving.scheduler import Scheduler, shared_array
 from simspec import seeds
 from simspec.logs import GapBudget, LogBuilder
 from simspec.types import Request, RequestTable, RunLog
@@ -238,7 +238,8 @@ class Replica:
                  rng_difficulty: np.random.Generator | None, rng_rounds: np.random.Generator,
                  progress: Callable[[int], None] | None, event_detail: bool = True, _python: bool = False,
                  difficulty: np.ndarray | None = None, routed: bool = False, transferred_kv: bool = False,
-                 columns: RequestColumns | None = None, gap_budget: GapBudget | None = None):
+                 columns: RequestColumns | None = None, gap_budget: GapBudget | None = None,
+                 pool: dict | None = None):
         """``event_detail``: keep the log's per-chunk and per-round arrays
         (simspec.logs.LogBuilder); ``_python`` runs the SimPy-process driver
         (tests compare the two); ``difficulty``: the requests' top-1 logits
@@ -249,30 +250,39 @@ class Replica:
         (the decode side of a disaggregated fleet, simspec.fleet.disagg);
         ``columns``: :func:`request_columns` of ``requests``, read once for
         several replicas; ``gap_budget``: the exact gaps the log shares with
-        a fleet's other replicas' (simspec.logs.GapBudget)."""
+        a fleet's other replicas' (simspec.logs.GapBudget); ``pool``: the
+        per-request arrays shared with a routed fleet's alike replicas
+        (simspec.serving.scheduler.shared_array: each request is served by
+        one, which alone reads and writes its entries)."""
         self.env, self.policy, self.costs, self.engine = env, policy, costs, engine
         self.progress = progress
         self.requests = requests
         n = len(requests)
         context = DraftContext.parse(engine.drafter_context)
         columns = request_columns(requests) if columns is None else columns
-        visual = columns.visual.copy()
+
+        def own(name: str, make: Callable[[], np.ndarray]) -> np.ndarray:
+            return shared_array(pool, name, make)
+
+        visual = own("visual", columns.visual.copy)
         images = columns.images if engine.encoder_budget == "vllm" else None
         self.scheduler = Scheduler(
-            context=columns.context.copy(), visual=visual, output=columns.output.copy(),
+            context=own("context", columns.context.copy), visual=visual, output=own("output", columns.output.copy),
             max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
             images=images if images is not None and any(images) else None,  # no image: the budget never binds
             block_size=engine.block_size, prefixes=columns.prefixes if engine.prefix_caching else None,
-            transferred=transferred_kv)
-        self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)))
+            transferred=transferred_kv, pool=pool)
+        self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)), own("recent", lambda: np.ones(n)))
         sched = self.scheduler
         self.state = steps.RequestState(
-            context=sched.context, visual=visual, kept=context.kept(visual).astype(np.int64), output=sched.output,
-            emitted=sched.emitted, cache=sched.cache, absorbed=np.zeros(n, np.int64), recent=self.estimate.recent,
+            context=sched.context, visual=visual, kept=own("kept", lambda: context.kept(visual).astype(np.int64)),
+            output=sched.output, emitted=sched.emitted, cache=sched.cache,
+            absorbed=own("absorbed", lambda: np.zeros(n, np.int64)), recent=self.estimate.recent,
             drafted=sched.drafted,
             difficulty=request_logits(acceptance, rng_difficulty, requests) if difficulty is None else difficulty,
-            retention=acceptance.retention(context, visual).astype(float), population=self.estimate.population)
+            retention=own("retention", lambda: acceptance.retention(context, visual).astype(float)),
+            population=self.estimate.population)
         self.acceptance = acceptance.draws
         self.call = steps.PolicyCall(policy.kernel, policy.params(), policy.max_depth, policy.max_rank,
                                      policy.needs_truth, engine.drafting == "chain")
@@ -280,10 +290,10 @@ class Replica:
         self.terms = engine_terms(engine, costs, policy.max_depth, policy.max_verify_tokens)
         self.scheduled = 0  # requests the last step scheduled (decodes and prefill chunks)
         self.rand = RandomBlocks(rng_rounds)
-        self.admitted_s = np.full(n, np.nan)
-        self.first_token_s = np.full(n, np.nan)
-        self.finish_s = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.admitted_s = own("admitted_s", lambda: np.full(n, np.nan))
+        self.first_token_s = own("first_token_s", lambda: np.full(n, np.nan))
+        self.finish_s = own("finish_s", lambda: np.full(n, np.nan))
+        self.preemptions = own("preemptions", lambda: np.zeros(n, dtype=np.int64))
         self.finished = 0
         self.arrived = 0
         self.routed = routed
@@ -296,7 +306,8 @@ class Replica:
         self.wake_owed = 0.0  # the next step's share of waking up
         self.columns = columns
         self.logs = _LogBuffers(2 * min(engine.max_num_seqs, n),
-                                LogBuilder(columns.ids.copy(), event_detail=event_detail, gap_budget=gap_budget))
+                                LogBuilder(own("ids", columns.ids.copy), event_detail=event_detail,
+                                           gap_budget=gap_budget, last_s=own("last_s", lambda: np.full(n, np.nan))))
         sched.check_fits()
         self.fast = not _python
         self._setup()
