@@ -37,10 +37,8 @@ from simspec.sim import fastloop
 LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO, PREFIX_AFFINITY = 0, 1, 2, 3
 ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS, "power_of_two": POWER_OF_TWO,
            "prefix_affinity": PREFIX_AFFINITY}
-# The routers that leave behind a replica none of whose requests can finish by an arrival. power_of_two runs
-# its two replicas up to every arrival, as before its compiled loop: where a replica is stopped moves the
-# last bit of its clock (SimPy's start + (end - start)), and leaving them behind changed some of its runs' logs so.
-LAZY = (LEAST_REQUESTS, LEAST_TOKENS, PREFIX_AFFINITY)
+# The routers that leave behind a replica none of whose requests can finish by an arrival (the Python loop's too)
+LAZY = (LEAST_REQUESTS, LEAST_TOKENS, PREFIX_AFFINITY, POWER_OF_TWO)
 OK = -1  # route's return when it got through its arrivals (else the CALL_* of the replica that stopped it)
 
 
@@ -209,14 +207,15 @@ def _add(arrivals, loop, i: int, ready: float) -> None:
 @jit
 def _pair(heads, windows, buffers, parts, book: Book, pairs: np.ndarray, i: int, t: float, staleness_s: float,
           tokens: np.ndarray) -> int:
-    """power_of_two at arrival ``i``: its two replicas run up to it and
-    heard, the less loaded of them (the first on ties); or -1 - the CALL_*
-    of the one that needs Python first (``book.stopped``)."""
+    """power_of_two at arrival ``i``: its two replicas run up to it (unless
+    none of their requests can finish by then) and heard, the less loaded
+    of them (the first on ties); or -1 - the CALL_* of the one that needs
+    Python first (``book.stopped``)."""
     first = book.stopped[1] if book.stopped[0] == i else 0  # the pair's replicas before it are seen to
     for e in range(first, 2):
         k = pairs[i, e]
-        _, loop, _, finish_s, _, _ = parts[k]
-        if not _ready(loop, t):
+        _, loop, _, finish_s, emitted, output = parts[k]
+        if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
             why = _advance(heads[k], windows[k], buffers[k], t)
             if why != OK:
                 book.stopped[0], book.stopped[1], book.stopped[2] = i, e, k
@@ -239,8 +238,8 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     known, so no decision moves, and a chosen one's steps stop at the
     arrival when they reach it (where a replica is stopped can
     move the last bit of its clock, SimPy's start + (end - start); the
-    Python loop leaves the same replicas behind). power_of_two runs and
-    hears the arrival's two replicas alone (``pairs`` [N, 2], drawn as
+    Python loop leaves the same replicas behind). power_of_two reads the
+    arrival's two replicas alone, so (``pairs`` [N, 2], drawn as
     simspec.fleet.routers draws them); prefix_affinity reads every replica
     as least_requests does and sends a request home (``pairs`` [N, 1]; -1:
     its prefix does not go home) unless the fleet is out of balance. The

@@ -10,15 +10,15 @@ stream with no arrival known (``routed``); the compiled loop runs it up to
 the next routing decision and stops there (fastloop's CALL_HORIZON).
 Routing request i at time t: every replica the router reads is run up to
 t (a replica's course depends only on what was routed to it, so one not
-read can catch up later; behind least_requests and least_tokens, one none
-of whose requests can finish by t is not run either, its load being
-known, and so behind prefix_affinity; simspec.fleet.fastroute runs those
-three routers' loop, and power_of_two's, compiled), the router picks from
-their state as of t, and the request joins the chosen replica's arrivals
-at its frontend's ready time (in order among those it has not yet
-queued: a replica that lags behind t has not reached them; its steps
-stop there when they do, as at any known arrival, so the lazy routers do
-not run the chosen replica up to t either). What the router reads is what a router
+read can catch up later; behind least_requests, least_tokens,
+prefix_affinity and power_of_two, one none of whose requests can finish
+by t is not run either, its load being known; simspec.fleet.fastroute
+runs those four routers' loop compiled), the router picks from their
+state as of t, and the request joins the chosen replica's arrivals at its
+frontend's ready time (in order among those it has not yet queued: a
+replica that lags behind t has not reached them; its steps stop there
+when they do, as at any known arrival, so those routers do not run the
+chosen replica up to t either). What the router reads is what a router
 keeps itself: the requests it sent to each replica and has not yet heard
 finish, and their prompt and output tokens; a finish is heard
 ``staleness_s`` after it happens (0: at once). A request in a step that ends after t is outstanding at t.
