@@ -174,6 +174,23 @@ def _finish_after(book: Book, k: int, now_s: float, finish_s: np.ndarray, emitte
 
 
 @jit
+def finish_bound(live: np.ndarray, finish_s: np.ndarray, emitted: np.ndarray, output: np.ndarray, per: int,
+                 floor_s: float, now_s: float) -> float:
+    """:func:`_finish_after` for simspec.fleet.live's Python loop, which
+    keeps a replica's ``live`` requests (sent to it and not seen finished)
+    in an array: none can finish before this."""
+    if floor_s <= 0.0:
+        return now_s
+    steps = -1
+    for i in live:
+        if np.isnan(finish_s[i]):
+            need = (output[i] - emitted[i] + per - 1) // per
+            if steps < 0 or need < steps:
+                steps = need
+    return now_s + max(steps, 1) * floor_s
+
+
+@jit
 def _least(loads: np.ndarray, last: int) -> int:
     """Router.least: the least loaded; ties, the first from the replica after ``last``."""
     n = len(loads)
@@ -303,4 +320,4 @@ def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, t
     book.outstanding_tokens[chosen] += tokens[i]
 
 
-__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route"]
+__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route", "finish_bound"]

@@ -91,14 +91,9 @@ class _Live:
 
     def finish_after(self) -> float:
         """fastroute._finish_after: no request sent here and unfinished can finish before this."""
-        rep, now = self.replica, float(self.loop.now_s[0])
-        if self.step_floor_s <= 0.0:
-            return now
-        live = np.array(self.live, dtype=np.int64)
-        live = live[np.isnan(rep.finish_s[live])]
-        per = rep.call.depth + 1
-        steps = int(((rep.state.output[live] - rep.state.emitted[live] + per - 1) // per).min()) if len(live) else 1
-        return now + max(steps, 1) * self.step_floor_s
+        rep = self.replica
+        return fastroute.finish_bound(np.array(self.live, dtype=np.int64), rep.finish_s, rep.state.emitted,
+                                  rep.state.output, rep.call.depth + 1, self.step_floor_s, float(self.loop.now_s[0]))
 
     def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> list[int]:
         """Bring the router's view up to ``now_s``: finishes it has heard of by then (returned)."""
@@ -118,6 +113,13 @@ class _Live:
             self.outstanding_tokens -= int(tokens[i])
             out.append(i)
         return out
+
+    def wake_s(self, staleness_s: float) -> float:
+        """Before this an arrival finds nothing to do here: none of its
+        requests can finish, and the router hears of no finish (fastroute's
+        ``Book.wake_s``)."""
+        heard_s = self.heard[0][0] + staleness_s if self.heard else np.inf
+        return min(self.finish_after(), heard_s)
 
     def add(self, i: int, request: Request, tokens: int) -> None:
         """Request ``i`` joins this replica's arrivals at its frontend's ready time."""
@@ -177,15 +179,24 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     assignment = _route_compiled(requests, fleet, router, kind, tokens, staleness_s, every, progress) \
         if kind is not None and COMPILED and not any(f.frontend.free for f in fleet) else None
     if assignment is None:
-        lazy = kind in fastroute.LAZY  # as the compiled loop: a replica that cannot finish a request by t stays behind
+        # As the compiled loop: a replica that cannot finish a request by t stays behind (spec_aware reads a
+        # replica only to hear its finishes, so it may leave one too), and until it can, or the router would hear
+        # of a finish, an arrival passes it by.
+        lazy = kind in fastroute.LAZY or router.name == "spec_aware"
+        wake_s = np.full(replicas, -np.inf)
         assignment = np.empty(len(requests), dtype=np.int64)
         for i, request in enumerate(requests):
             t = request.arrival_s
             for k in router.reads(request):
+                if lazy and t < wake_s[k]:
+                    continue
                 if not lazy or fleet[k].finish_after() <= t:
                     fleet[k].advance(t)
                 router.heard(k, fleet[k].hear(t, staleness_s, tokens))
+                if lazy:
+                    wake_s[k] = fleet[k].wake_s(staleness_s)
             chosen = router.choose(request, fleet)
+            wake_s[chosen] = -np.inf
             fleet[chosen].add(i, request, int(tokens[i]))
             router.sent(chosen, i, request)
             assignment[i] = chosen

@@ -1,6 +1,6 @@
 """Routers: which replica of a fleet serves each request.
 
-Imports: numpy, simspec.types.
+Imports: numpy, simspec.types, simspec.fleet.fluid (spec_aware's arithmetic, compiled).
 
 Two kinds. The stateless ones decide from the arrival order alone:
 ``round_robin`` sends the i-th arrival to replica i mod N (each replica
@@ -60,6 +60,7 @@ from typing import Sequence
 
 import numpy as np
 
+from simspec.fleet import fluid
 from simspec.types import Request, require
 
 STATELESS = ("round_robin", "random")
@@ -117,68 +118,44 @@ class ReplicaModel:
 
 
 class _Fluid:
-    """The router's model of one replica's batch (module docstring, ``spec_aware``)."""
+    """The router's model of one replica's batch (module docstring,
+    ``spec_aware``; its arithmetic compiled in simspec.fleet.fluid)."""
 
     def __init__(self, model: ReplicaModel):
         self.model = model
-        self.ids: list[int] = []  # in the order sent
-        self.left = np.zeros(0)  # expected rounds left, same order
+        self.sizes = np.asarray(model.batch_sizes, dtype=float)
+        self.step_s = np.asarray(model.step_s, dtype=float)
+        self.ids = np.zeros(16, np.int64)  # in the order sent (the first ``count``)
+        self.left = np.zeros(16)  # expected rounds left, same order
+        self.count = 0
         self.prefill_owed = 0.0  # seconds of prefill sent and not yet run
         self.t = 0.0
 
     def advance(self, t: float) -> None:
         """Run the model to ``t``: prefill owed first, then the first ``batch_limit`` unfinished
         requests progress one round a step."""
-        m, dt = self.model, t - self.t
+        dt = t - self.t
         self.t = t
         paid = min(self.prefill_owed, dt)
         self.prefill_owed -= paid
-        dt -= paid
-        while dt > 0:
-            running = np.flatnonzero(self.left > 0)[:m.batch_limit]
-            if not len(running):
-                return
-            step = m.step_at(len(running))
-            first = self.left[running].min()
-            if first * step >= dt:
-                self.left[running] -= dt / step
-                return
-            self.left[running] -= first
-            self.left[running[self.left[running] <= 1e-12]] = 0.0
-            dt -= first * step
+        if dt - paid > 0:
+            fluid.advance(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s, dt - paid)
 
     def add(self, i: int, rounds: float, prefill_s: float) -> None:
-        self.ids.append(i)
-        self.left = np.append(self.left, rounds)
+        if self.count == len(self.left):  # room for as many again
+            self.ids = np.concatenate([self.ids, np.zeros(self.count, np.int64)])
+            self.left = np.concatenate([self.left, np.zeros(self.count)])
+        self.ids[self.count], self.left[self.count] = i, rounds
+        self.count += 1
         self.prefill_owed += prefill_s
 
-    def drop(self, gone: set[int]) -> None:
-        keep = [k for k, i in enumerate(self.ids) if i not in gone]
-        self.ids = [self.ids[k] for k in keep]
-        self.left = self.left[keep]
+    def drop(self, gone: Sequence[int]) -> None:
+        self.count = fluid.drop(self.ids, self.left, self.count, np.asarray(gone, dtype=np.int64))
 
     def finish_in(self, rounds: float, prefill_s: float) -> float:
         """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of prefill, sent now, would finish."""
-        return self.prefill_owed + prefill_s + self._decode_in(rounds)
-
-    def _decode_in(self, rounds: float) -> float:
-        m = self.model
-        active = self.left[self.left > 0]
-        n, b = len(active), m.batch_limit
-        if n < b:  # it runs at once: the batch shrinks as the shorter ones finish
-            r = np.sort(active)
-            prev = np.concatenate(([0.0], r[:-1]))
-            seg = np.minimum(r, rounds) - np.minimum(prev, rounds)
-            sizes = n + 1 - np.arange(n)
-            tail = max(rounds - (r[-1] if n else 0.0), 0.0)
-            return float((seg * m.step_at(sizes)).sum() + tail * m.step_at(1))
-        running = active[:b]
-        queued = n - b  # ahead of it, waiting
-        if queued < b:  # it starts when queued + 1 of the running have finished
-            wait = float(np.partition(running, queued)[queued])
-        else:  # ... or when the work ahead of it has drained at a full batch
-            wait = float(active.sum()) / b
-        return (wait + rounds) * float(m.step_at(b))
+        return self.prefill_owed + prefill_s + fluid.decode_in(self.left, self.count, self.model.batch_limit,
+                                                               self.sizes, self.step_s, rounds)
 
 
 class Router(ABC):
@@ -335,7 +312,7 @@ class _SpecAware(Router):
 
     def heard(self, k, finished):
         if finished:
-            self.fluid[k].drop(set(finished))
+            self.fluid[k].drop(finished)
 
 
 _KINDS = {"round_robin": _RoundRobin, "random": _Random, "least_requests": _LeastRequests,

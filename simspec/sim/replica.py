@@ -160,13 +160,16 @@ class _LogBuffers:
     def __init__(self, max_batch: int, builder: LogBuilder):
         chunks = LOG_STEPS * min(max_batch, 1024)  # at least one step of max_batch chunks; 100 MB at most
         self.builder = builder
+        # Uninitialised: an entry is written before it is read (the *_logged counts say how many are), so only
+        # the pages a run writes are ever touched; zeroed, a run whose process has freed large arrays before
+        # (a benchmark's repeats, a plan's candidates) had its allocator clear all 50 MB of them first.
         self.buffers = steps.Logs(
-            chunk_id=np.zeros(chunks, np.int64), chunk_tokens=np.zeros(chunks, np.int64),
-            chunk_time_s=np.zeros(chunks), round_accepted=np.zeros(chunks, np.int64),
-            round_depth=np.zeros(chunks, np.int64), round_drafted=np.zeros(chunks, np.int64),
-            step_start_s=np.zeros(LOG_STEPS), step_duration_s=np.zeros(LOG_STEPS),
-            step_batch=np.zeros(LOG_STEPS, np.int64), step_plans=np.zeros((LOG_STEPS, 3), np.int64),
-            step_tokens=np.zeros(LOG_STEPS, np.int64), chunks_logged=np.zeros(1, np.int64),
+            chunk_id=np.empty(chunks, np.int64), chunk_tokens=np.empty(chunks, np.int64),
+            chunk_time_s=np.empty(chunks), round_accepted=np.empty(chunks, np.int64),
+            round_depth=np.empty(chunks, np.int64), round_drafted=np.empty(chunks, np.int64),
+            step_start_s=np.empty(LOG_STEPS), step_duration_s=np.empty(LOG_STEPS),
+            step_batch=np.empty(LOG_STEPS, np.int64), step_plans=np.empty((LOG_STEPS, 3), np.int64),
+            step_tokens=np.empty(LOG_STEPS, np.int64), chunks_logged=np.zeros(1, np.int64),
             rounds_logged=np.zeros(1, np.int64), steps_logged=np.zeros(1, np.int64))
 
     def room_for(self, batch: int, count: int) -> int:
