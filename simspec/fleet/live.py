@@ -247,7 +247,7 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
             if why == fastloop.CALL_REFILL:  # the window's numbers read, a fresh one
                 f.replica.rand.consume(f.window)
                 f.window = f.replica.rand.window(int(f.loop.need[0]))
-                windows[int(book.stopped[2])] = f.window
+                fastroute.put(windows, int(book.stopped[2]), f.window)
             else:
                 f.replica.logs.flush()
             start = int(book.stopped[0])
@@ -264,9 +264,9 @@ def _alike(items: list) -> "numba.typed.List | None":
     kinds = {numba.typeof(item) for item in items}
     if len(kinds) != 1:
         return None
-    out = numba.typed.List.empty_list(kinds.pop())
-    for item in items:
-        out.append(item)
+    out = fastroute.typed_list(items[0])
+    for item in items[1:]:
+        fastroute.push(out, item)
     return out
 
 
