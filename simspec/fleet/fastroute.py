@@ -78,9 +78,9 @@ def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book
 @jit
 def typed_list(first):
     """A typed list holding ``first``. Made here, in compiled and cached
-    code, numba's list of that item type is compiled once for the cache:
-    made from Python (``numba.typed.List``), it was compiled anew in every
-    process, some 5 s for a fleet's four lists of replica tuples."""
+    code, numba's list of that item type is compiled once for the cache;
+    made from Python (``numba.typed.List``), it would be compiled anew in
+    every process, some 5 s for a fleet's four lists of replica tuples."""
     items = List()
     items.append(first)
     return items
@@ -344,5 +344,5 @@ def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, t
     book.outstanding_tokens[chosen] += tokens[i]
 
 
-__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book", "new_book", "step_floor_s", "route", "finish_bound",
-           "typed_list", "push", "put"]
+__all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book",
+           "new_book", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put"]

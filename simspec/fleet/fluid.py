@@ -9,9 +9,9 @@ first ``limit`` unfinished run at once, one round a step, a step taking
 the replica's measured time at that batch size (``sizes`` ascending,
 ``step_s``; between them interpolated, beyond the nearest, as
 ``numpy.interp``). At every arrival the router steps each replica's model
-to it and asks when a request sent now would finish there; in numpy that
-was most of a fleet's cost behind ``spec_aware`` (five times one
-replica's), a handful of small array operations per replica and arrival.
+to it and asks when a request sent now would finish there: a handful of
+small array operations per replica and arrival, which in numpy would be
+most of a fleet's cost behind ``spec_aware``.
 """
 
 from __future__ import annotations

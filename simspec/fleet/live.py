@@ -93,7 +93,8 @@ class _Live:
         """fastroute._finish_after: no request sent here and unfinished can finish before this."""
         rep = self.replica
         return fastroute.finish_bound(np.array(self.live, dtype=np.int64), rep.finish_s, rep.state.emitted,
-                                  rep.state.output, rep.call.depth + 1, self.step_floor_s, float(self.loop.now_s[0]))
+                                      rep.state.output, rep.call.depth + 1, self.step_floor_s,
+                                      float(self.loop.now_s[0]))
 
     def hear(self, now_s: float, staleness_s: float, tokens: np.ndarray) -> list[int]:
         """Bring the router's view up to ``now_s``: finishes it has heard of by then (returned)."""

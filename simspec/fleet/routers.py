@@ -113,9 +113,6 @@ class ReplicaModel:
         per = self.tokens_per_round_image if request.image_tokens else self.tokens_per_round_text
         return max(request.output_tokens - 1, 0) / per + 1.0
 
-    def step_at(self, batch: np.ndarray | int):
-        return np.interp(batch, self.batch_sizes, self.step_s)
-
 
 class _Fluid:
     """The router's model of one replica's batch (module docstring,

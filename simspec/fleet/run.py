@@ -17,9 +17,10 @@ policy, so the policies of one run share their routing (where the router
 does not read the replicas' state) and their draws (common random
 numbers), as one replica's do. The replicas' logs share one count of the
 gaps they keep one by one (simspec.logs.GapBudget), so the merged log
-keeps them exactly where one replica's log of as many would. A fleet of groups (simspec.fleet.groups)
-gives each replica its own setup (cost model, engine, KV budget, policy:
-``setups``); everything else is the same.
+keeps them exactly where one replica's log of as many would. A fleet of
+groups (simspec.fleet.groups) gives each replica its own setup (cost
+model, engine, KV budget, policy: ``setups``); everything else is the
+same.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ class Scheduler:
         self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
         self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
         self.output = np.asarray(output, dtype=np.int64)  # [N] tokens to generate
+
         def zeros(name: str) -> np.ndarray:
             return shared_array(pool, name, lambda: np.zeros(n, np.int64))
 

@@ -161,8 +161,8 @@ class _LogBuffers:
         chunks = LOG_STEPS * min(max_batch, 1024)  # at least one step of max_batch chunks; 100 MB at most
         self.builder = builder
         # Uninitialised: an entry is written before it is read (the *_logged counts say how many are), so only
-        # the pages a run writes are ever touched; zeroed, a run whose process has freed large arrays before
-        # (a benchmark's repeats, a plan's candidates) had its allocator clear all 50 MB of them first.
+        # the pages a run writes are ever touched; zeroed, in a process that has freed large arrays before (a
+        # benchmark's repeats, a plan's candidates), the allocator would clear all 50 MB of them first.
         self.buffers = steps.Logs(
             chunk_id=np.empty(chunks, np.int64), chunk_tokens=np.empty(chunks, np.int64),
             chunk_time_s=np.empty(chunks), round_accepted=np.empty(chunks, np.int64),
