@@ -55,9 +55,12 @@ def test_side_by_side_replicas_are_the_shares_run_alone(router, policy, engine, 
                                                                  ("least_tokens", 0.0, "linear:k=3", "vllm"),
                                                                  ("least_requests", 0.05, "ar", "simspec"),
                                                                  ("power_of_two", 0.0, "marginal", "simspec"),
-                                                                 ("power_of_two", 0.05, "linear:k=3", "vllm")])
+                                                                 ("power_of_two", 0.05, "linear:k=3", "vllm"),
+                                                                 ("spec_aware", 0.0, "marginal", "simspec"),
+                                                                 ("spec_aware", 0.05, "linear:k=3", "vllm")])
 def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s, policy, engine, monkeypatch):
-    # simspec.fleet.fastroute runs least_requests, least_tokens and power_of_two in compiled code; switched off
+    # simspec.fleet.fastroute runs least_requests, least_tokens, power_of_two and spec_aware (its model of each
+    # replica's batch too) in compiled code; switched off
     # the Python loop routes: the same replica for every request and the same logs to the last bit.
     from simspec.fleet import fastroute, live
 

@@ -1,10 +1,12 @@
 """The routing loop of simspec.fleet.live, compiled, for the routers that
-read only the replicas' outstanding load and what is known of a request
-before it arrives (``least_requests``, ``least_tokens``, ``power_of_two``,
-``prefix_affinity``): many arrivals a call instead of a
-return to Python, and a compiled call, for each replica at each arrival.
+read only the replicas' outstanding load, the finishes they hear and what
+is known of a request before it arrives (``least_requests``,
+``least_tokens``, ``power_of_two``, ``prefix_affinity``, ``spec_aware``):
+many arrivals a call instead of a return to Python, and a compiled call,
+for each replica at each arrival.
 
-Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop, simspec.fleet.routers (its constants).
+Imports: numpy, simspec.compiled (numba), simspec.sim.fastloop, simspec.fleet.routers (its constants),
+simspec.fleet.fluid (spec_aware's model).
 
 It decides what simspec.fleet.live's Python loop decides, arrival for
 arrival (tests/test_fleet_routers.py compares the two): each replica run
@@ -32,14 +34,16 @@ import numpy as np
 from numba.typed import List
 
 from simspec.compiled import jit
+from simspec.fleet import fluid
 from simspec.fleet.routers import BALANCE_ABS, BALANCE_REL
 from simspec.sim import fastloop
 
-LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO, PREFIX_AFFINITY = 0, 1, 2, 3
+LEAST_REQUESTS, LEAST_TOKENS, POWER_OF_TWO, PREFIX_AFFINITY, SPEC_AWARE = 0, 1, 2, 3, 4
 ROUTERS = {"least_requests": LEAST_REQUESTS, "least_tokens": LEAST_TOKENS, "power_of_two": POWER_OF_TWO,
-           "prefix_affinity": PREFIX_AFFINITY}
-# The routers that leave behind a replica none of whose requests can finish by an arrival (the Python loop's too)
-LAZY = (LEAST_REQUESTS, LEAST_TOKENS, PREFIX_AFFINITY, POWER_OF_TWO)
+           "prefix_affinity": PREFIX_AFFINITY, "spec_aware": SPEC_AWARE}
+# The routers that leave behind a replica none of whose requests can finish by an arrival (the Python loop's
+# too; spec_aware reads a replica only to hear its finishes)
+LAZY = (LEAST_REQUESTS, LEAST_TOKENS, PREFIX_AFFINITY, POWER_OF_TWO, SPEC_AWARE)
 OK = -1  # route's return when it got through its arrivals (else the CALL_* of the replica that stopped it)
 
 
@@ -55,14 +59,15 @@ class Book(NamedTuple):
     outstanding: np.ndarray  # [R] int requests sent and not heard finish
     outstanding_tokens: np.ndarray  # [R] int ... their prompt and output tokens
     last: np.ndarray  # [1] int the replica last chosen (ties start after it)
-    # [3] int where a call stopped: the arrival, how far through the replicas (the ones before are seen to;
-    # R: all, the chosen one running up to it), the replica Python must answer for
+    # [3] int where a call stopped: the arrival, how far through the replicas (the ones before are seen to),
+    # the replica Python must answer for
     stopped: np.ndarray
     step_floor_s: np.ndarray  # [R] float no step of the replica is shorter (0: unknown)
     depth: np.ndarray  # [R] int draft tokens a request's round verifies at most (a step emits depth + 1 at most)
     # [R] float before this no arrival finds anything to do at the replica (none of its requests can finish, the
     # router hears of no finish): route passes it by (-inf: look)
     wake_s: np.ndarray
+    heard_done: np.ndarray  # [N] bool the router has heard the request finish
 
 
 def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book:
@@ -72,7 +77,93 @@ def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book
                 seen_finished=np.zeros(replicas, np.int64), outstanding=np.zeros(replicas, np.int64),
                 outstanding_tokens=np.zeros(replicas, np.int64), last=np.full(1, -1, np.int64),
                 stopped=np.full(3, -1, np.int64), step_floor_s=np.asarray(step_floor_s, float),
-                depth=np.asarray(depth, np.int64), wake_s=np.full(replicas, -np.inf))
+                depth=np.asarray(depth, np.int64), wake_s=np.full(replicas, -np.inf),
+                heard_done=np.zeros(requests, np.bool_))
+
+
+class Fluids(NamedTuple):
+    """spec_aware's model of each replica's batch (simspec.fleet.routers'
+    ``_Fluid``, one row a replica; its arithmetic simspec.fleet.fluid's)
+    and its estimate of each request on each kind of replica."""
+
+    ids: np.ndarray  # [R, C] int the requests in the model, in the order sent (the first ``count``)
+    left: np.ndarray  # [R, C] float their expected rounds left
+    count: np.ndarray  # [R] int
+    t_s: np.ndarray  # [R] float the model's time
+    owed_s: np.ndarray  # [R] float prefill seconds sent and not yet run
+    sizes: np.ndarray  # [R, S] float the measured batch sizes (the first ``measured``)
+    step_s: np.ndarray  # [R, S] float the step time at each
+    measured: np.ndarray  # [R] int
+    limit: np.ndarray  # [R] int requests that run at once
+    kind: np.ndarray  # [R] int the replica's kind (alike replicas share one model)
+    rounds: np.ndarray  # [K, N] float each request's expected rounds on each kind
+    prefill_s: np.ndarray  # [K, N] float ... and its prefill seconds
+    finish_s: np.ndarray  # [R] float room for each replica's answer at an arrival
+
+
+def new_fluids(models: list, kind: list[int], rounds: np.ndarray, prefill_s: np.ndarray) -> Fluids:
+    """The models of ``models`` (ReplicaModel, one a kind; ``kind``: each
+    replica's), empty, for ``rounds`` [K, N] and ``prefill_s`` [K, N]."""
+    replicas, requests = len(kind), rounds.shape[1]
+    width = max(len(m.batch_sizes) for m in models)
+    sizes, step_s = np.zeros((replicas, width)), np.zeros((replicas, width))
+    for k, kk in enumerate(kind):
+        m = models[kk]
+        sizes[k, :len(m.batch_sizes)], step_s[k, :len(m.step_s)] = m.batch_sizes, m.step_s
+    return Fluids(ids=np.zeros((replicas, requests), np.int64), left=np.zeros((replicas, requests)),
+                  count=np.zeros(replicas, np.int64), t_s=np.zeros(replicas), owed_s=np.zeros(replicas),
+                  sizes=sizes, step_s=step_s,
+                  measured=np.array([len(models[kk].batch_sizes) for kk in kind], np.int64),
+                  limit=np.array([models[kk].batch_limit for kk in kind], np.int64),
+                  kind=np.asarray(kind, np.int64), rounds=rounds, prefill_s=prefill_s, finish_s=np.zeros(replicas))
+
+
+def no_fluids() -> Fluids:
+    """Fluids of the routers that keep none (route's argument all the same)."""
+    none2, ints = np.zeros((0, 0)), np.zeros(0, np.int64)
+    return Fluids(ids=np.zeros((0, 0), np.int64), left=none2, count=ints, t_s=np.zeros(0), owed_s=np.zeros(0),
+                  sizes=none2, step_s=none2, measured=ints, limit=ints, kind=ints, rounds=none2, prefill_s=none2,
+                  finish_s=np.zeros(0))
+
+
+@jit
+def _fastest(fl: Fluids, i: int, t: float, last: int) -> int:
+    """spec_aware at arrival ``i``: each replica's model run to ``t``, the
+    replica where request ``i`` would finish first (ties as _least)."""
+    for k in range(len(fl.count)):
+        c, limit, m = fl.count[k], fl.limit[k], fl.measured[k]
+        left, sizes, step_s = fl.left[k], fl.sizes[k, :m], fl.step_s[k, :m]
+        dt = t - fl.t_s[k]
+        fl.t_s[k] = t
+        paid = min(fl.owed_s[k], dt)
+        fl.owed_s[k] -= paid
+        if dt - paid > 0:
+            fluid.advance(left, c, limit, sizes, step_s, dt - paid)
+        kind = fl.kind[k]
+        fl.finish_s[k] = fl.owed_s[k] + fl.prefill_s[kind, i] + fluid.decode_in(left, c, limit, sizes, step_s,
+                                                                                 fl.rounds[kind, i])
+    return _least(fl.finish_s, last)
+
+
+@jit
+def _sent(fl: Fluids, k: int, i: int) -> None:
+    """Request ``i`` joins replica ``k``'s model (_Fluid.add)."""
+    c, kind = fl.count[k], fl.kind[k]
+    fl.ids[k, c], fl.left[k, c] = i, fl.rounds[kind, i]
+    fl.count[k] = c + 1
+    fl.owed_s[k] += fl.prefill_s[kind, i]
+
+
+@jit
+def _forget(fl: Fluids, k: int, heard_done: np.ndarray) -> None:
+    """The requests heard finished leave replica ``k``'s model, the rest in order (_Fluid.drop)."""
+    kept = 0
+    for j in range(fl.count[k]):
+        i = fl.ids[k, j]
+        if not heard_done[i]:
+            fl.ids[k, kept], fl.left[k, kept] = i, fl.left[k, j]
+            kept += 1
+    fl.count[k] = kept
 
 
 @jit
@@ -166,6 +257,7 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
                 nxt[prev] = after
             book.outstanding[k] -= 1
             book.outstanding_tokens[k] -= tokens[i]
+            book.heard_done[i] = True
         else:
             prev = i
             soonest = min(soonest, heard_s)
@@ -268,7 +360,7 @@ def _pair(heads, windows, buffers, parts, book: Book, pairs: np.ndarray, i: int,
 
 @jit
 def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tokens: np.ndarray, start: int,
-          stop: int, router: int, staleness_s: float, pairs: np.ndarray) -> int:
+          stop: int, router: int, staleness_s: float, pairs: np.ndarray, fluids: Fluids) -> int:
     """Route arrivals ``start`` .. ``stop`` - 1; OK, or the CALL_* of the
     replica (``book.stopped``) that needs Python first. ``parts``: each
     replica's (arrivals, loop, pending, finish_s, emitted, output), the few
@@ -283,7 +375,10 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     arrival's two replicas alone, so (``pairs`` [N, 2], drawn as
     simspec.fleet.routers draws them); prefix_affinity reads every replica
     as least_requests does and sends a request home (``pairs`` [N, 1]; -1:
-    its prefix does not go home) unless the fleet is out of balance. The
+    its prefix does not go home) unless the fleet is out of balance;
+    spec_aware reads every replica as least_requests does, its model of
+    each (``fluids``) hearing the finishes the router hears, and sends a
+    request where the models say it would finish first. The
     look at a replica is written out in both loops: a call taking a
     replica's tuples would count a reference for every array in them, at
     every replica and arrival."""
@@ -311,7 +406,10 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
                     book.stopped[0], book.stopped[1], book.stopped[2] = i, k, k
                     wake_s[k] = -np.inf
                     return why
+            before = book.outstanding[k]
             heard_s = _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
+            if router == SPEC_AWARE and book.outstanding[k] != before:
+                _forget(fluids, k, book.heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
             wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)
@@ -320,13 +418,18 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
             high, low = loads.max(), loads.min()
             if high - low > BALANCE_ABS and high > BALANCE_REL * low:  # out of balance: the least loaded
                 home = -1
-        chosen = _least(loads, book.last[0]) if home < 0 else home
+        if router == SPEC_AWARE:
+            chosen = _fastest(fluids, i, t, book.last[0])
+        else:
+            chosen = _least(loads, book.last[0]) if home < 0 else home
         wake_s[chosen] = -np.inf
         arrivals, loop, pending, _, _, _ = parts[chosen]
         book.stopped[0] = -1
         if home < 0:  # a request sent home leaves the least-loaded rotation where it was
             book.last[0] = chosen
         _place(book, arrivals, loop, pending, i, chosen, t, tokens)
+        if router == SPEC_AWARE:
+            _sent(fluids, chosen, i)
     return OK
 
 
@@ -345,4 +448,5 @@ def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, t
 
 
 __all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book",
-           "new_book", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put"]
+           "new_book", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put", "SPEC_AWARE", "Fluids",
+           "new_fluids", "no_fluids"]

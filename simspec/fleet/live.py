@@ -183,7 +183,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
         # As the compiled loop: a replica that cannot finish a request by t stays behind (spec_aware reads a
         # replica only to hear its finishes, so it may leave one too), and until it can, or the router would hear
         # of a finish, an arrival passes it by.
-        lazy = kind in fastroute.LAZY or router.name == "spec_aware"
+        lazy = kind in fastroute.LAZY
         wake_s = np.full(replicas, -np.inf)
         assignment = np.empty(len(requests), dtype=np.int64)
         for i, request in enumerate(requests):
@@ -234,14 +234,17 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
         pairs = np.array([router.reads(r) for r in requests], dtype=np.int64).reshape(len(requests), 2)
     elif kind == fastroute.PREFIX_AFFINITY:  # each request's home (-1: none), in the first column
         pairs = router.homes(requests)[:, None]
+    fluids = fastroute.new_fluids(router.kinds, router.kind_of, *router.estimates_of(requests)) \
+        if kind == fastroute.SPEC_AWARE else fastroute.no_fluids()
     # numba's dispatch would type the replicas' lists anew at each call: call the compiled code itself
     signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
-                                                               0, 0, kind, staleness_s, pairs))
+                                                               0, 0, kind, staleness_s, pairs, fluids))
     route = fastroute.route.compile(signature)
     for start in range(0, len(requests), every):
         stop = min(start + every, len(requests))
         while True:
-            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s, pairs)
+            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s, pairs,
+                        fluids)
             if why == fastroute.OK:
                 break
             f = fleet[int(book.stopped[2])]

@@ -307,6 +307,15 @@ class _SpecAware(Router):
     def sent(self, k, i, request):
         self.fluid[k].add(i, *self.estimates[self.kind_of[k]])
 
+    def estimates_of(self, requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
+        """[K, N] each request's expected rounds and prefill seconds on each
+        kind of replica (what :meth:`choose` estimates at its arrival), for
+        simspec.fleet.fastroute's compiled loop."""
+        shape = (len(self.kinds), len(requests))
+        rounds = np.array([[m.rounds(r) for r in requests] for m in self.kinds], dtype=float).reshape(shape)
+        prefill_s = np.array([[m.prefill_s(r) for r in requests] for m in self.kinds], dtype=float).reshape(shape)
+        return rounds, prefill_s
+
     def heard(self, k, finished):
         if finished:
             self.fluid[k].drop(finished)
