@@ -9,7 +9,8 @@ within 1.5x of one replica's cost per request). ``--repeats N`` times
 each N times, one replica and the fleet in turn, and keeps the fastest
 of each: one run's time moves by a third on a shared machine.
 ``--prefixes P`` gives the prompts P shared system prompts of 1,024
-tokens, prefix caching on (for ``prefix_affinity``).
+tokens, prefix caching on (for ``prefix_affinity``). The last line is the
+process's peak resident memory (the fleet's runs are the largest).
 
     python benchmarks/fleet_speed.py [--replicas N] [--router NAME] [--requests R] [--rate X] [--policy NAME ...]
                                      [--repeats N] [--prefixes P]
@@ -18,6 +19,7 @@ tokens, prefix caching on (for ``prefix_affinity``).
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 from simspec import config, experiment
@@ -57,6 +59,8 @@ def main() -> None:
         fleet = min(fleets) / (args.requests * args.replicas) * 1e3
         print(f"{policy:12s} {args.router} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "
               f"ratio {fleet / one:5.2f}")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    print(f"peak memory {peak_mb:,.0f} MB")
 
 
 if __name__ == "__main__":
