@@ -133,15 +133,11 @@ def _fastest(fl: Fluids, i: int, t: float, last: int) -> int:
     for k in range(len(fl.count)):
         c, limit, m = fl.count[k], fl.limit[k], fl.measured[k]
         left, sizes, step_s = fl.left[k], fl.sizes[k, :m], fl.step_s[k, :m]
-        dt = t - fl.t_s[k]
-        fl.t_s[k] = t
-        paid = min(fl.owed_s[k], dt)
-        fl.owed_s[k] -= paid
-        if dt - paid > 0:
-            fluid.advance(left, c, limit, sizes, step_s, dt - paid)
+        owed_s = fluid.run_to(left, c, limit, sizes, step_s, fl.owed_s[k], t - fl.t_s[k])
+        fl.t_s[k], fl.owed_s[k] = t, owed_s
         kind = fl.kind[k]
-        fl.finish_s[k] = fl.owed_s[k] + fl.prefill_s[kind, i] + fluid.decode_in(left, c, limit, sizes, step_s,
-                                                                                 fl.rounds[kind, i])
+        fl.finish_s[k] = fluid.finish_in(left, c, limit, sizes, step_s, owed_s, fl.rounds[kind, i],
+                                         fl.prefill_s[kind, i])
     return _least(fl.finish_s, last)
 
 
@@ -152,18 +148,6 @@ def _sent(fl: Fluids, k: int, i: int) -> None:
     fl.ids[k, c], fl.left[k, c] = i, fl.rounds[kind, i]
     fl.count[k] = c + 1
     fl.owed_s[k] += fl.prefill_s[kind, i]
-
-
-@jit
-def _forget(fl: Fluids, k: int, heard_done: np.ndarray) -> None:
-    """The requests heard finished leave replica ``k``'s model, the rest in order (_Fluid.drop)."""
-    kept = 0
-    for j in range(fl.count[k]):
-        i = fl.ids[k, j]
-        if not heard_done[i]:
-            fl.ids[k, kept], fl.left[k, kept] = i, fl.left[k, j]
-            kept += 1
-    fl.count[k] = kept
 
 
 @jit
@@ -408,8 +392,8 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
                     return why
             before = book.outstanding[k]
             heard_s = _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
-            if router == SPEC_AWARE and book.outstanding[k] != before:
-                _forget(fluids, k, book.heard_done)
+            if router == SPEC_AWARE and book.outstanding[k] != before:  # what it heard leaves its model
+                fluids.count[k] = fluid.drop(fluids.ids[k], fluids.left[k], fluids.count[k], book.heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
             wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)

@@ -106,19 +106,35 @@ def decode_in(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_
 
 
 @jit
-def drop(ids: np.ndarray, left: np.ndarray, count: int, gone: np.ndarray) -> int:
-    """Take the requests ``gone`` out, the rest kept in order; returns how many are left."""
+def run_to(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_s: np.ndarray, owed_s: float,
+           dt: float) -> float:
+    """Run the model ``dt`` seconds: the prefill owed (``owed_s``) first,
+    then decode steps; returns the prefill still owed."""
+    paid = min(owed_s, dt)
+    if dt - paid > 0:
+        advance(left, count, limit, sizes, step_s, dt - paid)
+    return owed_s - paid
+
+
+@jit
+def finish_in(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_s: np.ndarray, owed_s: float,
+              rounds: float, prefill_s: float) -> float:
+    """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of
+    prefill, sent now, would finish: the prefill owed, its own, its decode."""
+    return owed_s + prefill_s + decode_in(left, count, limit, sizes, step_s, rounds)
+
+
+@jit
+def drop(ids: np.ndarray, left: np.ndarray, count: int, done: np.ndarray) -> int:
+    """Take out the requests ``done`` flags (indexed by request), the rest
+    kept in order; returns how many are left."""
     kept = 0
     for j in range(count):
-        out = False
-        for g in gone:
-            if ids[j] == g:
-                out = True
-                break
-        if not out:
-            ids[kept], left[kept] = ids[j], left[j]
+        i = ids[j]
+        if not done[i]:
+            ids[kept], left[kept] = i, left[j]
             kept += 1
     return kept
 
 
-__all__ = ["advance", "decode_in", "drop", "step_at", "DONE"]
+__all__ = ["advance", "decode_in", "drop", "finish_in", "run_to", "step_at", "DONE"]

@@ -125,34 +125,35 @@ class _Fluid:
         self.ids = np.zeros(16, np.int64)  # in the order sent (the first ``count``)
         self.left = np.zeros(16)  # expected rounds left, same order
         self.count = 0
+        self.done = np.zeros(16, np.bool_)  # [request] heard finished
         self.prefill_owed = 0.0  # seconds of prefill sent and not yet run
         self.t = 0.0
 
     def advance(self, t: float) -> None:
         """Run the model to ``t``: prefill owed first, then the first ``batch_limit`` unfinished
         requests progress one round a step."""
-        dt = t - self.t
+        self.prefill_owed = fluid.run_to(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s,
+                                         self.prefill_owed, t - self.t)
         self.t = t
-        paid = min(self.prefill_owed, dt)
-        self.prefill_owed -= paid
-        if dt - paid > 0:
-            fluid.advance(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s, dt - paid)
 
     def add(self, i: int, rounds: float, prefill_s: float) -> None:
         if self.count == len(self.left):  # room for as many again
             self.ids = np.concatenate([self.ids, np.zeros(self.count, np.int64)])
             self.left = np.concatenate([self.left, np.zeros(self.count)])
+        if i >= len(self.done):
+            self.done = np.concatenate([self.done, np.zeros(i + 1 + len(self.done), np.bool_)])
         self.ids[self.count], self.left[self.count] = i, rounds
         self.count += 1
         self.prefill_owed += prefill_s
 
     def drop(self, gone: Sequence[int]) -> None:
-        self.count = fluid.drop(self.ids, self.left, self.count, np.asarray(gone, dtype=np.int64))
+        self.done[np.asarray(gone, dtype=np.int64)] = True
+        self.count = fluid.drop(self.ids, self.left, self.count, self.done)
 
     def finish_in(self, rounds: float, prefill_s: float) -> float:
         """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of prefill, sent now, would finish."""
-        return self.prefill_owed + prefill_s + fluid.decode_in(self.left, self.count, self.model.batch_limit,
-                                                               self.sizes, self.step_s, rounds)
+        return fluid.finish_in(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s,
+                               self.prefill_owed, rounds, prefill_s)
 
 
 class Router(ABC):
