@@ -420,14 +420,14 @@ class Replica:
         by them."""
         self.logs.flush()
         c = self.columns
-        table = RequestTable(
-            id=c.ids, arrival_s=c.arrival_s, admitted_s=self.admitted_s, first_token_s=self.first_token_s,
-            finish_s=self.finish_s, prompt_tokens=c.prompt_tokens, output_tokens=self.state.emitted,
-            images=c.image_count, visual_tokens=self.state.visual, preemptions=self.preemptions,
-            cached_tokens=self.scheduler.cached_tokens)
-        owned = ("admitted_s", "first_token_s", "finish_s", "preemptions")  # the replica's own: not copied
-        table = RequestTable(*(column[rows] if rows is not None else column if name in owned else column.copy()
-                               for name, column in zip(RequestTable._fields, table)))
+        shared = dict(id=c.ids, arrival_s=c.arrival_s, prompt_tokens=c.prompt_tokens, output_tokens=self.state.emitted,
+                      images=c.image_count, visual_tokens=self.state.visual, cached_tokens=self.scheduler.cached_tokens)
+        own = dict(admitted_s=self.admitted_s, first_token_s=self.first_token_s, finish_s=self.finish_s,
+                   preemptions=self.preemptions)  # the log's own, not copied (a whole run's)
+        if rows is None:
+            table = RequestTable(**{k: v.copy() for k, v in shared.items()}, **own)
+        else:
+            table = RequestTable(**{k: v[rows] for k, v in {**shared, **own}.items()})
         expected = int(self.loop.routed[0]) if self.routed else len(self.requests)
         log = self.logs.builder.finish(policy=label, table=table, complete=self.finished == expected)
         gaps = log.gaps
