@@ -105,7 +105,7 @@ def decode_in(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_
     return (wait + rounds) * step_at(limit, sizes, step_s)
 
 
-@jit
+@jit(inline=True)
 def run_to(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_s: np.ndarray, owed_s: float,
            dt: float) -> float:
     """Run the model ``dt`` seconds: the prefill owed (``owed_s``) first,
@@ -116,7 +116,7 @@ def run_to(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_s: 
     return owed_s - paid
 
 
-@jit
+@jit(inline=True)
 def finish_in(left: np.ndarray, count: int, limit: int, sizes: np.ndarray, step_s: np.ndarray, owed_s: float,
               rounds: float, prefill_s: float) -> float:
     """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of
