@@ -1,5 +1,5 @@
 """DeepSeek-V3 (latent attention, shared experts, FP8 weights, the MTP
-drafter), Llama 4 Scout (interleaved experts, a fixed visual-token count)
+drafter), Llama 4 Scout (interleaved experts, its processor's image tiling)
 and the B200: read from their config files as the catalog holds them,
 sized and priced as docs/models.md says."""
 
@@ -15,6 +15,7 @@ from conftest import invoke
 from simspec import config as run_config
 from simspec import costs
 from simspec.costs.hfconfig import read_model_config
+from simspec.costs.images import llama4_canvas
 from simspec.serving.config import EngineConfig
 from simspec.types import InputError
 
@@ -45,12 +46,30 @@ def test_the_deepseek_v3_config_reads_as_the_catalog_holds_it():
     assert spec.drafter == "mtp" and spec.mtp_layers == 1
 
 
-def test_the_llama4_config_reads_its_text_config_and_a_144_token_tile():
+def test_the_llama4_config_reads_its_text_config_and_tiles_a_default_image_3_by_3():
     spec = read_model_config(DATA / "llama4_scout.json")
     assert replace(spec, name="Llama-4-Scout-17B-16E") == costs.model_spec("Llama-4-Scout-17B-16E")
-    assert (spec.visual_tokens_per_image, spec.vision_patches_per_image) == (144, 577)
+    # 896 x 896: the least upscaling fits it into 3 x 3 tiles of 336 (scale 1008 / 896), plus the global
+    # view: 10 views of 144 tokens, 577 through the encoder each
+    assert (spec.visual_tokens_per_image, spec.vision_patches_per_image) == (1440, 5770)
     assert (spec.experts, spec.experts_per_token, spec.sparse_layers, spec.shared_mlp_hidden) == (16, 1, 48, 8192)
     assert spec.max_context_tokens == 10485760
+
+
+@pytest.mark.parametrize("width, height, grid, tokens", [
+    (300, 200, (1, 1), 144),  # upscaled into one tile (scale 1.12): no global view
+    (336, 336, (1, 1), 144),
+    (337, 336, (1, 2), 432),  # a pixel too wide for one tile: two and the global view
+    (1344, 336, (1, 4), 720),  # exactly four tiles wide (scale 1)
+    (200, 3000, (9, 1), 1440),  # tall: 9 rows (scale 3024 / 3000)
+    (4000, 3000, (3, 4), 1872),  # no canvas upscales: the least downscaling (0.336) on the smallest canvas, 3 x 4
+])
+def test_llama4_tiles_an_image_as_its_processor_fits_it(width, height, grid, tokens):
+    scout = costs.model_spec("Llama-4-Scout-17B-16E")
+    assert llama4_canvas(width, height, scout.image_tiling) == grid
+    served = scout.at_image_size(width, height)
+    views = tokens // 144
+    assert (served.visual_tokens_per_image, served.vision_patches_per_image) == (tokens, views * 577)
 
 
 def test_maverick_style_interleaving_keeps_every_other_layer_dense(tmp_path):

@@ -37,6 +37,9 @@ _SIGLIP_SO400M = dict(vision_layers=26, vision_hidden=1152, vision_mlp_hidden=43
 # InternVL's dynamic tiling (OpenGVLab/InternVL3-8B's config.json: force_image_size 448, patch 14,
 # downsample_ratio 0.5, min_dynamic_patch 1, max_dynamic_patch 12, use_thumbnail true; InternViT has a CLS).
 _INTERNVL_TILES = ImageTiling(tile_px=448, patch_px=14, encoder_extra_tokens=1, max_tiles=12, downsample=0.5)
+# Llama 4's tiling (Llama-4-Scout's vision_config: image_size 336, patch_size 14, pixel_shuffle_ratio 0.5;
+# transformers' Llama4ImageProcessorFast: max_patches 16; the tower has a class token).
+_LLAMA4_TILES = ImageTiling(tile_px=336, patch_px=14, encoder_extra_tokens=1, max_tiles=16, downsample=0.5)
 # InternViT-300M-448px-V2_5 (24 layers, 1024 wide, MLP 4096) and InternViT-6B-448px-V2_5 (45 layers, 3200 wide,
 # MLP 12800), as OpenGVLab's InternVL conversion tools give their vision_config.
 _INTERNVIT_300M = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)
@@ -148,14 +151,16 @@ MODELS: dict[str, ModelSpec] = {
           for name in ("DeepSeek-V3", "DeepSeek-R1")),
         # Llama 4 Scout (meta-llama/Llama-4-Scout-17B-16E config.json, transformers' models/llama4/
         # configuration_llama4.py): every layer sparse (interleave_moe_layer_step 1), 16 experts of 8192, one a
-        # token, and a shared expert of 8192; bf16. Its vision tower (34 layers, 1408 wide, MLP 5632) turns one
+        # token, and a shared expert of 8192; bf16. Its vision tower (34 layers, 1408 wide, MLP 5632) turns each
         # 336-pixel tile of 14-pixel patches (576, plus a class token through the encoder) into 144 tokens
-        # through a 0.5 pixel shuffle; one tile an image here (its processor tiles larger images). 108.6B
-        # parameters, 17.2B active, against the model card's 109B and 17B.
-        ModelSpec(name="Llama-4-Scout-17B-16E", layers=48, hidden=5120, heads=40, kv_heads=8, mlp_hidden=16384,
-                  vocab=202048, max_context_tokens=10485760, visual_tokens_per_image=144,
-                  vision_patches_per_image=577, vision_layers=34, vision_hidden=1408, vision_mlp_hidden=5632,
-                  experts=16, experts_per_token=1, expert_mlp_hidden=8192, shared_mlp_hidden=8192),
+        # through a 0.5 pixel shuffle; its processor fits an image into up to 16 tiles and adds a global view
+        # (simspec.costs.images.llama4_canvas). 108.6B parameters, 17.2B active, against the model card's 109B
+        # and 17B.
+        at_default_image(name="Llama-4-Scout-17B-16E", layers=48, hidden=5120, heads=40, kv_heads=8,
+                         mlp_hidden=16384, vocab=202048, max_context_tokens=10485760, vision_layers=34,
+                         vision_hidden=1408, vision_mlp_hidden=5632, experts=16, experts_per_token=1,
+                         expert_mlp_hidden=8192, shared_mlp_hidden=8192, image_rule="llama4",
+                         image_tiling=_LLAMA4_TILES),
         # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
         # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
         ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,

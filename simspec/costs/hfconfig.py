@@ -14,9 +14,11 @@ Families read (``model_type``):
 - DeepSeek-V3 / R1: ``deepseek_v3`` (:func:`_deepseek`: latent attention,
   first_k_dense_replace dense layers, routed and shared experts, the MTP
   module as its default drafter, FP8 weights from ``quantization_config``);
-- Llama 4: ``llama4`` (:func:`_llama4`: the decoder in ``text_config``,
-  interleaved MoE layers with a shared expert, a fixed 144 visual tokens a
-  336-pixel tile) and its text-only ``llama4_text``;
+- Llama 4: ``llama4`` (:func:`_llama4_text`: the decoder in
+  ``text_config``, interleaved MoE layers with a shared expert;
+  :func:`_llama4_vision`: its processor's tiling, 144 visual tokens a
+  336-pixel tile and a global view, by default of a DEFAULT_IMAGE_PX square
+  image) and its text-only ``llama4_text``;
 - VLMs: ``llava`` (a decoder in ``text_config`` and a CLIP vision tower in
   ``vision_config``: (image_size / patch_size)^2 visual tokens an image,
   one more through the encoder with ``vision_feature_select_strategy``
@@ -73,6 +75,9 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 # internvl_chat ones in config.json (OpenGVLab/InternVL3-8B: min_dynamic_patch 1, max_dynamic_patch 12,
 # use_thumbnail true).
 INTERNVL_MIN_TILES, INTERNVL_MAX_TILES = 1, 12
+# Llama 4's tiles an image at most: its processor's max_patches, which config.json does not hold
+# (transformers' Llama4ImageProcessorFast.max_patches, 16; vLLM serves with the processor's defaults).
+LLAMA4_MAX_TILES = 16
 
 
 class _Fields:
@@ -150,8 +155,10 @@ def read_model_config(path: str | Path) -> ModelSpec:
     name = str(raw.get("_name_or_path") or path.parent.name or path.stem)
     if kind in LATENT:
         return ModelSpec(name=name, **_deepseek(top))
-    if kind in LLAMA4:
-        return ModelSpec(name=name, **_llama4(top, kind))
+    if kind == "llama4_text":
+        return ModelSpec(name=name, **_llama4_text(top), visual_tokens_per_image=0)
+    if kind == "llama4":
+        return at_default_image(name=name, **_llama4_text(top.sub("text_config"), top), **_llama4_vision(top))
     if kind in DENSE:
         return ModelSpec(name=name, **_decoder(top), visual_tokens_per_image=0)
     if kind in MOE:
@@ -342,37 +349,37 @@ def _quantized_bytes(f: _Fields) -> int:
     return 1
 
 
-def _llama4(top: _Fields, kind: str) -> dict:
-    """Llama 4's fields (transformers' Llama4TextConfig and Llama4VisionConfig,
-    meta-llama/Llama-4-Scout-17B-16E's config.json): the decoder from
-    ``text_config`` (``llama4``) or the top level (``llama4_text``); layer i
+def _llama4_text(text: _Fields, outer: _Fields | None = None) -> dict:
+    """Llama 4's decoder (transformers' Llama4TextConfig; meta-llama/
+    Llama-4-Scout-17B-16E's config.json), from ``text_config`` (``llama4``;
+    ``outer`` its top level) or the top level (``llama4_text``): layer i
     sparse where (i + 1) % interleave_moe_layer_step == 0 (as the config
     class builds moe_layers), each a router over num_local_experts experts
     intermediate_size wide beside a shared expert of the same width; dense
-    layers intermediate_size_mlp wide. The vision tower: (image_size /
-    patch_size)^2 patches a tile (and a class token through the encoder),
-    pixel_shuffle_ratio^2 of them as visual tokens (144 at 336 / 14 and
-    0.5); one tile an image, a fixed count."""
-    text = top.sub("text_config") if kind == "llama4" else top
+    layers intermediate_size_mlp wide."""
     layers = text.int("num_hidden_layers")
     step = text.int("interleave_moe_layer_step")
     sparse = sum(1 for i in range(layers) if (i + 1) % step == 0)
     require(sparse > 0, f"model config {text.path}: no sparse layer (interleave_moe_layer_step {step}, "
                         f"num_hidden_layers {layers})")
     expert = text.int("intermediate_size")
-    decoder = _decoder(text, top)
+    decoder = _decoder(text, outer)
     decoder["mlp_hidden"] = text.int("intermediate_size_mlp")
-    spec = dict(**decoder, experts=text.int("num_local_experts"), experts_per_token=text.int("num_experts_per_tok"),
-                expert_mlp_hidden=expert, shared_mlp_hidden=expert, dense_layers=layers - sparse,
-                visual_tokens_per_image=0)
-    if kind == "llama4_text":
-        return spec
+    return dict(**decoder, experts=text.int("num_local_experts"), experts_per_token=text.int("num_experts_per_tok"),
+                expert_mlp_hidden=expert, shared_mlp_hidden=expert, dense_layers=layers - sparse)
+
+
+def _llama4_vision(top: _Fields) -> dict:
+    """Llama 4's vision tower and image rule (Llama4VisionConfig): tiles of
+    image_size pixels in patch_size patches (and a class token through the
+    encoder), pixel_shuffle_ratio^2 of a tile's patches as visual tokens (144
+    at 336 / 14 and 0.5), at most LLAMA4_MAX_TILES tiles and a global view
+    (simspec.costs.images.llama4_canvas)."""
     vision = top.sub("vision_config")
-    side = vision.int("image_size") // vision.int("patch_size")
-    ratio = vision.fraction("pixel_shuffle_ratio")
-    spec.update(visual_tokens_per_image=max(1, round(side * side * ratio * ratio)),
-                vision_patches_per_image=side * side + 1, **_vision_tower(vision))
-    return spec
+    tiling = ImageTiling(tile_px=vision.int("image_size"), patch_px=vision.int("patch_size"),
+                         encoder_extra_tokens=1, max_tiles=LLAMA4_MAX_TILES,
+                         downsample=vision.fraction("pixel_shuffle_ratio"))
+    return dict(**_vision_tower(vision), image_rule="llama4", image_tiling=tiling)
 
 
 def _decoder(f: _Fields, outer: _Fields | None = None) -> dict:

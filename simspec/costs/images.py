@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImageTiling:
     """How a tiling VLM cuts an image into tiles of its vision tower
     (:meth:`ModelSpec.at_image_size`, rules "llava_next", "llava_onevision",
-    "internvl")."""
+    "internvl", "llama4")."""
 
     tile_px: int  # a tile's side: the tower's image_size (LLaVA) or force_image_size (InternVL)
     patch_px: int  # the tower's patch side
     encoder_extra_tokens: int = 0  # CLS tokens a tile adds through the encoder (CLIP, InternViT 1; SigLIP 0)
     keep_cls: bool = False  # LLaVA's vision_feature_select_strategy "full": the LM sees the base view's CLS too
     pinpoints: tuple[tuple[int, int], ...] = ()  # LLaVA's image_grid_pinpoints, (height, width) pixels
-    max_tiles: int = 0  # OneVision: the anyres_max_N cap (in base views); InternVL: max_dynamic_patch
+    max_tiles: int = 0  # OneVision: the anyres_max_N cap (in base views); InternVL: max_dynamic_patch; Llama 4: max_patches
     min_tiles: int = 1  # InternVL: min_dynamic_patch
-    thumbnail: bool = True  # InternVL: use_thumbnail (a global view when there is more than one tile)
-    downsample: float = 1.0  # InternVL: downsample_ratio (pixel shuffle 0.5: a quarter of the patches)
+    thumbnail: bool = True  # InternVL: use_thumbnail; Llama 4 always (a global view when there is more than one tile)
+    downsample: float = 1.0  # InternVL: downsample_ratio; Llama 4: pixel_shuffle_ratio (0.5: a quarter of the patches)
 
     @property
     def side_patches(self) -> int:
@@ -170,7 +171,50 @@ def _internvl_image(tiling: ImageTiling | None, width: int, height: int) -> tupl
     return tiles * int(n * n * t.downsample * t.downsample), tiles * (n * n + t.encoder_extra_tokens)
 
 
+def llama4_canvas(width: int, height: int, tiling: ImageTiling) -> tuple[int, int]:
+    """The (rows, columns) of tiles Llama 4's image processor fits an image
+    into (transformers' models/llama4/image_processing_llama4_fast.py,
+    ``find_supported_resolutions`` and ``get_best_fit`` with
+    resize_to_max_canvas False, the processor's default): of the canvases of
+    at most ``max_tiles`` tiles, the scale that fits the image into each
+    without distortion is the lesser of its two sides'; the least scale of
+    at least 1 wins (the least upscaling), else the greatest (the least
+    downscaling), and of the canvases at that scale the smallest, the first
+    in the processor's order on a tie. Scales are exact ratios here (the
+    processor divides in float32, which gives equal ratios equal floats)."""
+    by_ratio: dict[Fraction, list[tuple[int, int]]] = {}
+    for tiles in range(tiling.max_tiles, 0, -1):  # the processor's order: most tiles first, grouped by aspect
+        for rows in sorted(d for d in range(1, tiles + 1) if tiles % d == 0):
+            by_ratio.setdefault(Fraction(rows, tiles // rows), []).append((rows, tiles // rows))
+    canvases = [canvas for group in by_ratio.values() for canvas in group]
+    side = tiling.tile_px
+    scales = [min(Fraction(rows * side, height), Fraction(cols * side, width)) for rows, cols in canvases]
+    upscaling = [s for s in scales if s >= 1]
+    chosen = min(upscaling) if upscaling else max(scales)
+    best = None
+    for (rows, cols), scale in zip(canvases, scales):
+        if scale == chosen and (best is None or rows * cols < best[0] * best[1]):
+            best = (rows, cols)
+    return best
+
+
+def _llama4_image(tiling: ImageTiling | None, width: int, height: int) -> tuple[int, int]:
+    """Llama 4's tiling: the canvas llama4_canvas picks, cut into tiles,
+    plus a global view (the whole image at one tile) when there is more than
+    one; each view's n x n patches (and the class token) through the tower,
+    pixel shuffle keeping (n x pixel_shuffle_ratio)^2 tokens a view (144 at
+    336 / 14, 0.5) for the LM: the <|patch|> tokens of the processor's
+    prompt, which vLLM's own processor test counts as views x tokens a view
+    (tests/models/multimodal/processing/test_llama4.py); the few marker and
+    separator tokens around them are left out, as for the other rules."""
+    t = tiling
+    rows, cols = llama4_canvas(width, height, t)
+    views = rows * cols + (1 if rows * cols > 1 else 0)
+    n = t.side_patches
+    return views * int(n * n * t.downsample * t.downsample), views * (n * n + t.encoder_extra_tokens)
+
+
 # How each image rule turns an image's size into (visual tokens, vision-encoder tokens).
 IMAGE_RULES = {"qwen2_vl": _qwen2_vl_image, "llava_next": _llava_next_image,
-               "llava_onevision": _onevision_image, "internvl": _internvl_image}
+               "llava_onevision": _onevision_image, "internvl": _internvl_image, "llama4": _llama4_image}
 
