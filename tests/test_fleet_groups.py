@@ -50,6 +50,28 @@ def test_each_group_serves_with_its_own_device_and_policy():
     assert spec_run.assignment.size == 240 and set(np.unique(spec_run.assignment)) == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("router", ["least_requests", "spec_aware"])
+def test_groups_of_different_policies_and_gpus_route_compiled_as_in_python(router, monkeypatch):
+    # Their arguments to the serving loop are of one type, so the compiled routing loop runs them; switched
+    # off, the Python loop makes the same decisions and logs to the last bit.
+    from simspec.fleet import live
+
+    cfg = _cfg([{"name": "h100", "replicas": 2, "device": "h100-sxm", "policy": "marginal"},
+                {"name": "a100", "replicas": 2, "device": "a100-80gb", "policy": "ar", "engine": {"max_num_seqs": 8}}],
+               router=router, workload={"num_requests": 600, "rate_per_s": 40.0})
+    used, through = [], live._route_compiled
+    monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(through(*a)) or used[-1])
+    compiled = experiment.run(cfg).fleets[0]
+    assert len(used) == 1 and used[0] is not None  # it took the compiled loop
+    monkeypatch.setattr(live, "COMPILED", False)
+    python = experiment.run(cfg).fleets[0]
+    assert len(used) == 1
+    assert np.array_equal(compiled.assignment, python.assignment)
+    assert set(np.unique(compiled.assignment)) == {0, 1, 2, 3}
+    for a, b in zip(compiled.log.table, python.log.table):
+        assert np.array_equal(a, b, equal_nan=True)
+
+
 def test_a_fleet_whose_groups_all_name_a_policy_is_one_run():
     cfg = _cfg([{"name": "a", "replicas": 1, "policy": "linear:k=3"}, {"name": "b", "replicas": 1, "policy": "ar"}])
     results = experiment.run(cfg)

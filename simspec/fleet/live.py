@@ -166,8 +166,9 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     a stateful ``router``, replica k with simspec.sim.simulate's arguments
     ``setups[k]``; returns each replica's log and who served what. The
     routers that read only the replicas' load run in compiled code
-    (simspec.fleet.fastroute) where the replicas are alike and their
-    frontends free; the same decisions either way."""
+    (simspec.fleet.fastroute) where the replicas' arguments to the serving
+    loop are of one type (replicas of different policies, GPUs and batch
+    limits are) and no frontend has a cost; the same decisions either way."""
     tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
     columns = request_columns(requests)  # every replica reads the whole stream: read it once
     # ... and the replicas of one setup keep their per-request arrays in one pool (each request is one's)
@@ -178,7 +179,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)
     assignment = _route_compiled(requests, fleet, router, kind, tokens, staleness_s, every, progress) \
-        if kind is not None and COMPILED and not any(f.frontend.free for f in fleet) else None
+        if kind is not None and COMPILED and not any(f.frontend.priced for f in fleet) else None
     if assignment is None:
         # As the compiled loop: a replica that cannot finish a request by t stays behind (spec_aware reads a
         # replica only to hear its finishes, so it may leave one too), and until it can, or the router would hear
@@ -215,7 +216,7 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
     """simulate_routed's loop in simspec.fleet.fastroute, answering its
     replicas' calls for Python (a flush, a fresh window) as _Live.advance
     does; None (nothing run) where the replicas' arguments to fastloop.run
-    are not of one type (replicas of different policies)."""
+    are not of one type."""
     book = fastroute.new_book(len(requests), np.array([f.step_floor_s for f in fleet]),
                               np.array([f.replica.call.depth for f in fleet]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
@@ -264,7 +265,7 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
 
 
 def _alike(items: list) -> "numba.typed.List | None":
-    """``items`` as one typed list, or None where they are not of one type (replicas of different policies)."""
+    """``items`` as one typed list, or None where they are not of one type."""
     kinds = {numba.typeof(item) for item in items}
     if len(kinds) != 1:
         return None

@@ -87,14 +87,14 @@ class Frontend:
 
     def __init__(self, engine: EngineConfig):
         self.engine = engine
-        self.free = bool(engine.frontend_s_per_request or engine.frontend_s_per_text_token
-                         or engine.frontend_s_per_image)  # False: every request is ready on arrival
+        self.priced = bool(engine.frontend_s_per_request or engine.frontend_s_per_text_token
+                           or engine.frontend_s_per_image)  # False: every request is ready on arrival
         self.text_free = self.image_free = -np.inf
 
     def ready(self, request: Request, arrival_s: float) -> float:
         """When ``request``, arriving at ``arrival_s``, reaches the engine's queue."""
         e = self.engine
-        if not self.free:
+        if not self.priced:
             return arrival_s
         self.text_free = max(arrival_s, self.text_free) + e.frontend_s_per_request + \
             e.frontend_s_per_text_token * request.prompt_tokens
@@ -109,7 +109,7 @@ def frontend_ready(requests: Sequence[Request], engine: EngineConfig) -> tuple[n
     """When each request reaches the engine's queue (:class:`Frontend`), and the order they reach it in."""
     arrival = np.array([r.arrival_s for r in requests], float)
     frontend = Frontend(engine)
-    if not frontend.free:
+    if not frontend.priced:
         return arrival, np.arange(len(requests))
     ready = np.array([frontend.ready(r, a) for r, a in zip(requests, arrival)], float)
     return ready, np.argsort(ready, kind="stable")
