@@ -9,11 +9,14 @@ within 1.5x of one replica's cost per request). ``--repeats N`` times
 each N times, one replica and the fleet in turn, and keeps the fastest
 of each: one run's time moves by a third on a shared machine.
 ``--prefixes P`` gives the prompts P shared system prompts of 1,024
-tokens, prefix caching on (for ``prefix_affinity``). The last line is the
-process's peak resident memory (the fleet's runs are the largest).
+tokens, prefix caching on (for ``prefix_affinity``). ``--frontend``
+gives the engine frontend costs (2 ms a request, 2 us a prompt token, 15
+ms an image: the size of what a vLLM calibration fits), which the
+router's loop keeps for each replica. The last line is
+the process's peak resident memory (the fleet's runs are the largest).
 
     python benchmarks/fleet_speed.py [--replicas N] [--router NAME] [--requests R] [--rate X] [--policy NAME ...]
-                                     [--repeats N] [--prefixes P]
+                                     [--repeats N] [--prefixes P] [--frontend]
 """
 
 from __future__ import annotations
@@ -25,13 +28,17 @@ import time
 from simspec import config, experiment
 
 
+FRONTEND = {"frontend_s_per_request": 0.002, "frontend_s_per_text_token": 2e-6, "frontend_s_per_image": 0.015}
+
+
 def timed(replicas: int, requests: int, rate: float, policy: str, router: str = "round_robin",
-          prefixes: int = 0) -> float:
+          prefixes: int = 0, frontend: bool = False) -> float:
     workload = {"num_requests": requests * replicas, "rate_per_s": rate * replicas}
-    fields = {"replicas": replicas, "router": router, "policies": [policy], "workload": workload}
+    fields = {"replicas": replicas, "router": router, "policies": [policy], "workload": workload,
+              "engine": dict(FRONTEND) if frontend else {}}
     if prefixes:
         workload.update(shared_prefix_tokens=1024, shared_prefixes=prefixes)
-        fields["engine"] = {"prefix_caching": True}
+        fields["engine"]["prefix_caching"] = True
     cfg = config.build({}, fields)
     started = time.perf_counter()
     experiment.run(cfg, event_detail=False)
@@ -47,14 +54,16 @@ def main() -> None:
     parser.add_argument("--policy", action="append", default=None)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--prefixes", type=int, default=0)
+    parser.add_argument("--frontend", action="store_true", help="engines with frontend costs")
     args = parser.parse_args()
     for policy in args.policy or ["ar", "linear:k=3", "marginal"]:
-        timed(1, 50, args.rate, policy, prefixes=args.prefixes)  # warm-up: loads or compiles the kernels
-        timed(args.replicas, 50, args.rate, policy, args.router, args.prefixes)
+        timed(1, 50, args.rate, policy, prefixes=args.prefixes, frontend=args.frontend)  # warm-up: loads or compiles
+        timed(args.replicas, 50, args.rate, policy, args.router, args.prefixes, args.frontend)
         ones, fleets = [], []
         for _ in range(args.repeats):
-            ones.append(timed(1, args.requests, args.rate, policy, prefixes=args.prefixes))
-            fleets.append(timed(args.replicas, args.requests, args.rate, policy, args.router, args.prefixes))
+            ones.append(timed(1, args.requests, args.rate, policy, prefixes=args.prefixes, frontend=args.frontend))
+            fleets.append(timed(args.replicas, args.requests, args.rate, policy, args.router, args.prefixes,
+                                args.frontend))
         one = min(ones) / args.requests * 1e3
         fleet = min(fleets) / (args.requests * args.replicas) * 1e3
         print(f"{policy:12s} {args.router} one replica {one:7.2f} s / 1k req   {args.replicas} replicas {fleet:7.2f} s / 1k req   "

@@ -51,24 +51,30 @@ def test_side_by_side_replicas_are_the_shares_run_alone(router, policy, engine, 
     assert alone.log.rounds == side.log.rounds and alone.log.steps == side.log.steps
 
 
-@pytest.mark.parametrize("router,staleness_s,policy,engine", [("least_requests", 0.0, "marginal", "simspec"),
-                                                                 ("least_tokens", 0.0, "linear:k=3", "vllm"),
-                                                                 ("least_requests", 0.05, "ar", "simspec"),
-                                                                 ("power_of_two", 0.0, "marginal", "simspec"),
-                                                                 ("power_of_two", 0.05, "linear:k=3", "vllm"),
-                                                                 ("spec_aware", 0.0, "marginal", "simspec"),
-                                                                 ("spec_aware", 0.05, "linear:k=3", "vllm")])
-def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s, policy, engine, monkeypatch):
+@pytest.mark.parametrize("router,staleness_s,policy,engine,frontend", [
+    ("least_requests", 0.0, "marginal", "simspec", False),
+    ("least_tokens", 0.0, "linear:k=3", "vllm", False),
+    ("least_requests", 0.05, "ar", "simspec", False),
+    ("power_of_two", 0.0, "marginal", "simspec", False),
+    ("power_of_two", 0.05, "linear:k=3", "vllm", False),
+    ("spec_aware", 0.0, "marginal", "simspec", False),
+    ("spec_aware", 0.05, "linear:k=3", "vllm", False),
+    ("least_requests", 0.0, "linear:k=3", "vllm", True),  # frontend delays: requests join at their ready time
+    ("power_of_two", 0.05, "ar", "vllm", True),
+    ("spec_aware", 0.0, "marginal", "vllm", True),
+])
+def test_the_compiled_routing_loop_decides_as_the_python_one(router, staleness_s, policy, engine, frontend,
+                                                             monkeypatch):
     # simspec.fleet.fastroute runs least_requests, least_tokens, power_of_two and spec_aware (its model of each
-    # replica's batch too) in compiled code; switched off
+    # replica's batch too) in compiled code, engines' frontends too; switched off
     # the Python loop routes: the same replica for every request and the same logs to the last bit.
     from simspec.fleet import fastroute, live
 
-    scenario = _scenario(3, 900, per_replica_rate=14.0, engine=engine)
+    scenario = _scenario(3, 900, per_replica_rate=14.0, engine=engine, frontend=frontend)
     used, through = [], live._route_compiled
-    monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(1) or through(*a))
+    monkeypatch.setattr(live, "_route_compiled", lambda *a: used.append(through(*a)) or used[-1])
     compiled = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
-    assert used and router in fastroute.ROUTERS  # it took the compiled loop
+    assert used[0] is not None and router in fastroute.ROUTERS  # it took the compiled loop
     monkeypatch.setattr(live, "COMPILED", False)
     python = _serve(scenario, 3, router, policy, staleness_s=staleness_s)
     assert len(used) == 1

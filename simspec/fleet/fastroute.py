@@ -68,9 +68,16 @@ class Book(NamedTuple):
     # router hears of no finish): route passes it by (-inf: look)
     wake_s: np.ndarray
     heard_done: np.ndarray  # [N] bool the router has heard the request finish
+    # [R, 3] float each replica's frontend (simspec.sim.replica.Frontend): seconds a request, a prompt token, an
+    # image (all 0: a request is ready on arrival)
+    frontend: np.ndarray
+    frontend_free: np.ndarray  # [R, 2] float when its text and image workers are next free
+    prompt_tokens: np.ndarray  # [N] int each request's prompt tokens (what the text worker reads)
+    images: np.ndarray  # [N] int ... and its images
 
 
-def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book:
+def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray, frontend: np.ndarray,
+             prompt_tokens: np.ndarray, images: np.ndarray) -> Book:
     replicas = len(step_floor_s)
     return Book(assignment=np.full(requests, -1, np.int64), next=np.full(requests, -1, np.int64),
                 live=np.full(replicas, -1, np.int64), heard=np.full(replicas, -1, np.int64),
@@ -78,7 +85,9 @@ def new_book(requests: int, step_floor_s: np.ndarray, depth: np.ndarray) -> Book
                 outstanding_tokens=np.zeros(replicas, np.int64), last=np.full(1, -1, np.int64),
                 stopped=np.full(3, -1, np.int64), step_floor_s=np.asarray(step_floor_s, float),
                 depth=np.asarray(depth, np.int64), wake_s=np.full(replicas, -np.inf),
-                heard_done=np.zeros(requests, np.bool_))
+                heard_done=np.zeros(requests, np.bool_), frontend=np.asarray(frontend, float).reshape(replicas, 3),
+                frontend_free=np.full((replicas, 2), -np.inf), prompt_tokens=np.asarray(prompt_tokens, np.int64),
+                images=np.asarray(images, np.int64))
 
 
 class Fluids(NamedTuple):
@@ -304,6 +313,25 @@ def _least(loads: np.ndarray, last: int) -> int:
 
 
 @jit
+def _frontend_ready(frontend: np.ndarray, free: np.ndarray, k: int, arrival_s: float, prompt_tokens: int,
+                    images: int) -> float:
+    """simspec.sim.replica.Frontend.ready for replica ``k``: when a request
+    arriving at ``arrival_s`` has passed its text worker (a request and its
+    prompt tokens) and, with images, its image worker, each first come,
+    first served; on arrival where the frontend costs nothing. The same
+    operations in the same order, so the same float."""
+    per_request, per_token, per_image = frontend[k, 0], frontend[k, 1], frontend[k, 2]
+    if per_request == 0.0 and per_token == 0.0 and per_image == 0.0:
+        return arrival_s
+    free[k, 0] = max(arrival_s, free[k, 0]) + per_request + per_token * prompt_tokens
+    done = free[k, 0]
+    if images:
+        free[k, 1] = max(arrival_s, free[k, 1]) + per_image * images
+        done = max(done, free[k, 1])
+    return done
+
+
+@jit
 def _add(arrivals, loop, i: int, ready: float) -> None:
     """_Live.add: request ``i`` joins the replica's arrivals at ``ready``, in order among those not yet queued."""
     first, end = loop.arrived[0], loop.routed[0]
@@ -419,9 +447,11 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
 
 @jit
 def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, tokens: np.ndarray) -> None:
-    """Request ``i`` joins replica ``chosen``, in its arrivals and the router's book."""
-    _add(arrivals, loop, i, t)
-    if loop.now_s[0] >= t:  # a run going on past the arrival is decided anew (one behind it stops there itself)
+    """Request ``i``, arriving at ``t``, joins replica ``chosen`` at its
+    frontend's ready time, in its arrivals and the router's book."""
+    ready = _frontend_ready(book.frontend, book.frontend_free, chosen, t, book.prompt_tokens[i], book.images[i])
+    _add(arrivals, loop, i, ready)
+    if loop.now_s[0] >= ready:  # a run going on past the arrival is decided anew (one behind it stops there itself)
         pending.decided[0] *= 1 - pending.resume[0]
         pending.resume[0] = 0
     book.assignment[i] = chosen

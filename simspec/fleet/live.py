@@ -168,7 +168,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     routers that read only the replicas' load run in compiled code
     (simspec.fleet.fastroute) where the replicas' arguments to the serving
     loop are of one type (replicas of different policies, GPUs and batch
-    limits are) and no frontend has a cost; the same decisions either way."""
+    limits are); the same decisions either way."""
     tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
     columns = request_columns(requests)  # every replica reads the whole stream: read it once
     # ... and the replicas of one setup keep their per-request arrays in one pool (each request is one's)
@@ -179,7 +179,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)
     assignment = _route_compiled(requests, fleet, router, kind, tokens, staleness_s, every, progress) \
-        if kind is not None and COMPILED and not any(f.frontend.priced for f in fleet) else None
+        if kind is not None and COMPILED else None
     if assignment is None:
         # As the compiled loop: a replica that cannot finish a request by t stays behind (spec_aware reads a
         # replica only to hear its finishes, so it may leave one too), and until it can, or the router would hear
@@ -217,8 +217,11 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
     replicas' calls for Python (a flush, a fresh window) as _Live.advance
     does; None (nothing run) where the replicas' arguments to fastloop.run
     are not of one type."""
+    frontend = np.array([[f.replica.engine.frontend_s_per_request, f.replica.engine.frontend_s_per_text_token,
+                          f.replica.engine.frontend_s_per_image] for f in fleet], dtype=float)
     book = fastroute.new_book(len(requests), np.array([f.step_floor_s for f in fleet]),
-                              np.array([f.replica.call.depth for f in fleet]))
+                              np.array([f.replica.call.depth for f in fleet]), frontend,
+                              np.array([r.prompt_tokens for r in requests]), np.array([r.images for r in requests]))
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
     pairs = np.zeros((0, 2), np.int64)
     # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
