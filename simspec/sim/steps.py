@@ -6,9 +6,9 @@ compiled draw), simspec.policies.rules (plan_batch), simspec.costs.base
 (accepted_length), simspec.types (MAX_DEPTH). No simpy: the SimPy process
 in replica.py decides *when* steps happen (admission, preemption, prefill
 chunks, arrivals); :func:`run_steps` does the per-step numbers, each step
-in three parts: :func:`draw` (the round's drafts and acceptance draws, and
-the policy's plan), :func:`price` (its forward and seconds) and
-:func:`accept_and_log`.
+in three parts, closures inside it: ``draw`` (the round's drafts and
+acceptance draws, and the policy's plan), ``price`` (its forward and
+seconds) and ``accept_and_log``.
 
 A simulated hour of serving is some 300,000 steps, so the replica asks for
 several decode-only steps in one call and yields to SimPy once, at the
@@ -220,156 +220,6 @@ def step_scratch(ids: np.ndarray, state: RequestState, policy: PolicyCall) -> St
                    level_space=np.zeros(2 * max(depth, MAX_DEPTH, 1), np.int64))
 
 
-@jit(inline=True)
-def draw(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall, costs: CostTables,
-         engine: EngineTerms, pf: Prefill, rand: Randoms, scratch: StepScratch, scheduled_before: int) -> Round:
-    """The step's round: the batch's snapshot (into ``scratch``), the
-    drafter's confidences and the target's true ranks (read from ``rand``),
-    and the policy's plan. ``scheduled_before``: requests the previous step
-    scheduled."""
-    b, depth = len(ids), policy.depth
-    ctx, visual = scratch.context, scratch.visual
-    for i in range(b):
-        j = ids[i]
-        ctx[i] = state.cache[j]
-        scratch.remaining[i] = state.output[j] - state.emitted[j]
-        scratch.pending[i] = ctx[i] - visual[i] - state.absorbed[j]
-        scratch.recent[i] = state.recent[j]
-    conf, true_ranks = scratch.conf, scratch.true_ranks
-    if depth > 0 and b > 0:
-        n = b * depth
-        m = normals_per_round(acc, b, depth)
-        conf, true_ranks, _ = draw_round(scratch.difficulty, scratch.retention, depth, policy.ranks, acc,
-                                         rand.normals[rand.used[0]:rand.used[0] + m],
-                                         rand.uniforms[rand.used[1]:rand.used[1] + 2 * n])
-        rand.used[0] += m
-        rand.used[1] += 2 * n
-    shown = true_ranks if policy.needs_truth else scratch.hidden
-    # vLLM keys its per-batch-size draft length by every request the
-    # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
-    # l.1709-1713), verified one step later
-    key = scheduled_before if engine.lagged_key else -1
-    batch = rules.Batch(context_tokens=ctx, visual_tokens=visual, kept_visual_tokens=scratch.kept,
-                        remaining_tokens=scratch.remaining, recent_accepted=scratch.recent, conf=conf,
-                        true_ranks=shown, prefill_tokens=pf.tokens, prefill_attn_pairs=pf.attn_pairs,
-                        prefill_kv_tokens=pf.kv_tokens, prefill_requests=pf.requests,
-                        vision_tokens=pf.vision_tokens, prefill_max_context=pf.max_context, table_key=key)
-    plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, policy.params, batch, costs)
-    return Round(plan=plan, true_ranks=true_ranks)
-
-
-@jit(inline=True)
-def drafter_rows(policy: PolicyCall, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
-                 plan: rules.Plan) -> np.ndarray:
-    """Rows of each of the step's drafter calls (a view of ``scratch.level_space``).
-
-    A request's first call absorbs the tokens it accepted since it last
-    drafted (its prompt, the first time); after it, a level-wise engine
-    drafts a tree level in one call of its width, a chain-first one the
-    rank-1 chain, then the tree's off-chain parents depth by depth."""
-    b = len(scratch.context)
-    levels = plan.draft_steps.max() if b > 0 else 0
-    over_prefill = engine.drafter_over_prefill and policy.depth > 0 and pf.tokens > 0
-    if over_prefill and levels == 0:
-        levels = 1  # a prefill-only step still runs the drafter's first pass (its KV)
-    space = scratch.level_space if 2 * levels <= len(scratch.level_space) else np.zeros(2 * levels, np.int64)
-    rows = space[:2 * levels]
-    rows[:] = 0
-    if over_prefill:
-        rows[0] += pf.tokens
-    for i in range(b):
-        for level in range(plan.draft_steps[i]):
-            rows[level] += scratch.pending[i] if level == 0 else 1 if policy.chain_drafting else plan.draft_width[i]
-    calls = levels
-    if policy.chain_drafting and levels > 1:
-        extra = offchain_rows(plan.codes, plan.num_nodes, levels)
-        for d in range(1, levels):
-            if extra[d] > 0:
-                rows[calls] = extra[d]
-                calls += 1
-    return rows[:calls]
-
-
-@jit(inline=True)
-def price(policy: PolicyCall, costs: CostTables, engine: EngineTerms, pf: Prefill, scratch: StepScratch,
-          plan: rules.Plan) -> float:
-    """Seconds of the step exactly as planned: its forward (the prefill
-    chunks, then each request's 1 + drafted tokens), the drafter's calls,
-    selection, under the engine's graph regime and overlap."""
-    ctx, visual, kept = scratch.context, scratch.visual, scratch.kept
-    b = len(ctx)
-    verify, pairs = 0, 0
-    uniform = pf.tokens == 0 and b > 0
-    q0 = 1 + plan.num_nodes[0] if b > 0 else 0
-    drafted_kept, select_requests, select_keys = 0, 0, 0
-    for i in range(b):
-        q = 1 + plan.num_nodes[i]
-        uniform = uniform and q == q0
-        verify += q
-        pairs += q * ctx[i]
-        if plan.draft_steps[i] > 0:
-            drafted_kept += kept[i]
-            if 0 < kept[i] < visual[i]:
-                select_requests += 1
-                select_keys += visual[i]
-    regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
-    longest = max(pf.max_context, ctx.max() if b > 0 else 0)
-    forward = Forward(tokens=padded_tokens, kv_tokens=pf.kv_tokens + ctx.sum(), pairs=pf.attn_pairs + pairs,
-                      logits=pf.requests + verify, requests=pf.requests + b, padded=(pf.requests + b) * longest,
-                      prefill_tokens=pf.tokens, prefill_kv=pf.kv_tokens, prefill_pairs=pf.attn_pairs,
-                      prefill_requests=pf.requests, verifying=verify > b)
-    step = Step(forward=forward, vision_tokens=pf.vision_tokens,
-                level_tokens=drafter_rows(policy, engine, pf, scratch, plan), kept=drafted_kept,
-                select_requests=select_requests, select_keys=select_keys)
-    return engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, step), regime)
-
-
-@jit(inline=True)
-def accept_and_log(ids: np.ndarray, state: RequestState, logs: Logs, scratch: StepScratch, rnd: Round,
-                   span: Span) -> Accepted:
-    """Emit each request's accepted tokens + 1 (at most what it has left)
-    at the step's end, note what its drafter absorbed, update the
-    acceptance estimate, and log the chunks, drafted rounds and the step."""
-    plan = rnd.plan
-    accepted = trees.accepted_length(plan.codes, rnd.true_ranks) if plan.codes.shape[1] > 0 else scratch.none_accepted
-    finished = False
-    c, r, s = logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0]
-    grown = 0
-    # every array the loop reads, read once: a tuple's array read in a loop
-    # that calls out can cost a pair of atomic reference counts each time
-    draft_steps, num_nodes, depth = plan.draft_steps, plan.num_nodes, plan.depth
-    context, visual, remaining = scratch.context, scratch.visual, scratch.remaining
-    absorbed, cache, emitted, drafted, output = state.absorbed, state.cache, state.emitted, state.drafted, state.output
-    recent, population = state.recent, state.population
-    chunk_id, chunk_tokens, chunk_time_s = logs.chunk_id, logs.chunk_tokens, logs.chunk_time_s
-    round_accepted, round_depth, round_drafted = logs.round_accepted, logs.round_depth, logs.round_drafted
-    end_s = span.end_s
-    for i in range(len(ids)):
-        j = ids[i]
-        if draft_steps[i] > 0:  # the drafter's KV now holds the text of the cache the step started with
-            absorbed[j] = context[i] - visual[i]
-        emit = min(accepted[i] + 1, remaining[i])
-        cache[j] += emit
-        emitted[j] += emit
-        grown += emit
-        chunk_id[c], chunk_tokens[c], chunk_time_s[c] = j, emit, end_s
-        c += 1
-        drafted[j] = num_nodes[i]
-        if num_nodes[i] > 0:
-            round_accepted[r], round_depth[r], round_drafted[r] = accepted[i], depth[i], num_nodes[i]
-            r += 1
-        recent[j], population[0] = updated(recent[j], population[0], num_nodes[i], accepted[i], depth[i])
-        finished = finished or emitted[j] >= output[j]
-    logs.step_start_s[s], logs.step_duration_s[s], logs.step_batch[s], logs.step_tokens[s] = (
-        span.start_s, span.duration_s, len(ids), grown)
-    for k in range(3):
-        logs.step_plans[s, k] = 0
-    for i in range(len(ids)):
-        logs.step_plans[s, plan.kind[i]] += 1
-    logs.chunks_logged[0], logs.rounds_logged[0], logs.steps_logged[0] = c, r, s + 1
-    return Accepted(tokens=grown, finished=finished)
-
-
 @jit
 def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCall,
               costs: CostTables, engine: EngineTerms, prefill: Prefill, wake_s: float, start_s: float, stop_s: float,
@@ -379,21 +229,167 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
     ``wake_s`` more (waking from idle, CostModel.wake_cost_s). Stops after a
     step in which a request finished, or that ends at or after ``stop_s``,
     or when the KV cache has no ``kv_room`` left for another step.
-    Returns (steps run, end time)."""
+    Returns (steps run, end time).
+
+    Each step is :func:`draw`, :func:`price` and :func:`accept_and_log`,
+    written as closures over the arrays read here once a call: numba counts
+    every array of every tuple an inlined helper takes as a parameter, at
+    each call (docs/development.md), and a closure's captured arrays not at all."""
     b = len(ids)
     reserve = b * (policy.depth + 1)
     scratch = step_scratch(ids, state, policy)
+    # every array the steps read, read once a call
+    cache, output, emitted, absorbed, recent = state.cache, state.output, state.emitted, state.absorbed, state.recent
+    drafted, population = state.drafted, state.population
+    context, visual, kept, remaining = scratch.context, scratch.visual, scratch.kept, scratch.remaining
+    pending, recent_now, difficulty, retention = scratch.pending, scratch.recent, scratch.difficulty, scratch.retention
+    no_conf, no_ranks, hidden, none_accepted = scratch.conf, scratch.true_ranks, scratch.hidden, scratch.none_accepted
+    level_space = scratch.level_space
+    normals, uniforms, used = rand.normals, rand.uniforms, rand.used
+    params, capture = policy.params, engine.capture
+    chunk_id, chunk_tokens, chunk_time_s = logs.chunk_id, logs.chunk_tokens, logs.chunk_time_s
+    round_accepted, round_depth, round_drafted = logs.round_accepted, logs.round_depth, logs.round_drafted
+    step_start_s, step_duration_s, step_batch = logs.step_start_s, logs.step_duration_s, logs.step_batch
+    step_plans, step_tokens = logs.step_plans, logs.step_tokens
+    chunks_logged, rounds_logged, steps_logged = logs.chunks_logged, logs.rounds_logged, logs.steps_logged
+    depth, ranks = policy.depth, policy.ranks
+
+    def draw(pf: Prefill, scheduled: int) -> Round:
+        """The step's round: the batch's snapshot (into the scratch), the
+        drafter's confidences and the target's true ranks (read from the
+        random blocks), and the policy's plan. ``scheduled``: requests the
+        previous step scheduled."""
+        for i in range(b):
+            j = ids[i]
+            context[i] = cache[j]
+            remaining[i] = output[j] - emitted[j]
+            pending[i] = context[i] - visual[i] - absorbed[j]
+            recent_now[i] = recent[j]
+        conf, true_ranks = no_conf, no_ranks
+        if depth > 0 and b > 0:
+            n = b * depth
+            m = normals_per_round(acc, b, depth)
+            conf, true_ranks, _ = draw_round(difficulty, retention, depth, ranks, acc,
+                                             normals[used[0]:used[0] + m], uniforms[used[1]:used[1] + 2 * n])
+            used[0] += m
+            used[1] += 2 * n
+        shown = true_ranks if policy.needs_truth else hidden
+        # vLLM keys its per-batch-size draft length by every request the
+        # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
+        # l.1709-1713), verified one step later
+        key = scheduled if engine.lagged_key else -1
+        batch = rules.Batch(context_tokens=context, visual_tokens=visual, kept_visual_tokens=kept,
+                            remaining_tokens=remaining, recent_accepted=recent_now, conf=conf,
+                            true_ranks=shown, prefill_tokens=pf.tokens, prefill_attn_pairs=pf.attn_pairs,
+                            prefill_kv_tokens=pf.kv_tokens, prefill_requests=pf.requests,
+                            vision_tokens=pf.vision_tokens, prefill_max_context=pf.max_context, table_key=key)
+        plan = rules.plan_batch(policy.kernel if b > 0 else rules.AR, params, batch, costs)
+        return Round(plan=plan, true_ranks=true_ranks)
+
+    def drafter_rows(pf: Prefill, plan: rules.Plan) -> np.ndarray:
+        """Rows of each of the step's drafter calls (a view of the scratch's level space).
+
+        A request's first call absorbs the tokens it accepted since it last
+        drafted (its prompt, the first time); after it, a level-wise engine
+        drafts a tree level in one call of its width, a chain-first one the
+        rank-1 chain, then the tree's off-chain parents depth by depth."""
+        draft_steps, draft_width = plan.draft_steps, plan.draft_width
+        levels = draft_steps.max() if b > 0 else 0
+        over_prefill = engine.drafter_over_prefill and depth > 0 and pf.tokens > 0
+        if over_prefill and levels == 0:
+            levels = 1  # a prefill-only step still runs the drafter's first pass (its KV)
+        space = level_space if 2 * levels <= len(level_space) else np.zeros(2 * levels, np.int64)
+        rows = space[:2 * levels]
+        rows[:] = 0
+        if over_prefill:
+            rows[0] += pf.tokens
+        for i in range(b):
+            for level in range(draft_steps[i]):
+                rows[level] += pending[i] if level == 0 else 1 if policy.chain_drafting else draft_width[i]
+        calls = levels
+        if policy.chain_drafting and levels > 1:
+            extra = offchain_rows(plan.codes, plan.num_nodes, levels)
+            for d in range(1, levels):
+                if extra[d] > 0:
+                    rows[calls] = extra[d]
+                    calls += 1
+        return rows[:calls]
+
+    def price(pf: Prefill, plan: rules.Plan) -> float:
+        """Seconds of the step exactly as planned: its forward (the prefill
+        chunks, then each request's 1 + drafted tokens), the drafter's calls,
+        selection, under the engine's graph regime and overlap."""
+        num_nodes, draft_steps = plan.num_nodes, plan.draft_steps
+        verify, pairs = 0, 0
+        uniform = pf.tokens == 0 and b > 0
+        q0 = 1 + num_nodes[0] if b > 0 else 0
+        drafted_kept, select_requests, select_keys = 0, 0, 0
+        for i in range(b):
+            q = 1 + num_nodes[i]
+            uniform = uniform and q == q0
+            verify += q
+            pairs += q * context[i]
+            if draft_steps[i] > 0:
+                drafted_kept += kept[i]
+                if 0 < kept[i] < visual[i]:
+                    select_requests += 1
+                    select_keys += visual[i]
+        regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
+        longest = max(pf.max_context, context.max() if b > 0 else 0)
+        forward = Forward(tokens=padded_tokens, kv_tokens=pf.kv_tokens + context.sum(), pairs=pf.attn_pairs + pairs,
+                          logits=pf.requests + verify, requests=pf.requests + b, padded=(pf.requests + b) * longest,
+                          prefill_tokens=pf.tokens, prefill_kv=pf.kv_tokens, prefill_pairs=pf.attn_pairs,
+                          prefill_requests=pf.requests, verifying=verify > b)
+        step = Step(forward=forward, vision_tokens=pf.vision_tokens, level_tokens=drafter_rows(pf, plan),
+                    kept=drafted_kept, select_requests=select_requests, select_keys=select_keys)
+        return engine_step_s(engine, cpu_s(costs, forward.requests), step_cost(costs, step), regime)
+
+    def accept_and_log(rnd: Round, span: Span) -> Accepted:
+        """Emit each request's accepted tokens + 1 (at most what it has left)
+        at the step's end, note what its drafter absorbed, update the
+        acceptance estimate, and log the chunks, drafted rounds and the step."""
+        plan = rnd.plan
+        draft_steps, num_nodes, plan_depth, kind = plan.draft_steps, plan.num_nodes, plan.depth, plan.kind
+        accepted = trees.accepted_length(plan.codes, rnd.true_ranks) if plan.codes.shape[1] > 0 else none_accepted
+        finished = False
+        c, r, s = chunks_logged[0], rounds_logged[0], steps_logged[0]
+        grown = 0
+        end_s = span.end_s
+        for i in range(b):
+            j = ids[i]
+            if draft_steps[i] > 0:  # the drafter's KV now holds the text of the cache the step started with
+                absorbed[j] = context[i] - visual[i]
+            emit = min(accepted[i] + 1, remaining[i])
+            cache[j] += emit
+            emitted[j] += emit
+            grown += emit
+            chunk_id[c], chunk_tokens[c], chunk_time_s[c] = j, emit, end_s
+            c += 1
+            drafted[j] = num_nodes[i]
+            if num_nodes[i] > 0:
+                round_accepted[r], round_depth[r], round_drafted[r] = accepted[i], plan_depth[i], num_nodes[i]
+                r += 1
+            recent[j], population[0] = updated(recent[j], population[0], num_nodes[i], accepted[i], plan_depth[i])
+            finished = finished or emitted[j] >= output[j]
+        step_start_s[s], step_duration_s[s], step_batch[s], step_tokens[s] = span.start_s, span.duration_s, b, grown
+        for k in range(3):
+            step_plans[s, k] = 0
+        for i in range(b):
+            step_plans[s, kind[i]] += 1
+        chunks_logged[0], rounds_logged[0], steps_logged[0] = c, r, s + 1
+        return Accepted(tokens=grown, finished=finished)
+
     t = float(start_s)  # SimPy's clock reads an int before its first timeout
     steps = 0
     while steps < max_steps:
         first = steps == 0
         pf = prefill if first else NO_PREFILL
-        rnd = draw(ids, state, acc, policy, costs, engine, pf, rand, scratch, scheduled_before if first else b)
-        duration = price(policy, costs, engine, pf, scratch, rnd.plan)
+        rnd = draw(pf, scheduled_before if first else b)
+        duration = price(pf, rnd.plan)
         if first:
             duration += wake_s
         span = Span(start_s=t, duration_s=duration, end_s=t + duration)
-        done = accept_and_log(ids, state, logs, scratch, rnd, span)
+        done = accept_and_log(rnd, span)
         steps += 1
         t = span.end_s
         kv_room -= done.tokens
