@@ -204,12 +204,6 @@ def _history_alpha(batch: Batch) -> np.ndarray:
     return alpha
 
 
-@jit(inline=True)
-def _copy_into(src: Drafted, dst: Drafted) -> None:
-    dst.rows[:] = src.rows
-    dst.totals[:] = src.totals
-
-
 @jit
 def _plan_rate(layers_s: np.ndarray, head_s: np.ndarray, zero: np.ndarray, r: Rater, totals: np.ndarray, b: int,
                gain: float, n: int, pairs: int) -> float:
@@ -219,48 +213,9 @@ def _plan_rate(layers_s: np.ndarray, head_s: np.ndarray, zero: np.ndarray, r: Ra
     drafting table (its depth 0: the forward alone)."""
     verified, _ = _verified_s(r.v, layers_s, head_s, zero, Memo(np.nan, np.nan), n, pairs, 0)
     drafting = _drafting_s(r.terms, totals, b)
-    forward = verified if n > 0 else r.decode_s
+    # the select as arithmetic (no branch: numba then drops the four arrays' counts on entry); both are finite
+    forward = verified * (n > 0) + r.decode_s * (n <= 0)
     return gain / (forward + drafting)
-
-
-@jit(inline=True)
-def _deeper_rate(batch: Batch, costs: CostTables, p: Pricing, r: Rater, now: Drafted, trial: Drafted,
-                 members: np.ndarray, path: np.ndarray, future: np.ndarray, alpha: np.ndarray, d: int, depth: int,
-                 gain: float, n: int, pairs: int, enough: float) -> float:
-    """The best rate of drafting ``members`` on from level ``d`` to some
-    depth in d+1..depth (their undrafted tokens valued path x alpha^j), on
-    top of the plan so far (``now``, ``gain``, ``n``, ``pairs``), or the
-    first rate above ``enough`` (the caller asks only whether one beats
-    it); ``trial`` and ``future`` are scratch. Each depth's plan is the one
-    before it and one level more for the members whose output has room for it."""
-    b = len(batch.context_tokens)
-    layers_s, head_s, zero, table = costs.layers_s, costs.head_s, p.draft_s, costs.draft_s
-    context, remaining = batch.context_tokens, batch.remaining_tokens
-    best = 0.0
-    _copy_into(now, trial)
-    future[:] = path
-    if d == 0:
-        kept, visual = batch.kept_visual_tokens, batch.visual_tokens
-        for i in range(b):
-            if members[i]:
-                _start(trial.totals, kept[i], visual[i])
-    extra_gain, extra_n, extra_pairs = 0.0, 0, 0
-    for top in range(d + 1, depth + 1):
-        rows = 0
-        for i in range(b):
-            if members[i] and top < remaining[i]:  # level top - 1 is within its output
-                future[i] *= alpha[i]
-                extra_gain += future[i]
-                extra_pairs += context[i]
-                rows += 1
-        if rows > 0:
-            _add_rows(table, trial, top - 1, rows)
-        extra_n += rows
-        best = max(best, _plan_rate(layers_s, head_s, zero, r, trial.totals, b, gain + extra_gain, n + extra_n,
-                                    pairs + extra_pairs))
-        if best > enough:
-            break
-    return best
 
 
 class Drafting(NamedTuple):
@@ -300,20 +255,21 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
     for i in range(b):
         alive[i] = remaining[i] > 1
     now, trial = _drafted(), _drafted()
+    now_totals, now_rows, trial_totals, trial_rows = now.totals, now.rows, trial.totals, trial.rows
     future = np.empty(b)
     r = _rater(costs, p, v)
     layers_s, head_s, zero, table = costs.layers_s, costs.head_s, p.draft_s, costs.draft_s
     kept, visual, context = batch.kept_visual_tokens, batch.visual_tokens, batch.context_tokens
-    gain, n, pairs = float(b), 0, 0  # the stop plan: every drafted level verified
     going = np.zeros(b, np.bool_)
     everyone = np.zeros(b, np.bool_)
+    gain, n, pairs = float(b), 0, 0  # the stop plan: every drafted level verified
     for d in range(depth):
-        stop = _plan_rate(layers_s, head_s, zero, r, now.totals, b, gain, n, pairs)
+        stop = _plan_rate(layers_s, head_s, zero, r, now_totals, b, gain, n, pairs)
         slope = 0.0
         if threshold <= 0.0 and b > 0:
             ctx = context.sum() // b
-            wide = _plan_rate(layers_s, head_s, zero, r, now.totals, b, 1.0, n + b, pairs + b * ctx)  # 1 / seconds
-            base = _plan_rate(layers_s, head_s, zero, r, now.totals, b, 1.0, max(n, 1),
+            wide = _plan_rate(layers_s, head_s, zero, r, now_totals, b, 1.0, n + b, pairs + b * ctx)  # 1 / seconds
+            base = _plan_rate(layers_s, head_s, zero, r, now_totals, b, 1.0, max(n, 1),
                               pairs + (ctx if n == 0 else 0))
             slope = (1.0 / wide - 1.0 / base) / b
         g, eligible = 0, 0
@@ -338,8 +294,36 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             if (which == 0 and g == 0) or (which == 1 and g == eligible):
                 continue
             enough = np.inf if which == 0 and g < eligible else best
-            rate = _deeper_rate(batch, costs, p, r, now, trial, going if which == 0 else everyone, path, future,
-                                alpha, d, depth, gain, n, pairs, enough)
+            # The best rate of drafting the bundle on from level d to some depth in d+1..depth (their undrafted
+            # tokens valued path x alpha^j), on top of the plan so far, or the first rate above ``enough``;
+            # each depth's plan is the one before it and one level more for the members whose output has room
+            # for it. Written here, not in a helper: numba would count every array a helper is given at each
+            # call (docs/development.md).
+            members = going if which == 0 else everyone
+            rate = 0.0
+            trial_rows[:] = now_rows
+            trial_totals[:] = now_totals
+            future[:] = path
+            if d == 0:
+                for i in range(b):
+                    if members[i]:
+                        _start(trial_totals, kept[i], visual[i])
+            extra_gain, extra_n, extra_pairs = 0.0, 0, 0
+            for top in range(d + 1, depth + 1):
+                rows = 0
+                for i in range(b):
+                    if members[i] and top < remaining[i]:  # level top - 1 is within its output
+                        future[i] *= alpha[i]
+                        extra_gain += future[i]
+                        extra_pairs += context[i]
+                        rows += 1
+                if rows > 0:
+                    _add_rows(table, trial, top - 1, rows)
+                extra_n += rows
+                rate = max(rate, _plan_rate(layers_s, head_s, zero, r, trial_totals, b, gain + extra_gain,
+                                            n + extra_n, pairs + extra_pairs))
+                if rate > enough:
+                    break
             if rate > best:
                 best, best_set = rate, which
         if best <= stop:
@@ -354,7 +338,7 @@ def _draft_levels(batch: Batch, costs: CostTables, p: Pricing, v: Verifying, dep
             if not going[i]:
                 continue
             if d == 0:
-                _start(now.totals, kept[i], visual[i])
+                _start(now_totals, kept[i], visual[i])
             _add_rows(table, now, d, 1)
             levels[i] = d + 1
             if unknown:
