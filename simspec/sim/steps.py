@@ -231,10 +231,11 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
     or when the KV cache has no ``kv_room`` left for another step.
     Returns (steps run, end time).
 
-    Each step is :func:`draw`, :func:`price` and :func:`accept_and_log`,
+    Each step is ``draw``, ``price`` and ``accept_and_log``,
     written as closures over the arrays read here once a call: numba counts
     every array of every tuple an inlined helper takes as a parameter, at
-    each call (docs/development.md), and a closure's captured arrays not at all."""
+    each call (docs/development.md), and a closure's captured arrays only
+    where it passes them on to a call."""
     b = len(ids)
     reserve = b * (policy.depth + 1)
     scratch = step_scratch(ids, state, policy)
