@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simspec.costs.images import ImageTiling
+from simspec.costs.images import LLAMA4_MAX_TILES, ImageTiling
 from simspec.costs.specs import DRAFT_MODEL, ModelSpec, at_default_image, check_drafter_form
 from simspec.types import require
 
@@ -38,8 +38,9 @@ _SIGLIP_SO400M = dict(vision_layers=26, vision_hidden=1152, vision_mlp_hidden=43
 # downsample_ratio 0.5, min_dynamic_patch 1, max_dynamic_patch 12, use_thumbnail true; InternViT has a CLS).
 _INTERNVL_TILES = ImageTiling(tile_px=448, patch_px=14, encoder_extra_tokens=1, max_tiles=12, downsample=0.5)
 # Llama 4's tiling (Llama-4-Scout's vision_config: image_size 336, patch_size 14, pixel_shuffle_ratio 0.5;
-# transformers' Llama4ImageProcessorFast: max_patches 16; the tower has a class token).
-_LLAMA4_TILES = ImageTiling(tile_px=336, patch_px=14, encoder_extra_tokens=1, max_tiles=16, downsample=0.5)
+# its processor's max_patches; the tower has a class token).
+_LLAMA4_TILES = ImageTiling(tile_px=336, patch_px=14, encoder_extra_tokens=1, max_tiles=LLAMA4_MAX_TILES,
+                            downsample=0.5)
 # InternViT-300M-448px-V2_5 (24 layers, 1024 wide, MLP 4096) and InternViT-6B-448px-V2_5 (45 layers, 3200 wide,
 # MLP 12800), as OpenGVLab's InternVL conversion tools give their vision_config.
 _INTERNVIT_300M = dict(vision_layers=24, vision_hidden=1024, vision_mlp_hidden=4096)

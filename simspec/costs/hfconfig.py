@@ -49,7 +49,7 @@ from pathlib import Path
 
 from simspec.costs import catalog, specs
 from simspec.costs.catalog import MODELS_BY_KEY
-from simspec.costs.images import DEFAULT_IMAGE_PX, ImageTiling
+from simspec.costs.images import DEFAULT_IMAGE_PX, LLAMA4_MAX_TILES, ImageTiling
 from simspec.costs.specs import ModelSpec, at_default_image
 from simspec.files import read_json
 from simspec.types import InputError, require
@@ -75,9 +75,6 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 # internvl_chat ones in config.json (OpenGVLab/InternVL3-8B: min_dynamic_patch 1, max_dynamic_patch 12,
 # use_thumbnail true).
 INTERNVL_MIN_TILES, INTERNVL_MAX_TILES = 1, 12
-# Llama 4's tiles an image at most: its processor's max_patches, which config.json does not hold
-# (transformers' Llama4ImageProcessorFast.max_patches, 16; vLLM serves with the processor's defaults).
-LLAMA4_MAX_TILES = 16
 
 
 class _Fields:

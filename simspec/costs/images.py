@@ -36,6 +36,10 @@ class ImageTiling:
 
 
 
+# Llama 4's tiles an image at most: its processor's max_patches, which config.json does not hold
+# (transformers' Llama4ImageProcessorFast.max_patches, 16; vLLM serves with the processor's defaults).
+LLAMA4_MAX_TILES = 16
+
 DEFAULT_IMAGE_PX = 896
 """The square image side a dynamic-resolution or tiling model's default counts are of (no --image-size)."""
 

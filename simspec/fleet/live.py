@@ -36,7 +36,7 @@ import simpy
 from simspec.fleet import fastroute
 from simspec.fleet.routers import Router
 from simspec.sim import fastloop
-from simspec.sim.replica import Frontend, Replica, request_columns
+from simspec.sim.replica import Frontend, Replica, RequestColumns, request_columns
 from simspec.types import Request, RunLog
 from simspec import compiled, seeds
 
@@ -169,8 +169,8 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     (simspec.fleet.fastroute) where the replicas' arguments to the serving
     loop are of one type (replicas of different policies, GPUs and batch
     limits are); the same decisions either way."""
-    tokens = np.array([r.prompt_tokens + r.output_tokens for r in requests], dtype=np.int64)
     columns = request_columns(requests)  # every replica reads the whole stream: read it once
+    tokens = columns.prompt_tokens + columns.output
     # ... and the replicas of one setup keep their per-request arrays in one pool (each request is one's)
     pools: dict[int, dict] = {}
     fleet = [_Live(requests, seed=s, difficulty=difficulty,
@@ -178,7 +178,7 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
              for s, setup in zip(replica_seeds, setups)]
     every = max(1, len(requests) // 200)
     kind = fastroute.ROUTERS.get(router.name)
-    assignment = _route_compiled(requests, fleet, router, kind, tokens, staleness_s, every, progress) \
+    assignment = _route_compiled(requests, columns, fleet, router, kind, tokens, staleness_s, every, progress) \
         if kind is not None and COMPILED else None
     if assignment is None:
         # As the compiled loop: a replica that cannot finish a request by t stays behind (spec_aware reads a
@@ -211,8 +211,9 @@ def simulate_routed(requests: Sequence[Request], *, replicas: int, router: Route
     return [f.run_log(label) for f in fleet], assignment
 
 
-def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Router, kind: int, tokens: np.ndarray,
-                    staleness_s: float, every: int, progress: Callable[[int], None] | None) -> np.ndarray | None:
+def _route_compiled(requests: Sequence[Request], columns: RequestColumns, fleet: list[_Live], router: Router, kind: int,
+                    tokens: np.ndarray, staleness_s: float, every: int,
+                    progress: Callable[[int], None] | None) -> np.ndarray | None:
     """simulate_routed's loop in simspec.fleet.fastroute, answering its
     replicas' calls for Python (a flush, a fresh window) as _Live.advance
     does; None (nothing run) where the replicas' arguments to fastloop.run
@@ -221,8 +222,8 @@ def _route_compiled(requests: Sequence[Request], fleet: list[_Live], router: Rou
                           f.replica.engine.frontend_s_per_image] for f in fleet], dtype=float)
     book = fastroute.new_book(len(requests), np.array([f.step_floor_s for f in fleet]),
                               np.array([f.replica.call.depth for f in fleet]), frontend,
-                              np.array([r.prompt_tokens for r in requests]), np.array([r.images for r in requests]))
-    arrival = np.array([r.arrival_s for r in requests], dtype=float)
+                              columns.prompt_tokens, columns.image_count)
+    arrival = columns.arrival_s
     pairs = np.zeros((0, 2), np.int64)
     # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
     # tuple of replicas would compile anew for each size, and index them through a branch per replica).
