@@ -33,6 +33,13 @@ def _without(name: str, key: str, inside: str | None = None) -> str:
     return json.dumps(config)
 
 
+def _with(name: str, key: str, value, inside: str | None = None) -> str:
+    """The config file ``name`` of tests/data/llmfam/ with ``key`` (in its ``inside`` object) set to ``value``."""
+    config = json.loads((LLM_CONFIGS / name).read_text())
+    (config[inside] if inside else config)[key] = value
+    return json.dumps(config)
+
+
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"
 AZURE_SIZED = "TIMESTAMP,NumImages,ContextTokens,GeneratedTokens,image_width,image_height\n"
@@ -160,6 +167,9 @@ CASES = [
     case("model-config-llama4-field", f"{SIM} --model {{in}}/config.json", "config.json",
          "missing field text_config.interleave_moe_layer_step",
          config__json=_without("llama4_scout.json", "interleave_moe_layer_step", "text_config")),
+    case("model-config-llama4-no-rope", f"{SIM} --model {{in}}/config.json", "config.json",
+         "text_config.no_rope_layers must list 0 or 1 for each of the 48 layers",
+         config__json=_with("llama4_scout.json", "no_rope_layers", [1, 0, 1], "text_config")),
     case("model-config-moe-field", f"{SIM} --model {{in}}/config.json", "missing field num_experts",
          config__json='{"model_type": "qwen3_moe", "hidden_size": 512, "num_attention_heads": 8, '
                       '"num_hidden_layers": 2, "intermediate_size": 1024, "vocab_size": 100, '

@@ -21,14 +21,14 @@ import hashlib
 import importlib.metadata
 import pickle
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
 
 from simspec.compiled import cache_root
 from simspec.costs import collectives, fitted, profiles, steps
-from simspec.costs.base import CostModel, CostTables
+from simspec.costs.base import CostModel, CostTables, LocalAttention
 from simspec.costs.closed_form import affine, constant
 from simspec.costs import gpus
 from simspec.costs.roofline import roofline
@@ -192,6 +192,14 @@ def _prior_terms() -> str:
 
 
 def _make(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str = "simspec") -> CostModel:
+    """The cost model ``spec`` names, pricing ``model``'s chunked layers (LocalAttention) where it has them."""
+    made = _priced(spec, model, gpu, profiles_root, engine)
+    if not model.attention_chunk:
+        return made
+    return replace(made, local=LocalAttention(model.attention_chunk, model.chunked_layers / model.layers))
+
+
+def _priced(spec: str, model: ModelSpec, gpu: GpuSpec, profiles_root: Path | None, engine: str) -> CostModel:
     kind, _, args = spec.partition(":")
     kind = kind.strip().lower()
     if kind == "auto" and not args:

@@ -116,6 +116,23 @@ def uniform_attention(**terms) -> np.ndarray:
 ZERO_ATTENTION = uniform_attention()
 
 
+class LocalAttention(NamedTuple):
+    """Layers that attend only within their query's chunk of the sequence
+    (Llama 4's chunked attention: a query at position p sees positions
+    p // chunk x chunk .. p), a ``share`` of the model's layers; the others
+    attend to the whole context. The attention coefficients price every
+    layer alike, so a step's keys read and query x key pairs enter them as
+    the layers' mean (:func:`attended_context`, :func:`attended_span`):
+    exact where attention is linear in them, the mean's where a fit has a
+    cache knee."""
+
+    chunk: int  # tokens a chunk; 0: every layer attends to the whole context
+    share: float  # of the layers
+
+
+NO_LOCAL = LocalAttention(0, 0.0)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostModel:
     """Seconds for the pieces of an engine step (module docstring)."""
@@ -151,6 +168,7 @@ class CostModel:
     wake_s: float = 0.0  # the first step after a long idle spell costs this much more (module docstring)
     wake_tau_s: float = 1.0  # ... reached as 1 - exp(-idle / wake_tau_s)
     wake_next_share: float = 0.0  # ... of which the step after pays this share
+    local: LocalAttention = NO_LOCAL  # layers attending within chunks (the model's: costs.build sets it)
 
     def __post_init__(self):
         require(self.wake_s >= 0, f"wake_s must be >= 0 seconds (got {self.wake_s})")
@@ -215,7 +233,8 @@ class CostModel:
         return CostTables(self.overhead_s, self.layers_s, self.head_s, self.attention, self.kv_s_per_padded_token,
                           self.vision_s_table, self.draft_s_table, self.draft_s_per_kept, self.draft_s_cross_call,
                           self.draft_s_cross_row, self.select_launch_s, self.select_s_per_key, self.select_s_per_key_sq,
-                          self.overhead_s_per_request, self.draft_s_per_round, self.draft_s_per_round_request)
+                          self.overhead_s_per_request, self.draft_s_per_round, self.draft_s_per_round_request,
+                          self.local)
 
     def step_s(self, shape: StepShape) -> float:
         """Seconds for one engine step (the simulator's own formula)."""
@@ -258,6 +277,7 @@ class CostTables(NamedTuple):
     overhead_per_request: float
     draft_round_s: float
     draft_round_request_s: float
+    local: LocalAttention
 
 
 class WakeTerms(NamedTuple):
@@ -358,6 +378,47 @@ def call_parts(t: Attention, kv: int, pairs: int, requests: int, queries: int):
     if queries > 0:
         linear += t.floor_s
     return memory, compute, linear
+
+
+@jit
+def attended_context(a: LocalAttention, context: int) -> int:
+    """Keys a decode query after ``context`` cached tokens attends to, the
+    layers' mean (:class:`LocalAttention`): a chunked layer skips the
+    chunks before its query's, context // chunk x chunk tokens. Rounded to
+    a token; ``context`` itself without chunked layers."""
+    if a.chunk == 0:
+        return context
+    return context - int(a.share * (context // a.chunk * a.chunk) + 0.5)
+
+
+@jit
+def causal_pairs(start: int, end: int) -> int:
+    """Query x key pairs of the queries at positions start..end - 1 of one
+    sequence, each seeing every position up to its own."""
+    n = end - start
+    return n * start + n * (n + 1) // 2
+
+
+@jit
+def _chunked_pairs(end: int, chunk: int) -> int:
+    """:func:`causal_pairs` (0, end) when each query sees only its own chunk."""
+    whole, part = end // chunk, end % chunk
+    return whole * (chunk * (chunk + 1) // 2) + part * (part + 1) // 2
+
+
+@jit
+def attended_span(a: LocalAttention, done: int, take: int) -> tuple[int, int]:
+    """(keys read, query x key pairs) of a prefill chunk of ``take`` tokens
+    after ``done`` cached ones, the layers' mean: a full layer reads the
+    cache and the chunk, each query paired with every position up to its
+    own; a chunked layer reads from the first query's chunk on, each query
+    paired within its own chunk. Rounded to a token and a pair."""
+    kv, pairs = done + take, causal_pairs(done, done + take)
+    if a.chunk == 0:
+        return kv, pairs
+    local_kv = done % a.chunk + take
+    local_pairs = _chunked_pairs(done + take, a.chunk) - _chunked_pairs(done, a.chunk)
+    return kv - int(a.share * (kv - local_kv) + 0.5), pairs - int(a.share * (pairs - local_pairs) + 0.5)
 
 
 class Forward(NamedTuple):

@@ -156,12 +156,13 @@ MODELS: dict[str, ModelSpec] = {
         # 336-pixel tile of 14-pixel patches (576, plus a class token through the encoder) into 144 tokens
         # through a 0.5 pixel shuffle; its processor fits an image into up to 16 tiles and adds a global view
         # (simspec.costs.images.llama4_canvas). 108.6B parameters, 17.2B active, against the model card's 109B
-        # and 17B.
+        # and 17B. Three layers in four attend within 8,192-token chunks (attention_chunk_size 8192; its
+        # no_rope_layers is empty, so the config class makes every fourth layer a global one).
         at_default_image(name="Llama-4-Scout-17B-16E", layers=48, hidden=5120, heads=40, kv_heads=8,
                          mlp_hidden=16384, vocab=202048, max_context_tokens=10485760, vision_layers=34,
                          vision_hidden=1408, vision_mlp_hidden=5632, experts=16, experts_per_token=1,
                          expert_mlp_hidden=8192, shared_mlp_hidden=8192, image_rule="llama4",
-                         image_tiling=_LLAMA4_TILES),
+                         image_tiling=_LLAMA4_TILES, attention_chunk=8192, chunked_layers=36),
         # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
         # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
         ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,

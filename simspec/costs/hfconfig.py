@@ -75,6 +75,9 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1}
 # internvl_chat ones in config.json (OpenGVLab/InternVL3-8B: min_dynamic_patch 1, max_dynamic_patch 12,
 # use_thumbnail true).
 INTERNVL_MIN_TILES, INTERNVL_MAX_TILES = 1, 12
+# Llama4TextConfig's attention_chunk_size where a config leaves it out (transformers'
+# models/llama4/configuration_llama4.py); meta-llama's Scout and Maverick configs give 8192.
+LLAMA4_ATTENTION_CHUNK = 8192
 
 
 class _Fields:
@@ -362,8 +365,33 @@ def _llama4_text(text: _Fields, outer: _Fields | None = None) -> dict:
     expert = text.int("intermediate_size")
     decoder = _decoder(text, outer)
     decoder["mlp_hidden"] = text.int("intermediate_size_mlp")
+    chunk, chunked = _chunked_layers(text, layers)
     return dict(**decoder, experts=text.int("num_local_experts"), experts_per_token=text.int("num_experts_per_tok"),
-                expert_mlp_hidden=expert, shared_mlp_hidden=expert, dense_layers=layers - sparse)
+                expert_mlp_hidden=expert, shared_mlp_hidden=expert, dense_layers=layers - sparse,
+                attention_chunk=chunk, chunked_layers=chunked)
+
+
+def _chunked_layers(text: _Fields, layers: int) -> tuple[int, int]:
+    """(attention_chunk, chunked_layers) of a Llama 4 decoder, as
+    transformers' Llama4TextConfig and vLLM's llama4.py read them: layer i
+    attends within chunks of attention_chunk_size tokens where
+    no_rope_layers[i] is 1 (it uses RoPE), to the whole context where it is
+    0 (a NoPE layer). attention_chunk_size left out is the config class's
+    8192, null is no chunking; no_rope_layers left out, null or empty is a
+    NoPE layer every no_rope_layer_interval (4) layers."""
+    if "attention_chunk_size" in text.table and text.table["attention_chunk_size"] is None:
+        return 0, 0
+    chunk = text.int("attention_chunk_size", LLAMA4_ATTENTION_CHUNK)
+    rope = text.table.get("no_rope_layers")
+    if not rope:
+        interval = text.int("no_rope_layer_interval", 4)
+        rope = [int((i + 1) % interval != 0) for i in range(layers)]
+    require(isinstance(rope, list) and len(rope) == layers and all(v in (0, 1) and not isinstance(v, bool)
+                                                                    for v in rope),
+            f"model config {text.path}: {text._name('no_rope_layers')} must list 0 or 1 for each of the "
+            f"{layers} layers (got {rope!r:.80})")
+    chunked = sum(rope)
+    return (chunk, chunked) if chunked else (0, 0)
 
 
 def _llama4_vision(top: _Fields) -> dict:

@@ -95,6 +95,15 @@ class ModelSpec:
     v_head_dim: int = 0
     mtp_layers: int = 0  # multi-token-prediction decoder layers the checkpoint ships (the "mtp" drafter)
     image_tiling: ImageTiling | None = None
+    # Chunked attention (Llama 4): ``chunked_layers`` of the layers attend
+    # only within their query's chunk of ``attention_chunk`` tokens
+    # (positions [c x chunk, (c + 1) x chunk)), the rest to the whole
+    # context; 0 and 0: every layer attends to the whole context. Priced in
+    # the attention a step reads and computes (simspec.costs.base.
+    # LocalAttention); the KV cache holds every layer's whole context, as
+    # vLLM and SGLang do by default (docs/models.md).
+    attention_chunk: int = 0
+    chunked_layers: int = 0
     # The separate draft model of a ``draft-model:NAME`` drafter (the
     # catalog's spec of NAME: simspec.costs.catalog.deployed sets it); None
     # for every other drafter.
@@ -126,6 +135,9 @@ class ModelSpec:
             require(min(self.q_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim) > 0,
                     f"model {self.name}: latent attention needs q_lora_rank, qk_nope_head_dim, qk_rope_head_dim and "
                     f"v_head_dim > 0")
+        require((self.attention_chunk > 0) == (self.chunked_layers > 0) and 0 <= self.chunked_layers <= self.layers,
+                f"model {self.name}: chunked attention needs attention_chunk > 0 and 1..{self.layers} chunked layers, "
+                f"or neither (got {self.attention_chunk}, {self.chunked_layers})")
         require(self.drafter_kind != MTP or self.mtp_layers > 0,
                 f"model {self.name}: drafter mtp needs a model that ships a multi-token-prediction module "
                 f"(num_nextn_predict_layers > 0 in its config, e.g. DeepSeek-V3)")

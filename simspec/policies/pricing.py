@@ -26,7 +26,9 @@ from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 class Batch(NamedTuple):
     """A ReplicaView's arrays and counts, for compiled code (same meaning)."""
 
-    context_tokens: np.ndarray  # [B] int64
+    # [B] int64 keys a request's next query attends to: its KV cache's tokens, or with chunked
+    # layers the layers' mean (costs.base.attended_context)
+    context_tokens: np.ndarray
     visual_tokens: np.ndarray  # [B] int64
     kept_visual_tokens: np.ndarray  # [B] int64
     remaining_tokens: np.ndarray  # [B] int64

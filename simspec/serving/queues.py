@@ -3,7 +3,8 @@
 simulator's SimPy-process path) and by the simulator's compiled serving
 loop (simspec.sim.fastloop), which runs many steps' decisions in one call.
 
-Imports: numpy, simspec.compiled (numba), simspec.serving.prefixes (the
+Imports: numpy, simspec.compiled (numba), simspec.costs.base (chunked attention's
+keys and pairs), simspec.serving.prefixes (the
 prefix cache and the encoder budget the rules consult). DESIGN.md "The
 serving model".
 
@@ -35,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simspec.compiled import jit
+from simspec.costs.base import LocalAttention, attended_span
 from simspec.serving.prefixes import (IN_USE, Images, Prefixes, encode_cut, evict, images_reached, lookup, release,
                                       store, use)
 
@@ -106,6 +108,7 @@ class Limits(NamedTuple):
     block_size: int  # tokens
     prefix_caching: bool
     encoder_budget: int  # visual tokens a step's chunks may encode (0: a request's images at its prefill's start)
+    attention: LocalAttention  # the model's chunked layers, which :func:`prefill_cost` prices
 
 
 class Decision(NamedTuple):
@@ -369,8 +372,9 @@ def prefill_cost(s: State, lim: Limits, chunk_ids: np.ndarray, takes: np.ndarray
         done = tok.cache[i]
         longest = max(longest, done)
         tokens += take
-        kv += done + take
-        pairs += take * done + take * (take + 1) // 2  # causal: each new token sees those before it
+        chunk_kv, chunk_pairs = attended_span(lim.attention, done, take)  # causal: each new token sees those before it
+        kv += chunk_kv
+        pairs += chunk_pairs
         if lim.encoder_budget > 0:
             vision += images_reached(s.images, i, done, take)
         elif done == tok.hit[i]:  # the prefill starts (after any prefix-cache hit, images first)

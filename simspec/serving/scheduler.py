@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from simspec.costs.base import NO_LOCAL, LocalAttention
 from simspec.serving import queues as rules
 from simspec.serving.prefixes import FREE, IN_USE, images_reached, new_images, new_prefixes
 from simspec.serving.queues import (ADMITTED, CHUNKS, DECODES, PREEMPTED, REQUEUED, RUN_LEN, WAIT_HEAD, WAIT_LEN,
@@ -52,7 +53,7 @@ class Scheduler:
                  max_num_batched_tokens: int, kv_budget_tokens: int, reserve_tokens: int,
                  images: list[tuple[int, ...]] | None = None, block_size: int = 1,
                  prefixes: tuple[np.ndarray, np.ndarray] | None = None, transferred: bool = False,
-                 pool: dict | None = None):
+                 pool: dict | None = None, attention: LocalAttention = NO_LOCAL):
         """``images`` (each request's visual tokens per image, at the
         prompt's start in order): given, the vision encoder runs under
         vLLM's per-step encoder budget (simspec.serving.prefixes). Without,
@@ -67,7 +68,10 @@ class Scheduler:
         (the decode side of a disaggregated fleet: Tokens.ready).
 
         ``pool``: the per-request counts shared with a fleet's alike
-        replicas (:func:`shared_array`)."""
+        replicas (:func:`shared_array`).
+
+        ``attention``: the model's chunked layers (CostModel.local), which
+        the prefill chunks' keys and pairs average over."""
         n = len(context)
         self.context = np.asarray(context, dtype=np.int64)  # [N] prompt tokens, text + visual
         self.visual = np.asarray(visual, dtype=np.int64)  # [N] visual tokens
@@ -94,6 +98,7 @@ class Scheduler:
         self.encoder_budget = max(max_num_batched_tokens, largest) if images is not None else 0
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.reserve = reserve_tokens
+        self.attention = attention
         seqs = max(1, min(max_num_seqs, n))
         self.tokens = Tokens(self.context, self.visual, self.output, self.cache, self.target, self.drafted,
                              self.emitted, self.hit, self.shared, self.ready)
@@ -111,7 +116,8 @@ class Scheduler:
     def kv_budget(self, tokens: int) -> None:
         self.limits = Limits(max_num_seqs=int(self.max_num_seqs), max_num_batched_tokens=int(self.max_num_batched_tokens),
                              kv_budget=int(tokens), reserve=int(self.reserve), block_size=int(self.block_size),
-                             prefix_caching=self.prefix_caching, encoder_budget=int(self.encoder_budget))
+                             prefix_caching=self.prefix_caching, encoder_budget=int(self.encoder_budget),
+                             attention=self.attention)
 
     def check_fits(self) -> None:
         """Refuse a workload with a request the KV budget can never hold."""

@@ -275,7 +275,7 @@ class Replica:
             kv_budget_tokens=kv_budget_tokens, reserve_tokens=reserve_tokens(engine, policy.max_depth),
             images=images if images is not None and any(images) else None,  # no image: the budget never binds
             block_size=engine.block_size, prefixes=columns.prefixes if engine.prefix_caching else None,
-            transferred=transferred_kv, pool=pool)
+            transferred=transferred_kv, pool=pool, attention=costs.local)
         self.estimate = Estimate(n, 1.0 / (1.0 + np.exp(-acceptance.top1_logit)), own("recent", lambda: np.ones(n)))
         sched = self.scheduler
         self.state = steps.RequestState(

@@ -26,7 +26,7 @@ import numpy as np
 
 from simspec.acceptance.model import Draws, Randoms, draw_round, normals_per_round
 from simspec.compiled import jit
-from simspec.costs.base import CostTables, Forward, Step, cpu_s, step_cost
+from simspec.costs.base import CostTables, Forward, Step, attended_context, cpu_s, step_cost
 from simspec.policies import rules
 from simspec.serving.estimate import updated
 from simspec.serving.queues import NO_PREFILL, Prefill
@@ -254,6 +254,10 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
     step_plans, step_tokens = logs.step_plans, logs.step_tokens
     chunks_logged, rounds_logged, steps_logged = logs.chunks_logged, logs.rounds_logged, logs.steps_logged
     depth, ranks = policy.depth, policy.ranks
+    # the keys each request's query attends to, the layers' mean: its context
+    # unless the model has chunked layers (costs.base.attended_context)
+    local = costs.local
+    attended = context if local.chunk == 0 else np.empty(b, np.int64)
 
     def draw(pf: Prefill, scheduled: int) -> Round:
         """The step's round: the batch's snapshot (into the scratch), the
@@ -266,6 +270,8 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
             remaining[i] = output[j] - emitted[j]
             pending[i] = context[i] - visual[i] - absorbed[j]
             recent_now[i] = recent[j]
+            if local.chunk > 0:
+                attended[i] = attended_context(local, context[i])
         conf, true_ranks = no_conf, no_ranks
         if depth > 0 and b > 0:
             n = b * depth
@@ -279,7 +285,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
         # previous step scheduled (vllm/v1/core/sched/scheduler.py 0.33
         # l.1709-1713), verified one step later
         key = scheduled if engine.lagged_key else -1
-        batch = rules.Batch(context_tokens=context, visual_tokens=visual, kept_visual_tokens=kept,
+        batch = rules.Batch(context_tokens=attended, visual_tokens=visual, kept_visual_tokens=kept,
                             remaining_tokens=remaining, recent_accepted=recent_now, conf=conf,
                             true_ranks=shown, prefill_tokens=pf.tokens, prefill_attn_pairs=pf.attn_pairs,
                             prefill_kv_tokens=pf.kv_tokens, prefill_requests=pf.requests,
@@ -329,7 +335,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
             q = 1 + num_nodes[i]
             uniform = uniform and q == q0
             verify += q
-            pairs += q * context[i]
+            pairs += q * attended[i]
             if draft_steps[i] > 0:
                 drafted_kept += kept[i]
                 if 0 < kept[i] < visual[i]:
@@ -337,7 +343,7 @@ def run_steps(ids: np.ndarray, state: RequestState, acc: Draws, policy: PolicyCa
                     select_keys += visual[i]
         regime, padded_tokens = graph_regime(engine, pf.tokens + verify, uniform)
         longest = max(pf.max_context, context.max() if b > 0 else 0)
-        forward = Forward(tokens=padded_tokens, kv_tokens=pf.kv_tokens + context.sum(), pairs=pf.attn_pairs + pairs,
+        forward = Forward(tokens=padded_tokens, kv_tokens=pf.kv_tokens + attended.sum(), pairs=pf.attn_pairs + pairs,
                           logits=pf.requests + verify, requests=pf.requests + b, padded=(pf.requests + b) * longest,
                           prefill_tokens=pf.tokens, prefill_kv=pf.kv_tokens, prefill_pairs=pf.attn_pairs,
                           prefill_requests=pf.requests, verifying=verify > b)
