@@ -117,6 +117,26 @@ class FixedCosts:
     # EAGLE-3 paper Table 3: a cost that grows with the batch beyond the
     # arithmetic; the fit puts it at 73 us a request, which no source
     # measures directly).
+    # A sparse layer's fused MoE call (routing, the tokens' alignment to
+    # experts, the two grouped GEMMs, the activation and the weighted sum)
+    # costs a floor beyond the weights it streams: its GEMMs are a few
+    # thin tiles per expert, latency-bound. Kernel times of the fused call
+    # from engines' own tuning benchmarks (benchmark_moe.py, CUDA-graph
+    # replays) less this module's roofline of the touched experts' bytes
+    # and FLOPs, at 1-8 tokens: 26-29 us on an H100 (Qwen3-30B-A3B FP8,
+    # github.com/vllm-project/vllm/pull/24700, the PR's defaults), 28-30 us
+    # on a B200 (Qwen3-Omni-30B-A3B BF16, vllm-project/vllm/pull/31448),
+    # 27-35 us on an H200 (Qwen3-235B-A22B FP8 at tp 8,
+    # sgl-project/sglang/pull/11730) and 26.5 us on an H100 (Qwen3-Next-80B
+    # FP8 at tp 4, vllm-project/vllm/pull/44830): median 27.8 us, less the
+    # moe_call_nodes MLP kernels a layer's kernels_per_layer already counts. Mixtral's eight
+    # large experts (the same H100 PR) stream at nearer 90% of the
+    # bandwidth than BANDWIDTH_EFFICIENCY's 80%, so there the roofline
+    # alone is within 10% and the floor makes it 8-16% dear
+    # (validation/published/moe_kernels.csv; benchmarks/moe_kernels.py
+    # prints each point against the prior).
+    moe_call_s: float = 25e-6
+    moe_call_nodes: int = 3  # the MLP's kernels (gate-up, activation, down) that the fused call replaces
     draft_step_s: float = 748e-6
     draft_round_s: float = 0.9e-6
     draft_round_request_s: float = 73e-6
@@ -220,7 +240,8 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
               f"results{sharded}{measured})",
         calibrated=False, partly_calibrated=linear is not None, overhead_s=fixed.cpu_step_s,
         overhead_s_per_request=fixed.cpu_per_request_s,
-        layers_s=frozen_table((_layers(model, gemm, bw, flops, fixed.kernels_per_layer * node) if linear is None
+        layers_s=frozen_table((_layers(model, gemm, bw, flops, fixed.kernels_per_layer * node, fixed.moe_call_s)
+                               if linear is None
                                else _measured_layers(model, linear, fixed.kernels_per_layer * node))
                               + reduced(TOKENS, model.hidden, model.layers)),
         head_s=frozen_table(head), attention=attention_prior(model, gpu),
@@ -243,19 +264,19 @@ def gemm_flops(gpu: GpuSpec, weight_bytes: int) -> float:
     return peak * GEMM_EFFICIENCY
 
 
-def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float) -> np.ndarray:
+def _layers(model: ModelSpec, gemm, bw: float, flops: float, kernels_s: float, moe_call_s: float) -> np.ndarray:
     """The decoder layers' GEMMs and kernels by the step's tokens. A dense layer reads
     its weights once a step; a sparse (mixture-of-experts) layer reads its
     attention, shared MLP and router once, and the weights of the experts
     the step's tokens touch (ModelSpec.experts_touched: more of them the
     more tokens a step verifies), each token computing through
-    experts_per_token of them (the experts' GEMMs grouped in one kernel, as
-    vLLM's fused MoE runs them: one kernel, the expert term's own node is
-    the layer's MLP kernel)."""
+    experts_per_token of them (the experts' GEMMs grouped in one fused
+    call, as vLLM's and SGLang's fused MoE run them, with the call's floor
+    ``moe_call_s`` beyond the MLP kernels' nodes the layer already counts)."""
     if not model.sparse_layers:
         return model.layers * (gemm(model.layer_params) + kernels_s)
     dense = model.layers - model.sparse_layers
-    sparse = sparse_layer(model, gemm, bw, flops, TOKENS) + kernels_s
+    sparse = sparse_layer(model, gemm, bw, flops, TOKENS, moe_call_s) + kernels_s
     return dense * (gemm(model.layer_params) + kernels_s) + model.sparse_layers * sparse
 
 
@@ -266,14 +287,22 @@ def _measured_layers(model: ModelSpec, linear, kernels_s: float) -> np.ndarray:
                            + mlp.layer_seconds("mlp", model, TOKENS) + kernels_s)
 
 
-def sparse_layer(model: ModelSpec, gemm, bw: float, flops: float, tokens) -> np.ndarray:
+def sparse_layer(model: ModelSpec, gemm, bw: float, flops: float, tokens, call_s: float) -> np.ndarray:
     """One sparse layer's GEMMs over ``tokens`` rows: what every token runs
     (attention, the shared MLP, the router) read once, and the touched
     experts' weights read once, each token computing through
-    experts_per_token of them (:func:`_layers`)."""
+    experts_per_token of them (:func:`_layers`), plus the fused MoE call's
+    floor ``call_s`` (FixedCosts.moe_call_s)."""
+    return gemm(model.sparse_always_params, tokens) + expert_call(model, bw, flops, tokens, call_s)
+
+
+def expert_call(model: ModelSpec, bw: float, flops: float, tokens, call_s: float) -> np.ndarray:
+    """The fused MoE call of one sparse layer over ``tokens`` rows: the
+    touched experts' weights streamed once or their FLOPs (the smooth
+    maximum), plus its floor ``call_s``."""
     touched = model.experts_touched(tokens) * model.expert_params * model.weight_bytes_per_param / bw
     compute = 2.0 * tokens * model.experts_per_token * model.expert_params / flops
-    return gemm(model.sparse_always_params, tokens) + blend(touched, compute)
+    return blend(touched, compute) + call_s
 
 
 def _drafter_comm(model: ModelSpec, reduced, gathered) -> np.ndarray:
@@ -338,7 +367,8 @@ def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[n
     if kind == MTP:
         bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
         if model.experts:
-            layer = sparse_layer(model, gemm, bw, gemm_flops(gpu, model.weight_bytes_per_param), TOKENS)
+            layer = sparse_layer(model, gemm, bw, gemm_flops(gpu, model.weight_bytes_per_param), TOKENS,
+                                 fixed.moe_call_s)
         else:
             layer = gemm(model.layer_params)
         arithmetic = (gemm(model.mtp_projection_params) + model.mtp_layers * layer
