@@ -188,7 +188,19 @@ READERS = {LINEAR: _linear_params, TREE: _tree_params, TRUNCATE: _truncate_param
 
 
 @jit
-def _single(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
+def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
+    """Plan every decode request of a step with the policy named by
+    ``policy`` (AR ... STAGED) and its parameter vector. A staged policy
+    runs the stage whose minimum batch size the decode batch reaches,
+    resolved here rather than in a function of its own: each call level
+    counts a reference for every array of the batch and the cost tables."""
+    if policy == STAGED:
+        b = len(batch.context_tokens)
+        at = 0
+        for e in range(0, len(params), STAGE_WIDTH):
+            if b >= params[e]:
+                at = e
+        policy, params = int(params[at + 1]), params[at + 2:at + STAGE_WIDTH]
     if policy == LINEAR:
         return _linear(batch, _linear_params(params).k)
     if policy == TREE:
@@ -207,27 +219,6 @@ def _single(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) ->
     if policy == ORACLE:
         return _oracle(batch, costs, _oracle_params(params).depth)
     return _linear(batch, 0)  # AR: no drafts
-
-
-@jit
-def _staged(batch: Batch, costs: CostTables, params: np.ndarray) -> Plan:
-    """The stage whose minimum batch size the decode batch reaches decides."""
-    b = len(batch.context_tokens)
-    at = 0
-    for e in range(0, len(params), STAGE_WIDTH):
-        if b >= params[e]:
-            at = e
-    return _single(int(params[at + 1]), params[at + 2:at + STAGE_WIDTH], batch, costs)
-
-
-@jit
-def plan_batch(policy: int, params: np.ndarray, batch: Batch, costs: CostTables) -> Plan:
-    """Plan every decode request of a step with the policy named by
-    ``policy`` (AR ... STAGED) and its parameter vector."""
-    if policy == STAGED:
-        return _staged(batch, costs, params)
-    return _single(policy, params, batch, costs)
-
 
 
 __all__ = ["PARAMS", "READERS", "LinearParams", "TreeParams", "TruncateParams", "GoodputParams", "MarginalParams",
