@@ -223,3 +223,13 @@ def test_the_store_is_keyed_by_the_priors_fixed_terms_as_the_process_holds_them(
     monkeypatch.setattr(prior, "FIXED", dataclasses.replace(prior.FIXED, draft_step_s=prior.FIXED.draft_step_s + 1e-3))
     after = costs._stored("auto", llama, H100, tmp_path, sources)
     assert np.allclose(after.draft_s_table, before.draft_s_table + 1e-3)
+
+
+def test_the_compiled_blend_root_is_the_fourth_root_within_an_ulp():
+    from simspec.costs.base import BLEND_P, blend_root
+
+    assert BLEND_P == 4  # blend_root takes two square roots
+    x = np.random.default_rng(0).random(2000) * np.logspace(-15, 3, 2000)
+    got = np.array([blend_root(v) for v in x])
+    assert np.all(np.abs(got - x ** 0.25) <= np.spacing(x ** 0.25))
+    assert np.mean(got != x ** 0.25) < 0.3  # most are the correctly rounded power itself

@@ -62,6 +62,15 @@ def blend(memory_s, compute_s):
     return (memory_s**BLEND_P + compute_s**BLEND_P) ** (1.0 / BLEND_P)
 
 
+@jit
+def blend_root(total: float) -> float:
+    """``total ** (1 / BLEND_P)`` in compiled pricing, BLEND_P being 4: two
+    square roots, within an ulp of the power (each square root is correctly
+    rounded) at a fraction of its cost; the adaptive rules price a step's
+    blend at every node they weigh."""
+    return np.sqrt(np.sqrt(total))
+
+
 def lookup(table: np.ndarray, tokens):
     """table[tokens] for an int or int array, extrapolating past the end."""
     last = len(table) - 1
@@ -460,7 +469,7 @@ def forward_cost(t: CostTables, f: Forward) -> float:
                                  f.pairs - f.prefill_pairs, f.requests - f.prefill_requests,
                                  f.tokens - f.prefill_tokens)
     memory, compute = m1 + m2, c1 + c2
-    attention = (memory ** BLEND_P + compute ** BLEND_P) ** (1.0 / BLEND_P) + l1 + l2 + f.padded * t.kv_s_per_padded
+    attention = blend_root(memory ** BLEND_P + compute ** BLEND_P) + l1 + l2 + f.padded * t.kv_s_per_padded
     return table_at(t.layers_s, f.tokens) + table_at(t.head_s, f.logits) + attention
 
 

@@ -20,7 +20,8 @@ import numpy as np
 from simspec import trees
 from simspec.compiled import jit
 from simspec.costs.base import (BLEND_P, PREFILL, VERIFY, Attention, CostTables, Forward, attention_kind,
-                                attention_parts, call_parts, cpu_s, draft_cost, forward_cost, select_cost, table_at)
+                                attention_parts, blend_root, call_parts, cpu_s, draft_cost, forward_cost, select_cost,
+                                table_at)
 from simspec.types import MAX_DEPTH, PLAN_LINEAR, PLAN_TREE
 
 class Batch(NamedTuple):
@@ -191,7 +192,7 @@ def _verifying(costs: CostTables, p: Pricing) -> Verifying:
 
 class Memo(NamedTuple):
     """:func:`_verified_s`'s last (compute, blend): the blend of memory and
-    compute time (a power, most of the pricing) is a function of the
+    compute time (a fourth root, costs.base.blend_root) is a function of the
     compute time alone there, and the compute time changes with the pairs
     (and a wave count), not with each draft token; the best-first loop
     prices each pair count three times. NaN at first: never equal."""
@@ -219,7 +220,7 @@ def _verified_s(v: Verifying, layers_s: np.ndarray, head_s: np.ndarray, draft_s:
     _, compute2, linear2 = call_parts(v.verify, 0, v.pairs0 + pairs, v.requests, v.requests + n)
     compute = v.compute0 + compute2
     if compute != memo.compute_s:
-        memo = Memo(compute, (v.memory_4 + compute ** BLEND_P) ** (1.0 / BLEND_P))
+        memo = Memo(compute, blend_root(v.memory_4 + compute ** BLEND_P))
     attention = memo.blend_s + v.linear0 + linear2 + v.padded_s
     forward = layers + head + attention
     return v.fixed_s + forward + drafting, memo

@@ -313,18 +313,19 @@ def pack_rows(rows: np.ndarray, codes: np.ndarray, b: int):
         counts[rows[t]] += 1
     width = counts.max() if b else 0
     out = np.full((b, width), -1, dtype=np.int64)
-    deepest = np.zeros(b, dtype=np.int64)
+    deepest = np.zeros(b, dtype=np.int64)  # the row's largest code, then its depth
     chain = np.ones(b, dtype=np.bool_)
     fill = np.zeros(b, dtype=np.int64)
     for t in range(len(rows)):
         i = rows[t]
         out[i, fill[i]] = codes[t]
         fill[i] += 1
-        if not on_chain(codes[t]):
+        if chain[i] and not on_chain(codes[t]):
             chain[i] = False
-        deepest[i] = max(deepest[i], depth(codes[t]))
+        deepest[i] = max(deepest[i], codes[t])  # a deeper node's code is larger (pack_full_rows)
     kind = np.zeros(b, dtype=np.int8)
     for i in range(b):
+        deepest[i] = depth(deepest[i])
         kind[i] = _row_kind(counts[i], deepest[i], chain[i])
     return out, counts, deepest, kind
 
