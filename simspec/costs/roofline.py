@@ -104,6 +104,26 @@ class FixedCosts:
     # or a few small tensor ops (Spec-Bench's PLD); no source measures it,
     # so 0 until measured, like cpu_per_request_s.
     ngram_lookup_s: float = 0.0
+    # A sparse layer's fused MoE call (routing, the tokens' alignment to
+    # experts, the two grouped GEMMs, the activation and the weighted sum)
+    # costs a floor beyond the weights it streams: its GEMMs are a few
+    # thin tiles per expert, latency-bound. Kernel times of the fused call
+    # from engines' own tuning benchmarks (benchmark_moe.py, CUDA-graph
+    # replays) less this module's roofline of the touched experts' bytes
+    # and FLOPs, at 1-8 tokens: 26-29 us on an H100 (Qwen3-30B-A3B FP8,
+    # github.com/vllm-project/vllm/pull/24700, the PR's defaults), 28-30 us
+    # on a B200 (Qwen3-Omni-30B-A3B BF16, vllm-project/vllm/pull/31448),
+    # 27-35 us on an H200 (Qwen3-235B-A22B FP8 at tp 8,
+    # sgl-project/sglang/pull/11730) and 26.5 us on an H100 (Qwen3-Next-80B
+    # FP8 at tp 4, vllm-project/vllm/pull/44830): median 27.8 us, less the
+    # moe_call_nodes MLP kernels a layer's kernels_per_layer already
+    # counts. Mixtral's eight large experts (the same H100 PR) stream at
+    # nearer 90% of the bandwidth than BANDWIDTH_EFFICIENCY's 80%, so there
+    # the roofline alone is within 11% and the floor makes it 10-16% dear
+    # (validation/published/moe_kernels.csv; benchmarks/moe_kernels.py
+    # prints each point against the prior).
+    moe_call_s: float = 25e-6
+    moe_call_nodes: int = 3  # the MLP's kernels (gate-up, activation, down) that the fused call replaces
     # Fitted to the published rows' fit split (module docstring; 22 rows,
     # `python benchmarks/published.py --fit`, 2026-12-02, each row's AR and
     # speculative runs with the CPU overlap of the engine version it
@@ -117,26 +137,6 @@ class FixedCosts:
     # EAGLE-3 paper Table 3: a cost that grows with the batch beyond the
     # arithmetic; the fit puts it at 73 us a request, which no source
     # measures directly).
-    # A sparse layer's fused MoE call (routing, the tokens' alignment to
-    # experts, the two grouped GEMMs, the activation and the weighted sum)
-    # costs a floor beyond the weights it streams: its GEMMs are a few
-    # thin tiles per expert, latency-bound. Kernel times of the fused call
-    # from engines' own tuning benchmarks (benchmark_moe.py, CUDA-graph
-    # replays) less this module's roofline of the touched experts' bytes
-    # and FLOPs, at 1-8 tokens: 26-29 us on an H100 (Qwen3-30B-A3B FP8,
-    # github.com/vllm-project/vllm/pull/24700, the PR's defaults), 28-30 us
-    # on a B200 (Qwen3-Omni-30B-A3B BF16, vllm-project/vllm/pull/31448),
-    # 27-35 us on an H200 (Qwen3-235B-A22B FP8 at tp 8,
-    # sgl-project/sglang/pull/11730) and 26.5 us on an H100 (Qwen3-Next-80B
-    # FP8 at tp 4, vllm-project/vllm/pull/44830): median 27.8 us, less the
-    # moe_call_nodes MLP kernels a layer's kernels_per_layer already counts. Mixtral's eight
-    # large experts (the same H100 PR) stream at nearer 90% of the
-    # bandwidth than BANDWIDTH_EFFICIENCY's 80%, so there the roofline
-    # alone is within 10% and the floor makes it 8-16% dear
-    # (validation/published/moe_kernels.csv; benchmarks/moe_kernels.py
-    # prints each point against the prior).
-    moe_call_s: float = 25e-6
-    moe_call_nodes: int = 3  # the MLP's kernels (gate-up, activation, down) that the fused call replaces
     draft_step_s: float = 748e-6
     draft_round_s: float = 0.9e-6
     draft_round_request_s: float = 73e-6
