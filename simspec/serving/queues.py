@@ -3,10 +3,10 @@
 simulator's SimPy-process path) and by the simulator's compiled serving
 loop (simspec.sim.fastloop), which runs many steps' decisions in one call.
 
-Imports: numpy, simspec.compiled (numba), simspec.costs.base (chunked attention's
-keys and pairs), simspec.serving.prefixes (the
-prefix cache and the encoder budget the rules consult). DESIGN.md "The
-serving model".
+Imports: numpy, simspec.compiled (numba), simspec.costs.base (the keys
+and pairs of chunked attention), simspec.serving.prefixes (the prefix
+cache and the encoder budget the rules consult). DESIGN.md "The serving
+model".
 
 Each step (:func:`schedule`), as vLLM's scheduler:
 
@@ -372,7 +372,8 @@ def prefill_cost(s: State, lim: Limits, chunk_ids: np.ndarray, takes: np.ndarray
         done = tok.cache[i]
         longest = max(longest, done)
         tokens += take
-        chunk_kv, chunk_pairs = attended_span(lim.attention, done, take)  # causal: each new token sees those before it
+        # causal: each new token sees those before it (in its own chunk, in a chunked layer)
+        chunk_kv, chunk_pairs = attended_span(lim.attention, done, take)
         kv += chunk_kv
         pairs += chunk_pairs
         if lim.encoder_budget > 0:
