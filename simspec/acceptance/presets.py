@@ -42,6 +42,10 @@ class Preset:
     draft: DraftSetting
     source: str
     drafter: str = "eagle1"  # the drafter kind it was measured with, as --drafter names it (an EAGLE-2 tree: eagle1)
+    # The sampling temperature it was measured at: 0 (greedy), or 1, where the
+    # shipped top-1 logit is the greedy one its temperature rule's fall leads to
+    # the published length from (:func:`fit_preset`).
+    temperature: float = 0.0
 
 
 _SPECVLM_TREE = DraftSetting(depth=7, topk=10, budget=60)  # "tree topk 10, 60 draft tokens, depth 7"
@@ -57,6 +61,7 @@ def _preset(method, model, setting, length, includes_bonus, speedup, source, suf
                   draft=draft, source=source)
 
 
+_NEBIUS = "huggingface.co/nebius/EAGLE3-Llama-3.3-70B-Instruct, model card: public checkpoints compared"
 _ONE = "1 epoch; tree topk 10, 60 draft tokens, depth 7"
 _FIVE = "5 epochs; tree topk 10, 60 draft tokens, depth 7"
 PRESETS: dict[str, Preset] = {
@@ -94,6 +99,18 @@ PRESETS: dict[str, Preset] = {
                setting="MT-Bench, K=8 chain, per-position rates", accept_length=2.57, speedup_vs_ar=float("nan"),
                draft=DraftSetting(depth=8, topk=1, budget=8),
                source="vllm-project/vllm PR 32628, vanilla EAGLE-3 per-position acceptance", drafter="eagle3"),
+        # The public EAGLE-3 heads vLLM serves for Llama 3.x, as the nebius
+        # EAGLE3-Llama-3.3-70B-Instruct model card compares them ("Comparison
+        # with Public Checkpoints", measured at temperature 1 with K = 7, with
+        # rejection sampling): acceptance length on MT-bench, HumanEval and
+        # GSM8K, their mean here.
+        *(Preset(name=f"EAGLE-3/{model}", method="EAGLE-3", model=model,
+                 setting=f"{head}: MT-bench {mt:g}, HumanEval {he:g}, GSM8K {gsm:g} (their mean); K=7 chain; "
+                         f"temperature 1", accept_length=round((mt + he + gsm) / 3, 4), speedup_vs_ar=float("nan"),
+                 draft=DraftSetting(depth=7, topk=1, budget=7), source=_NEBIUS, drafter="eagle3", temperature=1.0)
+          for model, head, mt, he, gsm in (("Llama-3.1-8B", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 2.77, 3.49, 3.34),
+                                          ("Llama-3.3-70B", "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3",
+                                           2.88, 3.62, 3.29))),
     )
 }
 POSITION_RATES: dict[str, tuple[float, ...]] = {
@@ -145,6 +162,8 @@ TEMPERATURE_RULES: dict[str, TemperatureRule] = {
        for name in (p.name for p in PRESETS.values()) if not name.startswith("EAGLE-3/")},
     "EAGLE-3/Qwen3-8B": TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1),
     "EAGLE-3/gpt-oss-120b": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
+    "EAGLE-3/Llama-3.1-8B": TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1),
+    "EAGLE-3/Llama-3.3-70B": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
 }
 """Each preset's temperature pair (see :class:`TemperatureRule`)."""
 ASSUMED_TEMPERATURE_TARGETS = ("Qwen2.5-VL",)
@@ -223,8 +242,10 @@ def fit_top1_logit(template: AcceptanceModel, draft: DraftSetting, target_length
 
 
 # Top-1 logits fitted by ``fit_preset`` (FIT_ROUNDS rounds, FIT_SEED) under each
-# preset's own draft setting; shipped so the CLI starts at once. A test refits
-# them and checks both the values and the simulated acceptance length.
+# preset's own draft setting, greedy (a preset measured at temperature 1: the
+# logit that gives its length there, less its rule's fall); shipped so the CLI
+# starts at once. A test refits them and checks both the values and the
+# simulated acceptance length.
 FITTED_TOP1_LOGIT: dict[str, float] = {
     'EagleVLM/LLaVA-1.5-7B': 0.4965,
     'SpecVLM/LLaVA-1.5-7B': 0.5698,
@@ -245,6 +266,8 @@ FITTED_TOP1_LOGIT: dict[str, float] = {
     'ViSpec/Qwen2.5-VL-3B': 0.0559,
     'EAGLE-3/Qwen3-8B': 0.8643,
     'EAGLE-3/gpt-oss-120b': 0.9597,
+    'EAGLE-3/Llama-3.1-8B': 2.3827,
+    'EAGLE-3/Llama-3.3-70B': 1.5339,
 }
 # Each depth profile (``fit_depth_profile`` on POSITION_RATES), shipped as the top-1 logits are; a test refits it.
 # The published rates have two digits, so the deep falls carry their rounding (0.05 vs 0.03 is 40%).
@@ -267,7 +290,9 @@ def fit_preset(name: str) -> AcceptanceModel:
     template = AcceptanceModel(name=p.name, top1_logit=0.0)
     if p.name in POSITION_RATES:
         return fit_depth_profile(template, POSITION_RATES[p.name])
-    return template.with_top1_logit(fit_top1_logit(template, p.draft, p.accept_length))
+    measured = fit_top1_logit(template, p.draft, p.accept_length)
+    fall = fit_temperature_logit(name) if p.temperature else 0.0
+    return template.with_top1_logit(measured - p.temperature * fall)
 
 
 def class_lengths(name: str) -> dict[str, float]:
@@ -286,7 +311,7 @@ def fit_class_logits(name: str) -> dict[str, float]:
     :func:`class_lengths` (a class whose level is assumed keeps the preset's: 0)."""
     p = _preset_entry(name)
     template = replace(preset(name), top1_logit=0.0, class_logit=())
-    base = FITTED_TOP1_LOGIT[p.name]
+    base = FITTED_TOP1_LOGIT[p.name] + (temperature_offset(name, p.temperature) if p.temperature else 0.0)
     return {c: round(fit_top1_logit(template, p.draft, length) - base, 4)
             for c, length in class_lengths(name).items() if not classes.assumed(c)}
 
@@ -390,6 +415,10 @@ FITTED_CLASS_LOGIT: dict[str, dict[str, float]] = {
         'qa': -0.3238, 'math': 0.6383, 'rag': -0.4887, 'code': 1.5962},
     'EAGLE-3/gpt-oss-120b': {'chat': 0.3886, 'translate': -0.3789, 'summarize': -0.0763,
         'qa': -0.218, 'math': 0.3886, 'rag': -0.31, 'code': 0.7751},
+    'EAGLE-3/Llama-3.1-8B': {'chat': 0.4297, 'translate': -0.3838, 'summarize': -0.0727,
+        'qa': -0.2222, 'math': 0.4297, 'rag': -0.3141, 'code': 0.9248},
+    'EAGLE-3/Llama-3.3-70B': {'chat': 0.4052, 'translate': -0.4005, 'summarize': -0.0797,
+        'qa': -0.2336, 'math': 0.4052, 'rag': -0.3348, 'code': 0.9163},
 }
 
 # Each preset's top-1 logit offset at temperature 1 (``fit_temperature_logit``),
@@ -415,4 +444,6 @@ FITTED_TEMPERATURE_LOGIT: dict[str, float] = {
     'ViSpec/Qwen2.5-VL-3B': -0.4835,
     'EAGLE-3/Qwen3-8B': -1.0887,
     'EAGLE-3/gpt-oss-120b': -0.1552,
+    'EAGLE-3/Llama-3.1-8B': -1.0887,
+    'EAGLE-3/Llama-3.3-70B': -0.172,
 }

@@ -128,8 +128,9 @@ def cmd_presets(args: argparse.Namespace) -> int:
     print(f"{'preset':32s} {'accept length':>13s} {'speedup':>8s}  draft setting (source)")
     for p in PRESETS.values():
         speedup = f"{p.speedup_vs_ar:8.2f}" if p.speedup_vs_ar == p.speedup_vs_ar else f"{'-':>8s}"
+        measured = f", measured at temperature {p.temperature:g}" if p.temperature else ""
         print(f"{p.name:32s} {p.accept_length:13.2f} {speedup}  "
-              f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens ({p.source})")
+              f"depth {p.draft.depth}, topk {p.draft.topk}, {p.draft.budget} tokens{measured} ({p.source})")
         rule = presets.TEMPERATURE_RULES[p.name]
         print(f"{'':32s} temperature 1: top-1 logit {presets.FITTED_TEMPERATURE_LOGIT[p.name]:+.3f} ({rule.target} "
               f"{rule.greedy:g} -> {rule.sampled:g} at 0 -> 1, {rule.source.split(',')[0]})")
