@@ -111,7 +111,9 @@ def _classes_line(mix: str | None, model, classed: int, total: int) -> str:
     m = classes.parse_mix(mix) if mix is not None else None
     given = m.describe() if m is not None else f"from the trace's task column ({classed} of {total} requests)"
     if not model.class_logit:
-        return f"classes: {given}; {model.name} has no class levels: every class at its level (a preset has them)"
+        has = ("its draft cannot hold Spec-Bench's class ratios" if model.name in {p.name for p in PRESETS.values()}
+               else "the tree and chain presets have them")
+        return f"classes: {given}; {model.name} has no class levels: every class at its level ({has})"
     names = m.names if m is not None else classes.CLASSES
     if model.name not in {p.name for p in PRESETS.values()}:  # a calibrated file (calibrate vllm-classes)
         fitted = dict(model.class_logit)
