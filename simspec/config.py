@@ -21,7 +21,7 @@ from pathlib import Path
 import tomli_w
 
 from simspec.serving import modes
-from simspec.acceptance import DEFAULT_PRESET
+from simspec.acceptance import DEFAULT_PRESET, PRESETS
 from simspec.costs import COST_MODEL_FORMS, GPUS, MODELS, gpu_spec, model_spec
 from simspec.costs.catalog import check_drafter
 from simspec.costs.specs import TP_DEGREES
@@ -265,10 +265,24 @@ def build(file_values: dict | None = None, flag_values: dict | None = None) -> S
         own = own_drafter(merged.get("model", base.model), base.drafter)
         if own != base.drafter:
             merged["drafter"] = own
+    if "acceptance" not in merged:  # the default preset, unless it drafted with another drafter than this run's
+        merged["acceptance"] = default_acceptance(merged.get("model", base.model), merged.get("drafter", base.drafter))
     try:
         return SimConfig(**merged, **tables)
     except TypeError as err:
         raise InputError(f"config: {err}") from None
+
+
+def default_acceptance(model, drafter) -> str:
+    """The acceptance a run takes when it names none: the default preset,
+    or, where that was measured with another drafter than the run's, the
+    preset measured on this catalog model with this drafter (EAGLE-3 heads,
+    DeepSeek-V3's MTP), if there is one."""
+    if not isinstance(drafter, str) or PRESETS[DEFAULT_PRESET.lower()].drafter == drafter:
+        return DEFAULT_PRESET
+    kind = drafter.partition(":")[0]
+    name = model.lower() if isinstance(model, str) else None
+    return next((p.name for p in PRESETS.values() if p.model.lower() == name and p.drafter == kind), DEFAULT_PRESET)
 
 
 def own_drafter(model, default: str) -> str:
@@ -356,7 +370,9 @@ FLAGS = (
     Flag("--router", ("router",), str, f"what sends each request to a replica: {', '.join(routers.ROUTERS)}"),
     Flag("--router-staleness-ms", ("router_staleness_ms",), float, "how late a router that reads the replicas' "
          f"load hears that a request finished (0..{routers.MAX_STALENESS_MS:g} ms; default 0: at once)"),
-    Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`) or iid:P"),
+    Flag("--acceptance", ("acceptance",), str, "acceptance preset (see `simspec presets`), iid:P or an "
+         "acceptance.json; unset, the default preset, or with an eagle3 or mtp drafter the preset measured on the "
+         "model with it where there is one (EAGLE-3/Llama-3.3-70B, MTP/DeepSeek-V3...)"),
     Flag("--seed", ("seed",), int, "random seed of the run"),
     Flag("--slo-ttft-ms", ("slo_ttft_ms",), float, "TTFT SLO for request_goodput"),
     Flag("--slo-tpot-ms", ("slo_tpot_ms",), float, "TPOT SLO for request_goodput"),

@@ -186,3 +186,15 @@ def test_trace_stops(workload, stops):
 def test_both_stops_for_synthetic_arrivals_is_an_error():
     with pytest.raises(InputError, match="num_requests and duration_s"):
         config.build(None, {"workload": {"num_requests": 40, "duration_s": 30}})
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ({}, "SpecVLM/LLaVA-1.5-7B"),
+    ({"model": "Llama-3.3-70B", "tp": 4, "drafter": "eagle3"}, "EAGLE-3/Llama-3.3-70B"),
+    ({"model": "llama-3.1-8b", "drafter": "eagle3"}, "EAGLE-3/Llama-3.1-8B"),
+    ({"model": "DeepSeek-V3", "tp": 8}, "MTP/DeepSeek-V3"),  # its own drafter, mtp
+    ({"model": "Qwen2.5-72B", "tp": 4, "drafter": "eagle3"}, "SpecVLM/LLaVA-1.5-7B"),  # no preset of its head
+    ({"model": "Llama-3.3-70B", "tp": 4, "drafter": "eagle3", "acceptance": "iid:0.7"}, "iid:0.7"),
+])
+def test_a_run_without_an_acceptance_takes_the_preset_of_its_model_and_drafter(flags, expected):
+    assert config.build({}, flags).acceptance == expected
