@@ -101,6 +101,21 @@ def test_llama4_scout_counts_109b_parameters_17b_active():
     assert active == pytest.approx(17, rel=0.03)
 
 
+def test_llama4_maverick_counts_400b_parameters_17b_active_in_every_second_layer():
+    maverick = costs.model_spec("Llama-4-Maverick-17B-128E")
+    total, active = counts(maverick)
+    assert total == pytest.approx(400, rel=0.02)  # Meta's model card: 400B total, 17B active (here 401.5B, 17.2B)
+    assert active == pytest.approx(17, rel=0.03)
+    assert (maverick.sparse_layers, maverick.dense_layers, maverick.chunked_layers) == (24, 24, 36)
+
+
+def test_maverick_in_bf16_needs_eight_h200s_not_eight_h100s():
+    with pytest.raises(InputError, match="does not fit on NVIDIA H100"):
+        EngineConfig().kv_budget_tokens(costs.model_spec("Llama-4-Maverick-17B-128E", tp=8), costs.gpu_spec("h100-sxm"))
+    assert EngineConfig().kv_budget_tokens(costs.model_spec("Llama-4-Maverick-17B-128E", tp=8),
+                                           costs.gpu_spec("h200")) > 100_000
+
+
 def test_fp8_weights_take_a_byte_and_the_mtp_layer_its_experts():
     spec = costs.model_spec("DeepSeek-V3")
     embed = 2 * spec.lm_head_params * 2  # embeddings and LM head stay bf16

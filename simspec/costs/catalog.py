@@ -163,6 +163,16 @@ MODELS: dict[str, ModelSpec] = {
                          vision_hidden=1408, vision_mlp_hidden=5632, experts=16, experts_per_token=1,
                          expert_mlp_hidden=8192, shared_mlp_hidden=8192, image_rule="llama4",
                          image_tiling=_LLAMA4_TILES, attention_chunk=8192, chunked_layers=36),
+        # Llama 4 Maverick: Scout's shapes with 128 experts in every second layer (interleave_moe_layer_step 2:
+        # 24 sparse layers, 24 dense ones 16384 wide) and a 1,048,576-token context (Maverick's text_config as
+        # NVIDIA/TensorRT-LLM's Llama 4 test copies it, LLAMA_4_MAVERICK_TWO_LAYER_CONFIG, "reduced to 2 layers
+        # from 48"; the vision tower taken as Scout's, which that test leaves out). 401.5B parameters, 17.2B
+        # active, against the model card's 400B and 17B.
+        at_default_image(name="Llama-4-Maverick-17B-128E", layers=48, hidden=5120, heads=40, kv_heads=8,
+                         mlp_hidden=16384, vocab=202048, max_context_tokens=1048576, vision_layers=34,
+                         vision_hidden=1408, vision_mlp_hidden=5632, experts=128, experts_per_token=1,
+                         expert_mlp_hidden=8192, shared_mlp_hidden=8192, dense_layers=24, image_rule="llama4",
+                         image_tiling=_LLAMA4_TILES, attention_chunk=8192, chunked_layers=36),
         # Small draft models of the same families (Qwen/Qwen2.5-0.5B-Instruct, meta-llama/Llama-3.2-1B), tied
         # embeddings: draft-model:Qwen2.5-0.5B for Qwen2.5-72B, draft-model:Llama-3.2-1B for Llama-3.1-70B.
         ModelSpec(name="Qwen2.5-0.5B", layers=24, hidden=896, heads=14, kv_heads=2, mlp_hidden=4864, vocab=151936,
