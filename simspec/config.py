@@ -278,9 +278,9 @@ def default_acceptance(model, drafter) -> str:
     or, where that was measured with another drafter than the run's, the
     preset measured on this catalog model with this drafter (EAGLE-3 heads,
     DeepSeek-V3's MTP), if there is one."""
-    if not isinstance(drafter, str) or PRESETS[DEFAULT_PRESET.lower()].drafter == drafter:
+    kind = drafter.partition(":")[0] if isinstance(drafter, str) else None
+    if kind is None or PRESETS[DEFAULT_PRESET.lower()].drafter == kind:
         return DEFAULT_PRESET
-    kind = drafter.partition(":")[0]
     name = model.lower() if isinstance(model, str) else None
     return next((p.name for p in PRESETS.values() if p.model.lower() == name and p.drafter == kind), DEFAULT_PRESET)
 

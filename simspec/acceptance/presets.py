@@ -167,14 +167,16 @@ class TemperatureRule:
 _VICUNA_7B = TemperatureRule(4.68, 4.20, "Vicuna-7B", DraftSetting(depth=6, topk=10, budget=60), _EAGLE2_T1)
 _VICUNA_13B = TemperatureRule(4.65, 4.26, "Vicuna-13B", DraftSetting(depth=6, topk=10, budget=50), _EAGLE2_T1)
 _EAGLE3_TREE = DraftSetting(depth=7, topk=10, budget=60)
+_LLAMA31_8B = TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1)
+_LLAMA33_70B = TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1)
 TEMPERATURE_RULES: dict[str, TemperatureRule] = {
     **{name: _VICUNA_13B if "13B" in name else _VICUNA_7B
        for name in (p.name for p in PRESETS.values()) if not name.startswith("EAGLE-3/")},
-    "EAGLE-3/Qwen3-8B": TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1),
-    "EAGLE-3/gpt-oss-120b": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
-    "EAGLE-3/Llama-3.1-8B": TemperatureRule(6.23, 4.92, "LLaMA-3.1-8B", _EAGLE3_TREE, _EAGLE3_T1),
-    "EAGLE-3/Llama-3.3-70B": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
-    "MTP/DeepSeek-V3": TemperatureRule(5.88, 5.66, "LLaMA-3.3-70B", _EAGLE3_TREE, _EAGLE3_T1),
+    "EAGLE-3/Qwen3-8B": _LLAMA31_8B,
+    "EAGLE-3/gpt-oss-120b": _LLAMA33_70B,
+    "EAGLE-3/Llama-3.1-8B": _LLAMA31_8B,
+    "EAGLE-3/Llama-3.3-70B": _LLAMA33_70B,
+    "MTP/DeepSeek-V3": _LLAMA33_70B,
 }
 """Each preset's temperature pair (see :class:`TemperatureRule`)."""
 ASSUMED_TEMPERATURE_TARGETS = ("Qwen2.5-VL", "DeepSeek-V3")
@@ -323,7 +325,7 @@ def fit_class_logits(name: str) -> dict[str, float]:
     :func:`class_lengths` (a class whose level is assumed keeps the preset's: 0)."""
     p = _preset_entry(name)
     template = replace(preset(name), top1_logit=0.0, class_logit=())
-    base = FITTED_TOP1_LOGIT[p.name] + (temperature_offset(name, p.temperature) if p.temperature else 0.0)
+    base = FITTED_TOP1_LOGIT[p.name] + temperature_offset(name, p.temperature)  # the level it was measured at
     return {c: round(fit_top1_logit(template, p.draft, length) - base, 4)
             for c, length in class_lengths(name).items() if not classes.assumed(c)}
 

@@ -201,7 +201,7 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
     tp = model.tensor_parallel
     if tp > 1 and all_reduce is None:
         all_reduce = collectives.prior(gpu, tp)
-    bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
+    bw = weight_bandwidth(gpu)
     flops = gemm_flops(gpu, model.weight_bytes_per_param)
     node, eager_extra = fixed.graph_node_s, fixed.launch_s - fixed.graph_node_s
 
@@ -219,7 +219,7 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
         return 0.0 * rows if tp == 1 else all_reduce.seconds(rows * vocab * model.dtype_bytes / 2) + node
 
     sampler = (fixed.sampler_kernels * node
-               + TOKENS * model.vocab * 4 * fixed.sampler_passes / (gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY))
+               + TOKENS * model.vocab * 4 * fixed.sampler_passes / bw)
     head = (gemm(model.lm_head_params, dtype_bytes=model.dtype_bytes) + fixed.head_kernels * node + sampler
             + gathered(TOKENS, model.vocab))
     vision = 0.0 * TOKENS
@@ -254,6 +254,11 @@ def roofline(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts | None = None,
         * eager_extra,
         # Selection is memory-bound: each int8 key is read once per voting layer.
         select_launch_s=KERNEL_LAUNCH_S, select_s_per_key=SELECT_LAYERS * model.hidden / bw)
+
+
+def weight_bandwidth(gpu: GpuSpec) -> float:
+    """Bytes a second the prior streams weights (and logits) at: BANDWIDTH_EFFICIENCY of the datasheet's HBM."""
+    return gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
 
 
 def gemm_flops(gpu: GpuSpec, weight_bytes: int) -> float:
@@ -365,7 +370,7 @@ def drafting(model: ModelSpec, gpu: GpuSpec, fixed: FixedCosts, gemm) -> tuple[n
         return (weights + attention + kernels * node + fixed.draft_step_s, fixed.draft_round_s,
                 fixed.draft_round_request_s)
     if kind == MTP:
-        bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
+        bw = weight_bandwidth(gpu)
         if model.experts:
             layer = sparse_layer(model, gemm, bw, gemm_flops(gpu, model.weight_bytes_per_param), TOKENS,
                                  fixed.moe_call_s)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simspec.costs import gpu_spec
-from simspec.costs.roofline import BANDWIDTH_EFFICIENCY, FIXED, FixedCosts, expert_call, gemm_flops
+from simspec.costs.roofline import FIXED, FixedCosts, expert_call, gemm_flops, weight_bandwidth
 from simspec.costs.specs import ModelSpec
 
 TABLE = Path(__file__).resolve().parents[2] / "validation" / "published" / "moe_kernels.csv"
@@ -59,9 +59,8 @@ def experts_of(row: dict) -> ModelSpec:
 def predicted_us(row: dict, fixed: FixedCosts = FIXED) -> float:
     """The prior's price of the row's fused call, in microseconds."""
     model, gpu = experts_of(row), gpu_spec(row["gpu"])
-    bw = gpu.hbm_bytes_per_s * BANDWIDTH_EFFICIENCY
-    call = expert_call(model, bw, gemm_flops(gpu, model.weight_bytes_per_param), float(row["tokens"]),
-                       fixed.moe_call_s)
+    flops = gemm_flops(gpu, model.weight_bytes_per_param)
+    call = expert_call(model, weight_bandwidth(gpu), flops, float(row["tokens"]), fixed.moe_call_s)
     return 1e6 * (float(call) + fixed.moe_call_nodes * fixed.graph_node_s)
 
 
