@@ -235,3 +235,35 @@ def test_spec_aware_routes_away_from_a_full_batch():
     assert r.choose(replace(scenario.requests[40], arrival_s=0.0), None) == 1
     with pytest.raises(Exception, match="spec_aware needs"):
         routers.router("spec_aware", 2, np.random.default_rng(0))
+
+
+def _decode_in_by_definition(left, limit, sizes, step_s, rounds):
+    """spec_aware's decode time as its model defines it, in numpy: every
+    unfinished request in order, the batch shrinking as each finishes."""
+    def step(batch):
+        return float(np.interp(batch, sizes, step_s))
+    active = left[left > 0]
+    if len(active) < limit:
+        total, before = 0.0, 0.0
+        for k, rest in enumerate(np.sort(active)):
+            total += (min(rest, rounds) - min(before, rounds)) * step(len(active) + 1 - k)
+            before = rest
+        return total + max(rounds - (before if len(active) else 0.0), 0.0) * step(1)
+    queued = len(active) - limit
+    wait = np.sort(active[:limit])[queued] if queued < limit else active.sum() / limit
+    return (wait + rounds) * step(limit)
+
+
+@pytest.mark.parametrize("limit", [1, 4, 16])
+def test_spec_aware_model_decode_time_matches_its_definition(limit):
+    from simspec.fleet import fluid
+    rng = np.random.default_rng(limit)
+    sizes, step_s = np.array([1.0, 2.0, 8.0, 16.0]), np.array([0.010, 0.011, 0.016, 0.025])
+    steps = fluid.step_table(sizes, step_s, limit)
+    assert steps[1:].tolist() == pytest.approx([np.interp(b, sizes, step_s) for b in range(1, limit + 1)], abs=0)
+    for _ in range(200):
+        count = int(rng.integers(0, 3 * limit + 2))
+        left = np.where(rng.random(count) < 0.2, 0.0, rng.integers(1, 40, count) + rng.random(count))
+        rounds = float(rng.choice([1.0, 7.0, 20.5, float(left.max()) if count and left.max() > 0 else 3.0]))
+        got = fluid.decode_in(left, count, limit, steps, rounds, np.empty(max(count, 1)))
+        assert got == pytest.approx(_decode_in_by_definition(left, limit, sizes, step_s, rounds), rel=1e-12), (count, rounds)

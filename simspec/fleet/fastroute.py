@@ -100,54 +100,52 @@ class Fluids(NamedTuple):
     count: np.ndarray  # [R] int
     t_s: np.ndarray  # [R] float the model's time
     owed_s: np.ndarray  # [R] float prefill seconds sent and not yet run
-    sizes: np.ndarray  # [R, S] float the measured batch sizes (the first ``measured``)
-    step_s: np.ndarray  # [R, S] float the step time at each
-    measured: np.ndarray  # [R] int
+    steps: np.ndarray  # [R, L + 1] float the step time at each batch size up to the replica's limit (fluid.step_table)
     limit: np.ndarray  # [R] int requests that run at once
     kind: np.ndarray  # [R] int the replica's kind (alike replicas share one model)
     rounds: np.ndarray  # [K, N] float each request's expected rounds on each kind
     prefill_s: np.ndarray  # [K, N] float ... and its prefill seconds
     finish_s: np.ndarray  # [R] float room for each replica's answer at an arrival
+    scratch: np.ndarray  # [N] float the models' working room (fluid.decode_in's)
 
 
 def new_fluids(models: list, kind: list[int], rounds: np.ndarray, prefill_s: np.ndarray) -> Fluids:
     """The models of ``models`` (ReplicaModel, one a kind; ``kind``: each
     replica's), empty, for ``rounds`` [K, N] and ``prefill_s`` [K, N]."""
     replicas, requests = len(kind), rounds.shape[1]
-    width = max(len(m.batch_sizes) for m in models)
-    sizes, step_s = np.zeros((replicas, width)), np.zeros((replicas, width))
+    tables = [fluid.step_table(np.asarray(m.batch_sizes, dtype=float), np.asarray(m.step_s, dtype=float),
+                               m.batch_limit) for m in models]
+    steps = np.zeros((replicas, max(len(t) for t in tables)))
     for k, kk in enumerate(kind):
-        m = models[kk]
-        sizes[k, :len(m.batch_sizes)], step_s[k, :len(m.step_s)] = m.batch_sizes, m.step_s
+        steps[k, :len(tables[kk])] = tables[kk]
     return Fluids(ids=np.zeros((replicas, requests), np.int64), left=np.zeros((replicas, requests)),
-                  count=np.zeros(replicas, np.int64), t_s=np.zeros(replicas), owed_s=np.zeros(replicas),
-                  sizes=sizes, step_s=step_s,
-                  measured=np.array([len(models[kk].batch_sizes) for kk in kind], np.int64),
+                  count=np.zeros(replicas, np.int64), t_s=np.zeros(replicas), owed_s=np.zeros(replicas), steps=steps,
                   limit=np.array([models[kk].batch_limit for kk in kind], np.int64),
-                  kind=np.asarray(kind, np.int64), rounds=rounds, prefill_s=prefill_s, finish_s=np.zeros(replicas))
+                  kind=np.asarray(kind, np.int64), rounds=rounds, prefill_s=prefill_s, finish_s=np.zeros(replicas),
+                  scratch=np.zeros(requests))
 
 
 def no_fluids() -> Fluids:
     """Fluids of the routers that keep none (route's argument all the same)."""
     none2, ints = np.zeros((0, 0)), np.zeros(0, np.int64)
     return Fluids(ids=np.zeros((0, 0), np.int64), left=none2, count=ints, t_s=np.zeros(0), owed_s=np.zeros(0),
-                  sizes=none2, step_s=none2, measured=ints, limit=ints, kind=ints, rounds=none2, prefill_s=none2,
-                  finish_s=np.zeros(0))
+                  steps=none2, limit=ints, kind=ints, rounds=none2, prefill_s=none2, finish_s=np.zeros(0),
+                  scratch=np.zeros(0))
 
 
 @jit
 def _fastest(fl: Fluids, i: int, t: float, last: int) -> int:
     """spec_aware at arrival ``i``: each replica's model run to ``t``, the
     replica where request ``i`` would finish first (ties as _least)."""
-    for k in range(len(fl.count)):
-        c, limit, m = fl.count[k], fl.limit[k], fl.measured[k]
-        left, sizes, step_s = fl.left[k], fl.sizes[k, :m], fl.step_s[k, :m]
-        owed_s = fluid.run_to(left, c, limit, sizes, step_s, fl.owed_s[k], t - fl.t_s[k])
-        fl.t_s[k], fl.owed_s[k] = t, owed_s
-        kind = fl.kind[k]
-        fl.finish_s[k] = fluid.finish_in(left, c, limit, sizes, step_s, owed_s, fl.rounds[kind, i],
-                                         fl.prefill_s[kind, i])
-    return _least(fl.finish_s, last)
+    # the arrays read once: a tuple's field read in the loop would count a reference each time
+    count, limit, left, steps, owed_s, t_s = fl.count, fl.limit, fl.left, fl.steps, fl.owed_s, fl.t_s
+    kind, rounds, prefill_s, finish_s, scratch = fl.kind, fl.rounds, fl.prefill_s, fl.finish_s, fl.scratch
+    for k in range(len(count)):
+        owed_s[k] = fluid.run_to(left[k], count[k], limit[k], steps[k], owed_s[k], t - t_s[k])
+        t_s[k] = t
+        finish_s[k] = fluid.finish_in(left[k], count[k], limit[k], steps[k], owed_s[k], rounds[kind[k], i],
+                                      prefill_s[kind[k], i], scratch)
+    return _least(finish_s, last)
 
 
 @jit

@@ -120,10 +120,11 @@ class _Fluid:
 
     def __init__(self, model: ReplicaModel):
         self.model = model
-        self.sizes = np.asarray(model.batch_sizes, dtype=float)
-        self.step_s = np.asarray(model.step_s, dtype=float)
+        self.steps = fluid.step_table(np.asarray(model.batch_sizes, dtype=float), np.asarray(model.step_s, dtype=float),
+                                      model.batch_limit)
         self.ids = np.zeros(16, np.int64)  # in the order sent (the first ``count``)
         self.left = np.zeros(16)  # expected rounds left, same order
+        self.scratch = np.zeros(16)  # fluid.decode_in's working room, as long as left
         self.count = 0
         self.done = np.zeros(16, np.bool_)  # [request] heard finished
         self.prefill_owed = 0.0  # seconds of prefill sent and not yet run
@@ -132,14 +133,15 @@ class _Fluid:
     def advance(self, t: float) -> None:
         """Run the model to ``t``: prefill owed first, then the first ``batch_limit`` unfinished
         requests progress one round a step."""
-        self.prefill_owed = fluid.run_to(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s,
-                                         self.prefill_owed, t - self.t)
+        self.prefill_owed = fluid.run_to(self.left, self.count, self.model.batch_limit, self.steps, self.prefill_owed,
+                                         t - self.t)
         self.t = t
 
     def add(self, i: int, rounds: float, prefill_s: float) -> None:
         if self.count == len(self.left):  # room for as many again
             self.ids = np.concatenate([self.ids, np.zeros(self.count, np.int64)])
             self.left = np.concatenate([self.left, np.zeros(self.count)])
+            self.scratch = np.zeros(len(self.left))
         if i >= len(self.done):
             self.done = np.concatenate([self.done, np.zeros(i + 1 + len(self.done), np.bool_)])
         self.ids[self.count], self.left[self.count] = i, rounds
@@ -152,8 +154,8 @@ class _Fluid:
 
     def finish_in(self, rounds: float, prefill_s: float) -> float:
         """Seconds until a request of ``rounds`` rounds and ``prefill_s`` of prefill, sent now, would finish."""
-        return fluid.finish_in(self.left, self.count, self.model.batch_limit, self.sizes, self.step_s,
-                               self.prefill_owed, rounds, prefill_s)
+        return fluid.finish_in(self.left, self.count, self.model.batch_limit, self.steps, self.prefill_owed, rounds,
+                               prefill_s, self.scratch)
 
 
 class Router(ABC):
