@@ -1,10 +1,10 @@
-"""The planning page: traffic, SLOs, candidate GPUs, TP degrees and
-policies in; the cheapest fleet that meets every SLO out, with the ranked
+"""The planning page: traffic, SLOs, candidate GPUs, TP degrees,
+policies and routers in; the cheapest fleet that meets every SLO out, with the ranked
 candidates, the Pareto plot of cost against the tightest SLO, and the
 winner's launch settings. The search is ``simspec plan``'s
 (:func:`simspec.plan.plan`), run when *Plan* is pressed and cached.
 
-Imports: streamlit, simspec's public API (config, plan, costs,
+Imports: streamlit, simspec's public API (config, plan, costs, fleet.routers,
 workloads), simspec_dashboard.uploads.
 """
 
@@ -17,6 +17,7 @@ import streamlit as st
 from simspec import config as configuration, plan as planning
 from simspec.costs import MODELS
 from simspec.costs.specs import TP_DEGREES
+from simspec.fleet.routers import ROUTERS
 from simspec.serving import modes
 from simspec.types import InputError
 from simspec.workloads import WorkloadConfig, cv_to_burstiness
@@ -27,8 +28,8 @@ WORKLOAD = configuration.DEFAULT_WORKLOAD
 PLAN = planning.PlanConfig(slos=(planning.parse_slo("p99_ttft_ms=2000"),))  # the defaults (an SLO is required)
 SYNTHETIC, TRACE = "synthetic", "uploaded trace"
 SLO_WIDGETS = (("p99_ttft_ms", 2000.0), ("p99_tpot_ms", 50.0), ("p99_e2el_ms", 0.0))  # 0: no bound
-SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "engine", "replicas", "gpus", "usd_per_hour",
-         "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
+SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "engine", "router", "replicas", "gpus",
+         "usd_per_hour", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
 
 
 def plan_config(settings: tuple) -> planning.PlanConfig:
@@ -94,7 +95,7 @@ def _slos(sb) -> tuple[str, ...]:
 
 
 def _candidates(sb) -> dict:
-    """The candidate GPUs (with their prices), TP degrees, policies, engine modes and batch limits."""
+    """The candidate GPUs (with their prices), TP degrees, policies, engine modes, routers and batch limits."""
     sb.header("Candidates")
     devices = sb.multiselect("GPUs (devices)", list(planning.PRICES), default=list(PLAN.devices), key="plan_devices")
     if not devices:
@@ -109,6 +110,7 @@ def _candidates(sb) -> dict:
         raise Refused("policies must name at least one policy (got none)")
     engines = sb.multiselect("Engine modes (engines; none: the engine above)", list(modes.KINDS), default=[],
                              key="plan_engines")
+    routers = sb.multiselect("Routers (routers; none: round_robin)", list(ROUTERS), default=[], key="plan_routers")
     batch_limits = _numbers(sb.text_input("Batch limits (max_num_seqs; empty: the engine's)", value="",
                                           key="plan_batch_limits"), int, "max_num_seqs")
     with sb.expander("Prices ($ per GPU-hour)"):
@@ -116,7 +118,7 @@ def _candidates(sb) -> dict:
         prices = tuple((d, float(st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}")))
                        for d in sorted(devices))
     return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, engines=tuple(engines),
-                batch_limits=batch_limits, prices=prices)
+                routers=tuple(routers), batch_limits=batch_limits, prices=prices)
 
 
 def _search(sb) -> tuple[dict, int]:

@@ -282,6 +282,8 @@ CASES = [
     case("plan-none-fits", "plan --model Llama-3.1-70B --multimodal-share 0 --slo p99_ttft_ms=2000 --devices l40s --tp 1 --requests 50 "
          "--quiet --out p", "no candidate fits", "does not fit"),
     case("plan-router", "plan --slo p99_ttft_ms=2000 --router fastest --out p", "router"),
+    case("plan-routers", "plan --slo p99_ttft_ms=2000 --routers round_robin,fastest --out p", "--routers", "'fastest'",
+         "least_requests"),
     case("plan-engines", "plan --slo p99_ttft_ms=2000 --engines simspec,trt --out p", "--engines", "'trt'", "sglang"),
     case("plan-engine-policies", "plan --slo p99_ttft_ms=2000 --engines vllm --policies marginal --out p",
          "vllm can run none of marginal", "ar, linear, batch_table"),

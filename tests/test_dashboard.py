@@ -409,6 +409,15 @@ def test_the_planning_page_waits_for_the_button_then_shows_the_plan(plan_page):
     assert not plan_page.success and plan_page.warning[0].value.startswith("no candidate meets every SLO")
 
 
+def test_the_planning_page_searches_the_routers_chosen(plan_page):
+    plan_page.multiselect(key="plan_routers").set_value(["round_robin", "least_requests"]).run()
+    plan_page.button(key="plan_run").click().run()
+    ok(plan_page)
+    shown = plan_page.dataframe[0].value
+    assert set(shown["router"]) == {"round_robin", "least_requests"}
+    assert len(shown) == 2 * len({tuple(r) for r in shown[["device", "tp", "max_num_seqs", "policy"]].values})
+
+
 @pytest.mark.parametrize("kind, key, value, message", [
     ("number_input", "plan_p99_ttft_ms", 0.0, "SLOs: give at least one bound"),
     ("multiselect", "plan_devices", [], "GPUs (devices): choose at least one"),

@@ -205,3 +205,42 @@ def test_engine_modes_are_candidates_with_their_own_defaults_on_each_gpu():
                                    for c in default)
     with pytest.raises(InputError, match="vllm can run none of marginal"):
         search.candidates(base, replace(pc, engines=("vllm",), policies=("marginal",)))
+
+
+def test_routers_are_searched_each_fleet_behind_its_own(monkeypatch):
+    """--routers: every replica setup behind each router; one replica's
+    capacity measured once a setup (it has no router); each router's fleet
+    confirmed behind that router (served again here, outside the planner);
+    the router a column where several are searched."""
+    base = SimConfig(workload=WorkloadConfig(arrival="gamma", burstiness=0.25, rate_per_s=40.0, num_requests=200))
+    pc = planning.PlanConfig(devices=("h100-sxm",), tps=(1,), policies=("ar", "linear:k=3"), slos=SLOS,
+                             routers=("round_robin", "least_requests"), requests=150, confirm_seeds=1, finalists=2,
+                             jobs=1)
+    cands, _ = search.candidates(base, pc)
+    assert [(c.policy, c.router) for c in cands] == [("ar", "round_robin"), ("ar", "least_requests"),
+                                                     ("linear:k=3", "round_robin"), ("linear:k=3", "least_requests")]
+    probed = []
+    measure = search.capacity
+    monkeypatch.setattr(search, "capacity", lambda job: probed.append(job[1]) or measure(job))
+    p = planning.plan(base, pc)
+    assert sorted(c.policy for c in probed) == ["ar", "linear:k=3"] and all(c.router == "" for c in probed)
+    by = {(r.candidate.policy, r.candidate.router): r for r in p.rows}
+    for policy in ("ar", "linear:k=3"):
+        assert by[policy, "round_robin"].capacity_per_s == by[policy, "least_requests"].capacity_per_s
+    served = [r for r in p.rows if r.status == "confirmed"]
+    assert {r.candidate.router for r in served} == {"round_robin", "least_requests"}  # a setup's routers both served
+    pairs = [(by[q, "round_robin"], by[q, "least_requests"]) for q in ("ar", "linear:k=3")]
+    assert any(a.status == b.status == "confirmed" and a.values != b.values for a, b in pairs)  # the router tells
+    seed = search.confirm_seeds(base, pc)[0]
+    for r in served:
+        config = search.at_rate(r.candidate.config(base), p.target_per_s, 40.0, requests=pc.requests * r.replicas,
+                                seed=seed)
+        assert config.router == r.candidate.router
+        s = experiment.resolve(config)
+        again = metrics.summarize(simulate_fleet(
+            s.requests, replicas=r.replicas, router=r.candidate.router, policy=policies.parse(r.candidate.policy),
+            label="x", costs=s.costs, acceptance=s.acceptance, engine=config.engine,
+            kv_budget_tokens=s.kv_budget_tokens, seed=seed, event_detail=False).log)
+        assert r.values["p99_ttft_ms"] == again["p99_ttft_ms"] and r.values["p99_tpot_ms"] == again["p99_tpot_ms"]
+    assert "router" in planning.markdown(p).splitlines()[0]
+    assert "router" not in planning.markdown(planning.plan(base, replace(pc, routers=("least_requests",)))).splitlines()[0]

@@ -35,7 +35,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pc = planning.PlanConfig(devices=args.devices or d["devices"].default, tps=args.tps or d["tps"].default,
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
                              engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else (),
-                             batch_limits=args.batch_limits or (), slos=slos, growth=args.growth,
+                             batch_limits=args.batch_limits or (), routers=args.routers or (), slos=slos,
+                             growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
     require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
@@ -47,7 +48,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     wall_s = time.perf_counter() - started
     n = len(result.rows)
     print(f"simspec {__version__} | plan | {base.model} | {result.target_per_s:.3g} req/s "
-          f"({base.workload.arrival}{f' x{pc.growth:g} growth' if pc.growth != 1 else ''}) | router {base.router} | "
+          f"({base.workload.arrival}{f' x{pc.growth:g} growth' if pc.growth != 1 else ''}) | "
+          f"{'routers ' + ', '.join(pc.routers) if pc.routers else 'router ' + base.router} | "
           f"SLOs: {', '.join(_bound(s) for s in slos)}")
     print(f"{n} candidates: {result.unfit} do not fit, {result.pruned} cannot meet the SLOs at any count, "
           f"{sum(r.status in ('confirmed', 'missed') for r in result.rows)} confirmed as whole fleets "
@@ -63,7 +65,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(result.ranking)
     command = planning.launch(result, base)
     if command:
-        print(f"launch one replica (of {result.winner.replicas}, behind {base.router}):\n{command}")
+        print(f"launch one replica (of {result.winner.replicas}, behind "
+              f"{result.router_of(result.winner.candidate)}):\n{command}")
     print(f"planned in {wall_s:.1f} s ({result.simulated_requests / wall_s:,.0f} simulated requests/s)")
     if args.sensitivity is not None and result.winner is not None:
         print(_sensitivity(base, pc, result, args.sensitivity))
@@ -103,6 +106,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                         "a policy an engine cannot run is left out of its candidates) (default: --engine's)")
     p.add_argument("--max-num-seqs", dest="batch_limits", type=_list(int, "--max-num-seqs"), metavar="B,...",
                    help="candidate batch limits (default: the engine's)")
+    p.add_argument("--routers", type=_list(str, "--routers"), metavar="ROUTER,...",
+                   help="candidate routers, each fleet confirmed behind each (one replica's capacity is measured once "
+                        "for all of them) (default: --router's)")
     p.add_argument("--growth", type=float, default=fields["growth"].default,
                    help="traffic growth factor over --rate or the trace (default: %(default)s)")
     p.add_argument("--prices", metavar="FILE.toml", help="your own [prices] table, GPU = $/GPU-hour, instead of the shipped one")

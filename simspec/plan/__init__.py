@@ -6,15 +6,18 @@ verdict, the launch commands, the files and the Pareto plot); this module
 re-exports what callers use.
 
 A candidate is one replica's setup (GPU kind, tensor-parallel degree,
-batch limit, speculative policy); the fleet is N such replicas behind the
-scenario's router. The search, as Vidur-Search sizes its candidates:
+batch limit, speculative policy, engine mode) and the router its fleet is
+served behind (the scenario's, or each of ``PlanConfig.routers``); the
+fleet is N such replicas behind that router. The search, as Vidur-Search
+sizes its candidates:
 
 1. **Fit.** A candidate whose model does not fit its GPUs at its degree
    (no KV cache left) is skipped and counted.
 2. **Capacity.** The highest request rate one replica serves within every
    SLO, by bisection on the rate between the replica's saturation rate
    (:func:`simspec.experiment.burst_rate`) and 1/64 of it, on a sample of
-   the workload's mix and arrival process at that rate. A candidate that
+   the workload's mix and arrival process at that rate (once a replica
+   setup: one replica has no router). A candidate that
    misses an SLO at 1/64 of its saturation rate cannot meet it at any
    replica count (a TPOT the batch-1 step already exceeds) and is pruned.
 3. **Sizing.** ``ceil(target / capacity)`` replicas, and the fleet's price
@@ -22,9 +25,11 @@ scenario's router. The search, as Vidur-Search sizes its candidates:
 4. **Confirmation.** The cheapest candidates by that estimate are served
    as whole fleets at the target rate, on fresh seeds shared by every
    candidate (common random numbers); a fleet that misses an SLO on any
-   seed gets one more replica (up to two more), one that meets it on every
-   seed is tried with one fewer (a fleet pools its load, so the one-replica
-   estimate errs high). Each confirmed fleet's SLO metrics are the means
+   seed grows by half until it meets them (up to four times its
+   estimate), and the count is bisected; one that meets them on every seed
+   is tried with one fewer until one misses (a fleet pools its load, so the
+   one-replica estimate may err high). The router matters here alone:
+   where several are searched, each is confirmed as a fleet of its own. Each confirmed fleet's SLO metrics are the means
    over the seeds; the ranking's confidence is the paired interval of the
    tightest SLO's ratio between the first two.
 

@@ -17,7 +17,8 @@ from simspec.plan.records import Plan, Row
 # -- what plan shows and writes --------------------------------------------------------------------------------
 
 COLUMNS = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "replicas", "gpus", "usd_per_hour",
-           "capacity_per_replica", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio", "engine")
+           "capacity_per_replica", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio", "engine",
+           "router")
 
 
 def table(p: Plan) -> list[dict]:
@@ -32,7 +33,7 @@ def table(p: Plan) -> list[dict]:
                    r.capacity_per_s) else "",
                "tokens_per_usd": round(r.tokens_per_usd) if math.isfinite(r.tokens_per_usd) else "",
                "tightest_slo": r.worst_slo, "tightest_ratio": round(r.worst_ratio, 3) if math.isfinite(
-                   r.worst_ratio) else "", "engine": c.engine}
+                   r.worst_ratio) else "", "engine": c.engine, "router": p.router_of(c)}
         for s in p.slos:
             v = r.values.get(s.metric)
             row[s.metric] = round(v, 3) if v is not None else ""
@@ -42,11 +43,12 @@ def table(p: Plan) -> list[dict]:
 
 
 def markdown(p: Plan, limit: int = 12) -> str:
-    rows = [r for r in table(p) if r["status"] in ("confirmed", "missed", "estimated")][:limit]
+    every = table(p)
+    rows = [r for r in every if r["status"] in ("confirmed", "missed", "estimated")][:limit]
     if not rows:
         return "(no candidate fits and can meet the SLOs)\n"
-    engines = {r.candidate.engine for r in p.rows}
-    cols = [c for c in COLUMNS if c != "tightest_slo" and (c != "engine" or len(engines) > 1)] + [s.metric for s in p.slos]
+    many = {c: len({r[c] for r in every}) > 1 for c in ("engine", "router")}  # shown where they differ
+    cols = [c for c in COLUMNS if c != "tightest_slo" and many.get(c, True)] + [s.metric for s in p.slos]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -57,9 +59,11 @@ def verdict(p: Plan) -> str:
     if w is not None:
         c = w.candidate
         mode = f" on {c.engine}" if c.engine != "simspec" else ""
+        behind = f", behind {c.router}" if c.router else ""
         return (f"cheapest within every SLO: {w.replicas} x {c.device} at tp {c.tp} ({w.gpus} GPU{'s' * (w.gpus > 1)}), "
                 f"{c.policy}{mode}, "
-                f"max_num_seqs {c.max_num_seqs}: ${w.usd_per_hour:,.2f}/h, {w.tokens_per_usd:,.0f} output tokens/$")
+                f"max_num_seqs {c.max_num_seqs}{behind}: ${w.usd_per_hour:,.2f}/h, "
+                f"{w.tokens_per_usd:,.0f} output tokens/$")
     tried = [r for r in p.rows if r.status == "missed"] or [r for r in p.rows if r.note and r.status == "cannot meet"]
     if not tried:
         return "no candidate meets the SLOs: none fits its model at the candidate tensor-parallel degrees"
@@ -117,7 +121,8 @@ def write(p: Plan, out: str | Path) -> list[Path]:
     write_text(out / "pareto.csv", pd.DataFrame(
         [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
           "policy": r.candidate.policy, "replicas": r.replicas, "usd_per_hour": round(r.usd_per_hour, 2),
-          "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine} for r in front]).to_csv(index=False))
+          "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine, "router": p.router_of(r.candidate)}
+         for r in front]).to_csv(index=False))
     write_bytes(out / "pareto.png", pareto_plot(p, front))
     return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]
 

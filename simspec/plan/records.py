@@ -1,7 +1,8 @@
 """simspec plan's inputs and records: SLOs, the price table, the search's
 settings, a candidate, its row in the plan, and the plan.
 
-Imports: the standard library, simspec.config, simspec.costs, simspec.policies, simspec.types.
+Imports: the standard library, simspec.config, simspec.costs, simspec.fleet.routers (the router names),
+simspec.policies, simspec.types.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from simspec import metrics, policies
 from simspec.config import SimConfig
 from simspec.costs.gpus import GPUS
 from simspec.costs.specs import TP_DEGREES
+from simspec.fleet.routers import ROUTERS
 from simspec.serving import modes
 from simspec.serving.config import EngineConfig
 from simspec.types import InputError, require
@@ -115,6 +117,7 @@ class PlanConfig:
     policies: tuple[str, ...] = ("ar", "linear:k=3")
     engines: tuple[str, ...] = ()  # engine modes (simspec, vllm, sglang); () = the scenario's
     batch_limits: tuple[int, ...] = ()  # max_num_seqs candidates; () = the scenario's
+    routers: tuple[str, ...] = ()  # routers a fleet is confirmed behind; () = the scenario's
     slos: tuple[Slo, ...] = ()
     growth: float = 1.0
     requests: int = 400  # requests per capacity probe
@@ -136,6 +139,8 @@ class PlanConfig:
             policies.parse(spec)
         for kind in self.engines:
             require(kind in modes.KINDS, f"--engines: {kind!r} is not an engine mode (one of {', '.join(modes.KINDS)})")
+        for name in self.routers:
+            require(name in ROUTERS, f"--routers: {name!r} is not a router (one of {', '.join(ROUTERS)})")
         require(0 < self.growth <= MAX_GROWTH, f"--growth must be in (0, {MAX_GROWTH:g}] (got {self.growth})")
         require(50 <= self.requests <= 100_000, f"--requests must be in 50..100000 (got {self.requests})")
         require(1 <= self.confirm_seeds <= 20, f"--confirm-seeds must be in 1..20 (got {self.confirm_seeds})")
@@ -167,16 +172,25 @@ class Candidate:
     max_num_seqs: int
     policy: str
     engine: str = "simspec"  # the engine mode
+    router: str = ""  # what its fleet is served behind ("": the scenario's router)
 
     def config(self, base: SimConfig) -> SimConfig:
+        """One replica of the candidate (its fleet's router set, for the fleets made of it)."""
         return replace(base, device=self.device, tp=self.tp, policies=(self.policy,), replicas=1,
+                       router=self.router or base.router,
                        engine=replace(engine_at(base, self.engine, self.device, self.tp),
                                       max_num_seqs=self.max_num_seqs))
 
     @property
+    def replica(self) -> "Candidate":
+        """The candidate without its router: what one replica's capacity depends on."""
+        return replace(self, router="")
+
+    @property
     def label(self) -> str:
         mode = f" on {self.engine}" if self.engine != "simspec" else ""
-        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}"
+        behind = f" behind {self.router}" if self.router else ""
+        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}{behind}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -218,10 +232,15 @@ class Plan:
     ranking: str  # the paired interval between the first two, in words
     simulated_requests: int
     left_out: tuple[str, ...] = ()  # engine/policy pairs not searched: the engine cannot run the policy
+    router: str = "round_robin"  # the scenario's: the fleets of candidates that name none are served behind it
 
     @property
     def winner(self) -> Row | None:
         return self.rows[0] if self.rows and self.rows[0].status == "confirmed" else None
+
+    def router_of(self, candidate: Candidate) -> str:
+        """The router ``candidate``'s fleet is served behind."""
+        return candidate.router or self.router
 
 
 

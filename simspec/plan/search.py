@@ -133,7 +133,7 @@ def confirm(job) -> tuple[int, list[dict], int]:
 
     def run(count: int) -> list[dict]:
         size = None if base.workload.arrival == "trace" else per_replica * count
-        summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, base.router)
+        summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, config.router)
                      for seed in seeds]
         served[0] += sum(int(x["completed"]) for x in summaries)
         return summaries
@@ -187,15 +187,16 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     moved = own.with_top1_logit(shifted_logit(own, scale)) if scale != 1.0 else own
     size = None if base.workload.arrival == "trace" else pc.requests * w.replicas
     worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),
-                                      w.replicas, base.router, moved))
+                                      w.replicas, config.router, moved))
              for seed in confirm_seeds(base, pc)]
     return max(worst)
 
 
 def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[str, ...]]:
-    """Every engine x GPU x degree x batch limit x policy, and the engine /
-    policy pairs left out because the engine cannot run the policy. A
-    candidate's batch limit defaults to its engine's on its GPU."""
+    """Every engine x GPU x degree x batch limit x policy (x router, where
+    ``pc.routers`` names them), and the engine / policy pairs left out
+    because the engine cannot run the policy. A candidate's batch limit
+    defaults to its engine's on its GPU."""
     engines = pc.engines or (base.engine.kind,)
     runs, left_out = [], []
     for kind in engines:
@@ -213,7 +214,8 @@ def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[
         for d in pc.devices:
             for t in pc.tps:
                 limits = pc.batch_limits or (engine_at(base, kind, d, t).max_num_seqs,)
-                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind) for b in limits]
+                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind, router=r)
+                        for b in limits for r in pc.routers or ("",)]
     return out, tuple(left_out)
 
 
@@ -259,14 +261,18 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
     rows: list[Row] = []
     simulated = 0
     try:
-        jobs = [(base, c, pc.slos, pc.requests, native) for c in cands]
-        results: list = [None] * len(cands)
-        with tqdm(total=len(cands), unit="candidate", desc="capacity", disable=not progress, leave=False) as bar:
+        # one replica's capacity does not depend on the router its fleet is served behind: one job a replica setup
+        setups = list(dict.fromkeys(c.replica for c in cands))
+        jobs = [(base, c, pc.slos, pc.requests, native) for c in setups]
+        results: list = [None] * len(setups)
+        with tqdm(total=len(setups), unit="candidate", desc="capacity", disable=not progress, leave=False) as bar:
             for i, result in runner.imap(capacity, jobs):
                 results[i] = result
+                simulated += result[3]
                 bar.update()
-        for c, (status, cap, note, served) in zip(cands, results):
-            simulated += served
+        measured = dict(zip(setups, results))
+        for c in cands:
+            status, cap, note, _ = measured[c.replica]
             row = Row(candidate=c, status=status if status != "ok" else "estimated",
                       price_per_gpu_hour=pc.prices[c.device], capacity_per_s=cap, note=note)
             if status == "ok":
@@ -279,9 +285,11 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
         while finalists:
             simulated += _confirm(finalists, runner, (base, pc, target, native, seeds), bar)
             # Confirmed fleets may cost more than their estimates: confirm, in turn, every candidate whose
-            # estimate is below the cheapest confirmed fleet (up to 4 x --finalists in all).
+            # estimate is below the cheapest confirmed fleet, and the other routers of a replica setup confirmed
+            # behind one, so that its routers compare as fleets (up to 4 x --finalists in all).
             best = min((r.usd_per_hour for r in sized if r.status == "confirmed"), default=math.inf)
-            left = [r for r in sized if r.status == "estimated" and r.usd_per_hour < best]
+            served = {r.candidate.replica for r in sized if r.status in ("confirmed", "missed")}
+            left = [r for r in sized if r.status == "estimated" and (r.usd_per_hour < best or r.candidate.replica in served)]
             budget = 4 * pc.finalists - sum(r.status in ("confirmed", "missed") for r in sized)
             finalists = left[:min(pc.finalists, budget)]
         bar.close()
@@ -302,7 +310,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
                    f"{len(a.ratios)} seeds)")
     return Plan(rows=tuple(rows), target_per_s=target, slos=pc.slos,
                 unfit=sum(r.status == "unfit" for r in rows), pruned=sum(r.status == "cannot meet" for r in rows),
-                ranking=ranking, simulated_requests=simulated, left_out=left_out)
+                ranking=ranking, simulated_requests=simulated, left_out=left_out, router=base.router)
 
 
 
