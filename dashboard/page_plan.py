@@ -1,5 +1,5 @@
 """The planning page: traffic, SLOs, candidate GPUs, TP degrees,
-policies and routers in; the cheapest fleet that meets every SLO out, with the ranked
+policies, routers and disaggregated units in; the cheapest fleet that meets every SLO out, with the ranked
 candidates, the Pareto plot of cost against the tightest SLO, and the
 winner's launch settings. The search is ``simspec plan``'s
 (:func:`simspec.plan.plan`), run when *Plan* is pressed and cached.
@@ -28,7 +28,7 @@ WORKLOAD = configuration.DEFAULT_WORKLOAD
 PLAN = planning.PlanConfig(slos=(planning.parse_slo("p99_ttft_ms=2000"),))  # the defaults (an SLO is required)
 SYNTHETIC, TRACE = "synthetic", "uploaded trace"
 SLO_WIDGETS = (("p99_ttft_ms", 2000.0), ("p99_tpot_ms", 50.0), ("p99_e2el_ms", 0.0))  # 0: no bound
-SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "engine", "router", "replicas", "gpus",
+SHOWN = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "engine", "router", "split", "replicas", "gpus",
          "usd_per_hour", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio")
 
 
@@ -52,6 +52,15 @@ def _numbers(text: str, cast, label: str) -> tuple:
         return tuple(cast(x) for x in text.replace(";", ",").split(",") if x.strip())
     except ValueError:
         raise Refused(f"{label} must be numbers separated by commas (got {text!r})") from None
+
+
+def _splits(text: str) -> tuple:
+    """``1:1,1:3`` -> ((1, 1), (1, 3)) (the ranges: PlanConfig's)."""
+    try:
+        return tuple((int(p), int(d)) for p, d in (x.split(":") for x in text.replace(";", ",").split(",") if x.strip()))
+    except ValueError:
+        raise Refused(f"splits must be PREFILL:DECODE replica counts separated by commas, e.g. 1:1,1:3 "
+                      f"(got {text!r})") from None
 
 
 def _traffic(sb) -> tuple[dict, float]:
@@ -95,7 +104,8 @@ def _slos(sb) -> tuple[str, ...]:
 
 
 def _candidates(sb) -> dict:
-    """The candidate GPUs (with their prices), TP degrees, policies, engine modes, routers and batch limits."""
+    """The candidate GPUs (with their prices), TP degrees, policies, engine modes, routers, disaggregated units
+    and batch limits."""
     sb.header("Candidates")
     devices = sb.multiselect("GPUs (devices)", list(planning.PRICES), default=list(PLAN.devices), key="plan_devices")
     if not devices:
@@ -111,6 +121,7 @@ def _candidates(sb) -> dict:
     engines = sb.multiselect("Engine modes (engines; none: the engine above)", list(modes.KINDS), default=[],
                              key="plan_engines")
     routers = sb.multiselect("Routers (routers; none: round_robin)", list(ROUTERS), default=[], key="plan_routers")
+    splits = _splits(sb.text_input("Disaggregated units, P:D,... (splits; empty: none)", value="", key="plan_splits"))
     batch_limits = _numbers(sb.text_input("Batch limits (max_num_seqs; empty: the engine's)", value="",
                                           key="plan_batch_limits"), int, "max_num_seqs")
     with sb.expander("Prices ($ per GPU-hour)"):
@@ -118,7 +129,7 @@ def _candidates(sb) -> dict:
         prices = tuple((d, float(st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}")))
                        for d in sorted(devices))
     return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, engines=tuple(engines),
-                routers=tuple(routers), batch_limits=batch_limits, prices=prices)
+                routers=tuple(routers), splits=splits, batch_limits=batch_limits, prices=prices)
 
 
 def _search(sb) -> tuple[dict, int]:

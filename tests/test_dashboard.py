@@ -424,6 +424,8 @@ def test_the_planning_page_searches_the_routers_chosen(plan_page):
     ("number_input", "plan_growth", 0.0, "--growth must be in (0,"),
     ("text_input", "plan_policies", "ar,beam", "policy must be one of"),
     ("text_input", "plan_batch_limits", "many", "max_num_seqs must be numbers"),
+    ("text_input", "plan_splits", "1-3", "splits must be PREFILL:DECODE"),
+    ("text_input", "plan_splits", "0:3", "--splits: each is PREFILL:DECODE"),
     ("number_input", "plan_requests", 10, "--requests must be in 50..100000"),
 ], ids=lambda x: str(x)[:20])
 def test_the_planning_page_refuses_bad_input_in_one_line(plan_page, kind, key, value, message):

@@ -244,3 +244,44 @@ def test_routers_are_searched_each_fleet_behind_its_own(monkeypatch):
         assert r.values["p99_ttft_ms"] == again["p99_ttft_ms"] and r.values["p99_tpot_ms"] == again["p99_tpot_ms"]
     assert "router" in planning.markdown(p).splitlines()[0]
     assert "router" not in planning.markdown(planning.plan(base, replace(pc, routers=("least_requests",)))).splitlines()[0]
+
+
+def test_disaggregated_units_are_candidates_served_as_split_fleets():
+    """--splits: each setup also as units of P prefill and D decode
+    replicas, sized in units and priced for all their GPUs; a confirmed
+    split fleet served again here as a fleet file's prefill and decode
+    groups gives the plan's figures; the verdict and launch lines say the
+    two sides."""
+    from simspec.fleet.groups import Group
+
+    base = SimConfig(workload=WorkloadConfig(arrival="poisson", rate_per_s=8.0, num_requests=100, prompt_mean_tokens=3000,
+                                             multimodal_share=0.0))
+    slos = (planning.parse_slo("p99_ttft_ms=3000"), planning.parse_slo("p99_tpot_ms=14"))
+    pc = planning.PlanConfig(devices=("h100-sxm",), tps=(1,), policies=("linear:k=3",), slos=slos, splits=((1, 2),),
+                             requests=100, confirm_seeds=1, finalists=2, jobs=1)
+    cands, _ = search.candidates(base, pc)
+    assert [(c.split, c.unit) for c in cands] == [((), 1), ((1, 2), 3)]
+    p = planning.plan(base, pc)
+    split = next(r for r in p.rows if r.candidate.split)
+    assert split.status == "confirmed"
+    assert split.gpus == split.replicas * 3 and split.usd_per_hour == pytest.approx(
+        split.gpus * planning.PRICES["h100-sxm"])
+    shown = next(row for row in planning.table(p) if row["split"] == "1P2D")
+    assert shown["replicas"] == 3 * split.replicas
+    seed = search.confirm_seeds(base, pc)[0]
+    one = search.at_rate(split.candidate.config(base), p.target_per_s, 8.0, requests=pc.requests * 3 * split.replicas,
+                         seed=seed)
+    fleet = replace(one, fleet=(Group(name="p", replicas=split.replicas, role="prefill"),
+                                Group(name="d", replicas=2 * split.replicas, role="decode")))
+    again = metrics.summarize(experiment.run(fleet, event_detail=False).logs[0])
+    assert split.values["p99_ttft_ms"] == again["p99_ttft_ms"] and split.values["p99_tpot_ms"] == again["p99_tpot_ms"]
+    colocated = next(r for r in p.rows if not r.candidate.split)
+    assert colocated.values != split.values  # the split serves differently
+    won = planning.Plan(rows=(split,), target_per_s=p.target_per_s, slos=slos, unfit=0, pruned=0, ranking="",
+                        simulated_requests=0)
+    assert f"{split.replicas} prefill + {2 * split.replicas} decode" in planning.verdict(won)
+    lines = planning.launch(won, base).splitlines()
+    assert "NixlConnector" in lines[0] and "--speculative-config" not in lines[0]
+    assert "NixlConnector" in lines[1] and '"num_speculative_tokens": 3' in lines[1]
+    assert any("--disaggregation-mode prefill" in x for x in lines) and any("--disaggregation-mode decode" in x
+                                                                            for x in lines)

@@ -21,6 +21,21 @@ def _list(kind, flag: str):
     return convert
 
 
+def _splits(text: str) -> tuple:
+    """``1:1,1:3`` -> ((1, 1), (1, 3)); PlanConfig checks the ranges."""
+    out = []
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        prefill, sep, decode = part.partition(":")
+        try:
+            out.append((int(prefill), int(decode)))
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise argparse.ArgumentTypeError(f"--splits must be PREFILL:DECODE replica counts separated by commas, "
+                                             f"e.g. 1:1,1:3 (got {text!r})")
+    return tuple(out)
+
+
 def _bound(slo: planning.Slo) -> str:
     return f"{slo.metric} {'>=' if slo.metric == planning.GOODPUT else '<='} {slo.bound:g}"
 
@@ -35,8 +50,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pc = planning.PlanConfig(devices=args.devices or d["devices"].default, tps=args.tps or d["tps"].default,
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
                              engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else (),
-                             batch_limits=args.batch_limits or (), routers=args.routers or (), slos=slos,
-                             growth=args.growth,
+                             batch_limits=args.batch_limits or (), routers=args.routers or (),
+                             splits=args.splits or (), kv_link=args.kv_link, slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
     require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
@@ -65,8 +80,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(result.ranking)
     command = planning.launch(result, base)
     if command:
-        print(f"launch one replica (of {result.winner.replicas}, behind "
-              f"{result.router_of(result.winner.candidate)}):\n{command}")
+        w = result.winner
+        c, behind = w.candidate, result.router_of(w.candidate)
+        what = (f"each unit's replicas ({w.replicas} unit{'s' * (w.replicas > 1)} of {c.split[0]} prefill + "
+                f"{c.split[1]} decode, each side behind {behind})" if c.split else
+                f"one replica (of {w.replicas}, behind {behind})")
+        print(f"launch {what}:\n{command}")
     print(f"planned in {wall_s:.1f} s ({result.simulated_requests / wall_s:,.0f} simulated requests/s)")
     if args.sensitivity is not None and result.winner is not None:
         print(_sensitivity(base, pc, result, args.sensitivity))
@@ -109,6 +128,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--routers", type=_list(str, "--routers"), metavar="ROUTER,...",
                    help="candidate routers, each fleet confirmed behind each (one replica's capacity is measured once "
                         "for all of them) (default: --router's)")
+    p.add_argument("--splits", type=_splits, metavar="P:D,...",
+                   help="disaggregated candidates beside the colocated ones: units of P prefill and D decode replicas "
+                        "of each setup (e.g. 1:1,1:3), the fleet as many units as the traffic needs (default: none)")
+    p.add_argument("--kv-link", default=fields["kv_link"].default,
+                   help="what a disaggregated fleet's KV cache moves over: nvlink, ib-400g, ethernet-100g or "
+                        "GB_PER_S:LATENCY_US (default: %(default)s)")
     p.add_argument("--growth", type=float, default=fields["growth"].default,
                    help="traffic growth factor over --rate or the trace (default: %(default)s)")
     p.add_argument("--prices", metavar="FILE.toml", help="your own [prices] table, GPU = $/GPU-hour, instead of the shipped one")

@@ -18,22 +18,26 @@ from simspec.plan.records import Plan, Row
 
 COLUMNS = ("rank", "status", "device", "tp", "max_num_seqs", "policy", "replicas", "gpus", "usd_per_hour",
            "capacity_per_replica", "headroom_per_s", "tokens_per_usd", "tightest_slo", "tightest_ratio", "engine",
-           "router")
+           "router", "split")
 
 
 def table(p: Plan) -> list[dict]:
+    """One dict a row. A disaggregated candidate's replicas are its units'
+    (prefill and decode), its capacity a replica the unit's over them, and
+    ``split`` says its unit (``1P3D``: one prefill and three decode replicas)."""
     out = []
     for i, r in enumerate(p.rows):
         c = r.candidate
         row = {"rank": i + 1 if r.status == "confirmed" else "", "status": r.status, "device": c.device, "tp": c.tp,
-               "max_num_seqs": c.max_num_seqs, "policy": c.policy, "replicas": r.replicas or "",
+               "max_num_seqs": c.max_num_seqs, "policy": c.policy, "replicas": r.replicas * c.unit or "",
                "gpus": r.gpus or "", "usd_per_hour": round(r.usd_per_hour, 2) if r.replicas else "",
-               "capacity_per_replica": round(r.capacity_per_s, 3) if math.isfinite(r.capacity_per_s) else "",
+               "capacity_per_replica": round(r.capacity_per_s / c.unit, 3) if math.isfinite(r.capacity_per_s) else "",
                "headroom_per_s": round(r.capacity_per_s * r.replicas, 2) if r.replicas and math.isfinite(
                    r.capacity_per_s) else "",
                "tokens_per_usd": round(r.tokens_per_usd) if math.isfinite(r.tokens_per_usd) else "",
                "tightest_slo": r.worst_slo, "tightest_ratio": round(r.worst_ratio, 3) if math.isfinite(
-                   r.worst_ratio) else "", "engine": c.engine, "router": p.router_of(c)}
+                   r.worst_ratio) else "", "engine": c.engine, "router": p.router_of(c),
+               "split": f"{c.split[0]}P{c.split[1]}D" if c.split else ""}
         for s in p.slos:
             v = r.values.get(s.metric)
             row[s.metric] = round(v, 3) if v is not None else ""
@@ -47,7 +51,7 @@ def markdown(p: Plan, limit: int = 12) -> str:
     rows = [r for r in every if r["status"] in ("confirmed", "missed", "estimated")][:limit]
     if not rows:
         return "(no candidate fits and can meet the SLOs)\n"
-    many = {c: len({r[c] for r in every}) > 1 for c in ("engine", "router")}  # shown where they differ
+    many = {c: len({r[c] for r in every}) > 1 for c in ("engine", "router", "split")}  # shown where they differ
     cols = [c for c in COLUMNS if c != "tightest_slo" and many.get(c, True)] + [s.metric for s in p.slos]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(" --- " for _ in cols) + "|"]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
@@ -60,6 +64,11 @@ def verdict(p: Plan) -> str:
         c = w.candidate
         mode = f" on {c.engine}" if c.engine != "simspec" else ""
         behind = f", behind {c.router}" if c.router else ""
+        if c.split:
+            return (f"cheapest within every SLO: {w.replicas * c.split[0]} prefill + {w.replicas * c.split[1]} decode "
+                    f"{c.device} replicas at tp {c.tp} ({w.gpus} GPUs; {w.replicas} unit{'s' * (w.replicas > 1)} of "
+                    f"{c.split[0]}P{c.split[1]}D), {c.policy}{mode} on the decode side, max_num_seqs {c.max_num_seqs}{behind}: "
+                    f"${w.usd_per_hour:,.2f}/h, {w.tokens_per_usd:,.0f} output tokens/$")
         return (f"cheapest within every SLO: {w.replicas} x {c.device} at tp {c.tp} ({w.gpus} GPU{'s' * (w.gpus > 1)}), "
                 f"{c.policy}{mode}, "
                 f"max_num_seqs {c.max_num_seqs}{behind}: ${w.usd_per_hour:,.2f}/h, "
@@ -94,9 +103,35 @@ def launch(p: Plan, base: SimConfig) -> str:
     elif spec.name != "ar":
         note = (f"\n(note: {c.policy} has no one-flag engine setting; tune it and use `simspec export` for the "
                 f"engine's nearest settings)")
+    if c.split:
+        return _split_launch(c, vllm, sglang) + note
     lines = [line for kind, line in (("vllm", f"vLLM:   {vllm}"), ("sglang", f"SGLang: {sglang}"))
              if c.engine in (kind, "simspec")]
     return "\n".join(lines) + note
+
+
+# vLLM's NixlConnector (docs/features/nixl_connector_usage.md: both sides kv_both, the proxy assigns the roles)
+# and SGLang's PD disaggregation (docs/advanced_features/pd_disaggregation.md: --disaggregation-mode)
+NIXL = " --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
+
+
+def _split_launch(c, vllm: str, sglang: str) -> str:
+    """A disaggregated winner's two kinds of replica: prefill ones without
+    speculation, decode ones with it (``vllm`` and ``sglang``: the decode
+    side's commands), for each engine the candidate runs on."""
+    plain_vllm = vllm.split(" --speculative-config")[0]
+    plain_sglang = sglang.split(" --speculative-algorithm")[0]
+    lines = []
+    if c.engine in ("vllm", "simspec"):
+        lines += [f"vLLM prefill ({c.split[0]} a unit):   {plain_vllm}{NIXL}",
+                  f"vLLM decode ({c.split[1]} a unit):    {vllm}{NIXL}",
+                  "  (behind a proxy that sends each request to a prefill replica, then to a decode one: vLLM's "
+                  "toy_proxy_server.py)"]
+    if c.engine in ("sglang", "simspec"):
+        lines += [f"SGLang prefill ({c.split[0]} a unit): {plain_sglang} --disaggregation-mode prefill",
+                  f"SGLang decode ({c.split[1]} a unit):  {sglang} --disaggregation-mode decode",
+                  "  (behind sglang_router with --pd-disaggregation)"]
+    return "\n".join(lines)
 
 
 def frame(p: Plan):
@@ -104,7 +139,8 @@ def frame(p: Plan):
     import pandas as pd
 
     typed = pd.DataFrame(table(p)).replace("", None).infer_objects()
-    return typed.astype({"rank": "Int64", "tightest_slo": "string", "note": "string"})
+    return typed.astype({"rank": "Int64", "tightest_slo": "string", "note": "string", "router": "string",
+                         "split": "string"})
 
 
 def write(p: Plan, out: str | Path) -> list[Path]:
@@ -120,8 +156,9 @@ def write(p: Plan, out: str | Path) -> list[Path]:
     front = pareto(p)
     write_text(out / "pareto.csv", pd.DataFrame(
         [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
-          "policy": r.candidate.policy, "replicas": r.replicas, "usd_per_hour": round(r.usd_per_hour, 2),
-          "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine, "router": p.router_of(r.candidate)}
+          "policy": r.candidate.policy, "replicas": r.replicas * r.candidate.unit, "usd_per_hour": round(r.usd_per_hour, 2),
+          "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine, "router": p.router_of(r.candidate),
+          "split": f"{r.candidate.split[0]}P{r.candidate.split[1]}D" if r.candidate.split else ""}
          for r in front]).to_csv(index=False))
     write_bytes(out / "pareto.png", pareto_plot(p, front))
     return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]

@@ -1,7 +1,7 @@
 """simspec plan's inputs and records: SLOs, the price table, the search's
 settings, a candidate, its row in the plan, and the plan.
 
-Imports: the standard library, simspec.config, simspec.costs, simspec.fleet.routers (the router names),
+Imports: the standard library, simspec.config, simspec.costs, simspec.fleet (the router and link names),
 simspec.policies, simspec.types.
 """
 
@@ -16,6 +16,7 @@ from simspec import metrics, policies
 from simspec.config import SimConfig
 from simspec.costs.gpus import GPUS
 from simspec.costs.specs import TP_DEGREES
+from simspec.fleet.groups import DEFAULT_LINK, parse_link
 from simspec.fleet.routers import ROUTERS
 from simspec.serving import modes
 from simspec.serving.config import EngineConfig
@@ -39,6 +40,7 @@ PRICES: dict[str, float] = {
 LATENCY_STATS = ("mean", "median", "p50", "p90", "p95", "p99")
 GOODPUT = "goodput_share"
 MAX_GROWTH = 1e4
+MAX_SPLIT = 32  # replicas of one side in a disaggregated unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,9 @@ class PlanConfig:
     engines: tuple[str, ...] = ()  # engine modes (simspec, vllm, sglang); () = the scenario's
     batch_limits: tuple[int, ...] = ()  # max_num_seqs candidates; () = the scenario's
     routers: tuple[str, ...] = ()  # routers a fleet is confirmed behind; () = the scenario's
+    # prefill:decode replicas of a disaggregated unit, each a candidate beside the colocated replica; () = none
+    splits: tuple[tuple[int, int], ...] = ()
+    kv_link: str = DEFAULT_LINK  # what a disaggregated fleet's KV cache moves over (simspec.fleet.groups.LINKS)
     slos: tuple[Slo, ...] = ()
     growth: float = 1.0
     requests: int = 400  # requests per capacity probe
@@ -141,6 +146,10 @@ class PlanConfig:
             require(kind in modes.KINDS, f"--engines: {kind!r} is not an engine mode (one of {', '.join(modes.KINDS)})")
         for name in self.routers:
             require(name in ROUTERS, f"--routers: {name!r} is not a router (one of {', '.join(ROUTERS)})")
+        for split in self.splits:
+            require(len(split) == 2 and all(isinstance(n, int) and 1 <= n <= MAX_SPLIT for n in split),
+                    f"--splits: each is PREFILL:DECODE replicas, both in 1..{MAX_SPLIT} (got {split!r})")
+        parse_link(self.kv_link)
         require(0 < self.growth <= MAX_GROWTH, f"--growth must be in (0, {MAX_GROWTH:g}] (got {self.growth})")
         require(50 <= self.requests <= 100_000, f"--requests must be in 50..100000 (got {self.requests})")
         require(1 <= self.confirm_seeds <= 20, f"--confirm-seeds must be in 1..20 (got {self.confirm_seeds})")
@@ -173,6 +182,8 @@ class Candidate:
     policy: str
     engine: str = "simspec"  # the engine mode
     router: str = ""  # what its fleet is served behind ("": the scenario's router)
+    # (prefill, decode) replicas of a disaggregated unit, the fleet that many units; (): one colocated replica
+    split: tuple[int, int] = ()
 
     def config(self, base: SimConfig) -> SimConfig:
         """One replica of the candidate (its fleet's router set, for the fleets made of it)."""
@@ -183,14 +194,20 @@ class Candidate:
 
     @property
     def replica(self) -> "Candidate":
-        """The candidate without its router: what one replica's capacity depends on."""
+        """The candidate without its router: what one replica's (or unit's) capacity is measured on."""
         return replace(self, router="")
+
+    @property
+    def unit(self) -> int:
+        """Replicas a unit of the fleet: a disaggregated unit's prefill and decode ones, else 1."""
+        return sum(self.split) if self.split else 1
 
     @property
     def label(self) -> str:
         mode = f" on {self.engine}" if self.engine != "simspec" else ""
         behind = f" behind {self.router}" if self.router else ""
-        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}{behind}"
+        split = f" {self.split[0]}P{self.split[1]}D" if self.split else ""
+        return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}{split}{behind}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -198,8 +215,8 @@ class Row:
     candidate: Candidate
     status: str  # "unfit", "cannot meet", "estimated", "confirmed", "missed"
     price_per_gpu_hour: float
-    capacity_per_s: float = math.nan  # one replica's highest rate within every SLO
-    replicas: int = 0
+    capacity_per_s: float = math.nan  # one replica's (a disaggregated candidate: one unit's) highest rate within every SLO
+    replicas: int = 0  # the fleet's replicas (a disaggregated candidate: its units)
     values: dict = field(default_factory=dict)  # SLO metric -> value (confirmed: mean over seeds)
     worst_ratio: float = math.nan  # the tightest SLO's value / bound
     worst_slo: str = ""
@@ -209,7 +226,7 @@ class Row:
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.candidate.tp
+        return self.replicas * self.candidate.unit * self.candidate.tp
 
     @property
     def usd_per_hour(self) -> float:
@@ -246,4 +263,4 @@ class Plan:
 
 __all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "slo_names", "PlanConfig", "engine_at",
            "Candidate",
-           "Row", "Plan", "GOODPUT", "LATENCY_STATS", "MAX_GROWTH"]
+           "Row", "Plan", "GOODPUT", "LATENCY_STATS", "MAX_GROWTH", "MAX_SPLIT"]

@@ -14,6 +14,7 @@ import numpy as np
 from simspec import acceptance, experiment, metrics, policies, seeds as seeding
 from simspec.config import SimConfig
 from simspec.costs.gpus import gpu_spec
+from simspec.fleet.groups import Group
 from simspec.fleet.run import simulate_fleet
 from simspec.plan.records import GOODPUT, Candidate, Plan, PlanConfig, Row, engine_at
 from simspec.serving import modes
@@ -52,9 +53,28 @@ def at_rate(base: SimConfig, rate: float, native: float, *, requests: int | None
     return replace(base, workload=w, seed=seed)
 
 
-def _summary(config: SimConfig, replicas: int, router: str, accepting=None) -> dict:
-    """One fleet's run at ``config``; ``accepting``: an acceptance model in place of the config's
-    (the sensitivity check)."""
+def split_fleet(config: SimConfig, split: tuple[int, int], units: int, kv_link: str) -> SimConfig:
+    """``config`` (one replica's setup) as ``units`` disaggregated units of
+    ``split`` = (prefill, decode) replicas each, the KV cache moving over
+    ``kv_link`` (simspec.fleet.disagg; the decode side serves the policy)."""
+    prefill, decode = split
+    groups = (Group(name="prefill", replicas=prefill * units, role="prefill"),
+              Group(name="decode", replicas=decode * units, role="decode"))
+    return replace(config, fleet=groups, replicas=1, kv_link=kv_link)
+
+
+def _summary(config: SimConfig, replicas: int, router: str, accepting=None, split: tuple[int, int] = (),
+             kv_link: str = "") -> dict:
+    """One fleet's run at ``config``: ``replicas`` of its replica, or as many
+    disaggregated units of ``split``; ``accepting``: an acceptance model in
+    place of the config's (the sensitivity check)."""
+    if split:
+        s = experiment.resolve(split_fleet(replace(config, router=router), split, replicas, kv_link))
+        if accepting is not None:
+            s = replace(s, acceptance=accepting)
+        log = experiment.run_scenario(s, event_detail=False).logs[0]
+        return metrics.summarize(log, slo_ttft_ms=config.slo_ttft_ms, slo_tpot_ms=config.slo_tpot_ms,
+                                 slo_e2el_ms=config.slo_e2el_ms)
     s = experiment.resolve(config)
     model = accepting if accepting is not None else s.acceptance
     run = simulate_fleet(s.requests, replicas=replicas, router=router, staleness_s=config.router_staleness_ms / 1e3,
@@ -86,7 +106,7 @@ def capacity(job) -> tuple[str, float, str, int]:
     """(status, one replica's capacity in requests/s, note, requests
     simulated) of a candidate: "unfit", "cannot meet" or "ok" (module
     docstring, steps 1-2)."""
-    base, cand, slos, requests, native = job
+    base, cand, slos, requests, native, kv_link = job
     config = cand.config(base)
     seed = int(seeding.stream(base.seed, SEARCH_SEED_TAG).generate_state(1)[0])
     unfit = _fits(config)
@@ -101,9 +121,12 @@ def capacity(job) -> tuple[str, float, str, int]:
 
     def ratio(rate: float) -> tuple[float, str]:
         served[0] += requests
-        return _worst(slos, _summary(at_rate(config, rate, native, requests=requests, seed=seed), 1, "round_robin"))
+        return _worst(slos, _summary(at_rate(config, rate, native, requests=requests, seed=seed), 1, config.router,
+                                     split=cand.split, kv_link=kv_link))
 
-    lo, hi = saturation * LOW_LOAD, saturation
+    # a disaggregated unit's replicas share its load: as many times one replica's saturation, twice over (a decode
+    # replica that prefills nothing serves more than one that does), the bisection's top
+    lo, hi = saturation * LOW_LOAD * cand.unit, saturation * (2 * cand.unit if cand.split else 1)
     worst, which = ratio(lo)
     if worst > 1:
         return ("cannot meet", math.nan, f"{which} {worst:.2f}x its bound at {lo:.3g} req/s (1/64 of saturation)",
@@ -126,15 +149,15 @@ def confirm(job) -> tuple[int, list[dict], int]:
     candidate served as a whole fleet at the target rate (module docstring,
     step 4); replicas 0: it missed an SLO at MAX_REPLICAS_OVER times its
     estimate."""
-    base, cand, slos, n, target, native, seeds, per_replica = job
+    base, cand, slos, n, target, native, seeds, per_replica, kv_link = job
     config = cand.config(base)
 
     served = [0]
 
     def run(count: int) -> list[dict]:
-        size = None if base.workload.arrival == "trace" else per_replica * count
-        summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, config.router)
-                     for seed in seeds]
+        size = None if base.workload.arrival == "trace" else per_replica * count * cand.unit
+        summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, config.router,
+                              split=cand.split, kv_link=kv_link) for seed in seeds]
         served[0] += sum(int(x["completed"]) for x in summaries)
         return summaries
 
@@ -185,18 +208,19 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     native = native_rate(config)
     own = acceptance.build(config.acceptance, experiment.model_of(config).name, config.workload.temperature)
     moved = own.with_top1_logit(shifted_logit(own, scale)) if scale != 1.0 else own
-    size = None if base.workload.arrival == "trace" else pc.requests * w.replicas
+    size = None if base.workload.arrival == "trace" else pc.requests * w.replicas * w.candidate.unit
     worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),
-                                      w.replicas, config.router, moved))
+                                      w.replicas, config.router, moved, w.candidate.split, pc.kv_link))
              for seed in confirm_seeds(base, pc)]
     return max(worst)
 
 
 def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[str, ...]]:
-    """Every engine x GPU x degree x batch limit x policy (x router, where
-    ``pc.routers`` names them), and the engine / policy pairs left out
-    because the engine cannot run the policy. A candidate's batch limit
-    defaults to its engine's on its GPU."""
+    """Every engine x GPU x degree x batch limit x policy, each as one
+    colocated replica and as each of ``pc.splits``' disaggregated units (x
+    router, where ``pc.routers`` names them), and the engine / policy pairs
+    left out because the engine cannot run the policy. A candidate's batch
+    limit defaults to its engine's on its GPU."""
     engines = pc.engines or (base.engine.kind,)
     runs, left_out = [], []
     for kind in engines:
@@ -214,8 +238,8 @@ def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[
         for d in pc.devices:
             for t in pc.tps:
                 limits = pc.batch_limits or (engine_at(base, kind, d, t).max_num_seqs,)
-                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind, router=r)
-                        for b in limits for r in pc.routers or ("",)]
+                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind, router=r, split=split)
+                        for b in limits for split in ((), *pc.splits) for r in pc.routers or ("",)]
     return out, tuple(left_out)
 
 
@@ -223,7 +247,8 @@ def _confirm(rows: list[Row], runner, context, bar) -> int:
     """Serve each of ``rows`` as a whole fleet (:func:`confirm`) and record
     its replicas and SLO metrics; the requests simulated."""
     base, pc, target, native, confirm_seeds = context
-    jobs = [(base, r.candidate, pc.slos, r.replicas, target, native, confirm_seeds, pc.requests) for r in rows]
+    jobs = [(base, r.candidate, pc.slos, r.replicas, target, native, confirm_seeds, pc.requests, pc.kv_link)
+            for r in rows]
     simulated = 0
     for i, (count, summaries, served) in runner.imap(confirm, jobs):
         row = rows[i]
@@ -263,7 +288,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
     try:
         # one replica's capacity does not depend on the router its fleet is served behind: one job a replica setup
         setups = list(dict.fromkeys(c.replica for c in cands))
-        jobs = [(base, c, pc.slos, pc.requests, native) for c in setups]
+        jobs = [(base, c, pc.slos, pc.requests, native, pc.kv_link) for c in setups]
         results: list = [None] * len(setups)
         with tqdm(total=len(setups), unit="candidate", desc="capacity", disable=not progress, leave=False) as bar:
             for i, result in runner.imap(capacity, jobs):
@@ -315,4 +340,4 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
 
 
 
-__all__ = ["plan", "candidates", "capacity", "confirm", "native_rate", "at_rate"]
+__all__ = ["plan", "candidates", "capacity", "confirm", "native_rate", "at_rate", "split_fleet"]
