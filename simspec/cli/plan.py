@@ -110,7 +110,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     """Register ``simspec plan`` (scenario flags as ``simulate``'s; --device, --tp and --max-num-seqs take lists)."""
     fields = planning.PlanConfig.__dataclass_fields__
     p = sub.add_parser("plan", conflict_handler="resolve",
-                       help="the cheapest fleet (GPUs, TP, replicas, policy) that meets the SLOs at the traffic")
+                       help="the cheapest fleet (GPUs, TP, replicas, policy, router, prefill/decode split) that "
+                            "meets the SLOs at the traffic")
     add_scenario_flags(p)
     p.add_argument("--slo", action="append", metavar="METRIC=BOUND",
                    help="e.g. p99_ttft_ms=2000, p99_tpot_ms=50, goodput_share=0.9 (repeat; at least one)")
