@@ -57,7 +57,8 @@ def _numbers(text: str, cast, label: str) -> tuple:
 def _splits(text: str) -> tuple:
     """``1:1,1:3`` -> ((1, 1), (1, 3)) (the ranges: PlanConfig's)."""
     try:
-        return tuple((int(p), int(d)) for p, d in (x.split(":") for x in text.replace(";", ",").split(",") if x.strip()))
+        parts = (x.split(":") for x in text.replace(";", ",").split(",") if x.strip())
+        return tuple((int(p), int(d)) for p, d in parts)
     except ValueError:
         raise Refused(f"splits must be PREFILL:DECODE replica counts separated by commas, e.g. 1:1,1:3 "
                       f"(got {text!r})") from None
@@ -122,14 +123,17 @@ def _candidates(sb) -> dict:
                              key="plan_engines")
     routers = sb.multiselect("Routers (routers; none: round_robin)", list(ROUTERS), default=[], key="plan_routers")
     splits = _splits(sb.text_input("Disaggregated units, P:D,... (splits; empty: none)", value="", key="plan_splits"))
+    prefill_devices = sb.multiselect("Prefill GPUs of those units (prefill_devices; none: the decode side's)",
+                                     list(planning.PRICES), default=[], key="plan_prefill_devices")
     batch_limits = _numbers(sb.text_input("Batch limits (max_num_seqs; empty: the engine's)", value="",
                                           key="plan_batch_limits"), int, "max_num_seqs")
     with sb.expander("Prices ($ per GPU-hour)"):
         st.caption(planning.PRICES_SOURCE)
         prices = tuple((d, float(st.number_input(d, value=planning.PRICES[d], step=0.1, key=f"plan_price_{d}")))
-                       for d in sorted(devices))
+                       for d in sorted({*devices, *prefill_devices}))
     return dict(devices=tuple(devices), tps=tuple(int(t) for t in tps), policies=specs, engines=tuple(engines),
-                routers=tuple(routers), splits=splits, batch_limits=batch_limits, prices=prices)
+                routers=tuple(routers), splits=splits, prefill_devices=tuple(prefill_devices),
+                batch_limits=batch_limits, prices=prices)
 
 
 def _search(sb) -> tuple[dict, int]:

@@ -426,6 +426,7 @@ def test_the_planning_page_searches_the_routers_chosen(plan_page):
     ("text_input", "plan_batch_limits", "many", "max_num_seqs must be numbers"),
     ("text_input", "plan_splits", "1-3", "splits must be PREFILL:DECODE"),
     ("text_input", "plan_splits", "0:3", "--splits: each is PREFILL:DECODE"),
+    ("multiselect", "plan_prefill_devices", ["a100-80gb"], "--prefill-devices and --prefill-tp set the prefill side"),
     ("number_input", "plan_requests", 10, "--requests must be in 50..100000"),
 ], ids=lambda x: str(x)[:20])
 def test_the_planning_page_refuses_bad_input_in_one_line(plan_page, kind, key, value, message):

@@ -243,7 +243,8 @@ def test_routers_are_searched_each_fleet_behind_its_own(monkeypatch):
             kv_budget_tokens=s.kv_budget_tokens, seed=seed, event_detail=False).log)
         assert r.values["p99_ttft_ms"] == again["p99_ttft_ms"] and r.values["p99_tpot_ms"] == again["p99_tpot_ms"]
     assert "router" in planning.markdown(p).splitlines()[0]
-    assert "router" not in planning.markdown(planning.plan(base, replace(pc, routers=("least_requests",)))).splitlines()[0]
+    one = planning.plan(base, replace(pc, routers=("least_requests",)))
+    assert "router" not in planning.markdown(one).splitlines()[0]
 
 
 def test_disaggregated_units_are_candidates_served_as_split_fleets():
@@ -254,8 +255,8 @@ def test_disaggregated_units_are_candidates_served_as_split_fleets():
     two sides."""
     from simspec.fleet.groups import Group
 
-    base = SimConfig(workload=WorkloadConfig(arrival="poisson", rate_per_s=8.0, num_requests=100, prompt_mean_tokens=3000,
-                                             multimodal_share=0.0))
+    base = SimConfig(workload=WorkloadConfig(arrival="poisson", rate_per_s=8.0, num_requests=100,
+                                             prompt_mean_tokens=3000, multimodal_share=0.0))
     slos = (planning.parse_slo("p99_ttft_ms=3000"), planning.parse_slo("p99_tpot_ms=14"))
     pc = planning.PlanConfig(devices=("h100-sxm",), tps=(1,), policies=("linear:k=3",), slos=slos, splits=((1, 2),),
                              requests=100, confirm_seeds=1, finalists=2, jobs=1)
@@ -279,9 +280,48 @@ def test_disaggregated_units_are_candidates_served_as_split_fleets():
     assert colocated.values != split.values  # the split serves differently
     won = planning.Plan(rows=(split,), target_per_s=p.target_per_s, slos=slos, unfit=0, pruned=0, ranking="",
                         simulated_requests=0)
-    assert f"{split.replicas} prefill + {2 * split.replicas} decode" in planning.verdict(won)
+    assert (f"{split.replicas} prefill h100-sxm replicas at tp 1 + {2 * split.replicas} decode h100-sxm replicas"
+            in planning.verdict(won))
     lines = planning.launch(won, base).splitlines()
     assert "NixlConnector" in lines[0] and "--speculative-config" not in lines[0]
     assert "NixlConnector" in lines[1] and '"num_speculative_tokens": 3' in lines[1]
     assert any("--disaggregation-mode prefill" in x for x in lines) and any("--disaggregation-mode decode" in x
                                                                             for x in lines)
+
+
+def test_a_prefill_side_on_other_gpus_is_priced_and_served_on_them():
+    """--prefill-devices / --prefill-tp: a unit's prefill replicas on their
+    own GPU and degree, each side at its own price; the confirmed fleet
+    served again as prefill and decode groups on those GPUs gives the
+    plan's figures; the launch lines name each side's GPU and degree."""
+    from simspec.fleet.groups import Group
+
+    base = SimConfig(workload=WorkloadConfig(arrival="poisson", rate_per_s=6.0, num_requests=100,
+                                             prompt_mean_tokens=1500, multimodal_share=0.0))
+    slos = (planning.parse_slo("p99_ttft_ms=3000"), planning.parse_slo("p99_tpot_ms=30"))
+    pc = planning.PlanConfig(devices=("h100-sxm",), tps=(1,), policies=("ar",), slos=slos, splits=((1, 1),),
+                             prefill_devices=("a100-80gb",), prefill_tps=(2,), requests=100, confirm_seeds=1,
+                             finalists=2, jobs=1)
+    cands, _ = search.candidates(base, pc)
+    assert [(c.split, c.prefill_side) for c in cands] == [((), ("h100-sxm", 1)), ((1, 1), ("a100-80gb", 2))]
+    split = cands[1]
+    assert split.gpus_per_unit == 3 and split.split_label == "1P1D (prefill a100-80gb tp2)"
+    assert split.unit_usd_per_hour(planning.PRICES) == pytest.approx(
+        2 * planning.PRICES["a100-80gb"] + planning.PRICES["h100-sxm"])
+    p = planning.plan(base, pc)
+    row = next(r for r in p.rows if r.candidate.split)
+    assert row.status == "confirmed" and row.gpus == 3 * row.replicas
+    assert row.usd_per_hour == pytest.approx(row.replicas * split.unit_usd_per_hour(planning.PRICES))
+    seed = search.confirm_seeds(base, pc)[0]
+    one = search.at_rate(split.config(base), p.target_per_s, 6.0, requests=pc.requests * 2 * row.replicas, seed=seed)
+    fleet = replace(one, fleet=(Group(name="p", replicas=row.replicas, role="prefill", device="a100-80gb", tp=2,
+                                      engine=(("max_num_seqs", split.max_num_seqs),)),
+                                Group(name="d", replicas=row.replicas, role="decode")))
+    again = metrics.summarize(experiment.run(fleet, event_detail=False).logs[0])
+    assert row.values["p99_ttft_ms"] == again["p99_ttft_ms"] and row.values["p99_tpot_ms"] == again["p99_tpot_ms"]
+    won = planning.Plan(rows=(row,), target_per_s=p.target_per_s, slos=slos, unfit=0, pruned=0, ranking="",
+                        simulated_requests=0)
+    assert f"{row.replicas} prefill a100-80gb replicas at tp 2 + {row.replicas} decode h100-sxm" in planning.verdict(won)
+    first, second = planning.launch(won, base).splitlines()[:2]
+    assert "a100-80gb" in first and "--tensor-parallel-size 2" in first
+    assert "h100-sxm" in second and "--tensor-parallel-size 1" in second

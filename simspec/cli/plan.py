@@ -51,7 +51,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
                              engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else (),
                              batch_limits=args.batch_limits or (), routers=args.routers or (),
-                             splits=args.splits or (), kv_link=args.kv_link, slos=slos, growth=args.growth,
+                             splits=args.splits or (), prefill_devices=args.prefill_devices or (),
+                             prefill_tps=args.prefill_tps or (), kv_link=args.kv_link, slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
     require(args.sensitivity is None or 0.0 < args.sensitivity < 0.5,
@@ -132,6 +133,11 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--splits", type=_splits, metavar="P:D,...",
                    help="disaggregated candidates beside the colocated ones: units of P prefill and D decode replicas "
                         "of each setup (e.g. 1:1,1:3), the fleet as many units as the traffic needs (default: none)")
+    p.add_argument("--prefill-devices", type=_list(str, "--prefill-devices"), metavar="GPU,...",
+                   help="GPUs searched for a --splits unit's prefill side (default: the decode side's)")
+    p.add_argument("--prefill-tp", dest="prefill_tps", type=_list(int, "--prefill-tp"), metavar="T,...",
+                   help="tensor-parallel degrees searched for a --splits unit's prefill side (default: the decode "
+                        "side's)")
     p.add_argument("--kv-link", default=fields["kv_link"].default,
                    help="what a disaggregated fleet's KV cache moves over: nvlink, ib-400g, ethernet-100g or "
                         "GB_PER_S:LATENCY_US (default: %(default)s)")

@@ -27,11 +27,12 @@ sizes its candidates:
    candidate (common random numbers); a fleet that misses an SLO on any
    seed grows by half until it meets them (up to four times its
    estimate), and the count is bisected; one that meets them on every seed
-   is tried with one fewer until one misses (a fleet pools its load, so the
-   one-replica estimate may err high). The router matters here alone:
-   where several are searched, each is confirmed as a fleet of its own. Each confirmed fleet's SLO metrics are the means
-   over the seeds; the ranking's confidence is the paired interval of the
-   tightest SLO's ratio between the first two.
+   is tried with 1, 2, 4... fewer until one misses, and the count is
+   bisected (a fleet pools its load, so the one-replica estimate may err
+   high). The router matters here alone: where several are searched, each
+   is confirmed as a fleet of its own. Each confirmed fleet's SLO metrics
+   are the means over the seeds; the ranking's confidence is the paired
+   interval of the tightest SLO's ratio between the first two.
 
 SLOs are bounds on any latency statistic of the run's metrics
 (``p99_ttft_ms=2000``: at most 2000 ms) or a share of requests meeting the

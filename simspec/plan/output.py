@@ -37,7 +37,7 @@ def table(p: Plan) -> list[dict]:
                "tokens_per_usd": round(r.tokens_per_usd) if math.isfinite(r.tokens_per_usd) else "",
                "tightest_slo": r.worst_slo, "tightest_ratio": round(r.worst_ratio, 3) if math.isfinite(
                    r.worst_ratio) else "", "engine": c.engine, "router": p.router_of(c),
-               "split": f"{c.split[0]}P{c.split[1]}D" if c.split else ""}
+               "split": c.split_label}
         for s in p.slos:
             v = r.values.get(s.metric)
             row[s.metric] = round(v, 3) if v is not None else ""
@@ -65,10 +65,12 @@ def verdict(p: Plan) -> str:
         mode = f" on {c.engine}" if c.engine != "simspec" else ""
         behind = f", behind {c.router}" if c.router else ""
         if c.split:
-            return (f"cheapest within every SLO: {w.replicas * c.split[0]} prefill + {w.replicas * c.split[1]} decode "
-                    f"{c.device} replicas at tp {c.tp} ({w.gpus} GPUs; {w.replicas} unit{'s' * (w.replicas > 1)} of "
-                    f"{c.split[0]}P{c.split[1]}D), {c.policy}{mode} on the decode side, max_num_seqs {c.max_num_seqs}{behind}: "
-                    f"${w.usd_per_hour:,.2f}/h, {w.tokens_per_usd:,.0f} output tokens/$")
+            device, tp = c.prefill_side
+            return (f"cheapest within every SLO: {w.replicas * c.split[0]} prefill {device} replicas at tp {tp} + "
+                    f"{w.replicas * c.split[1]} decode {c.device} replicas at tp {c.tp} ({w.gpus} GPUs; {w.replicas} "
+                    f"unit{'s' * (w.replicas > 1)} of {c.split_label}), {c.policy}{mode} on the decode side, "
+                    f"max_num_seqs {c.max_num_seqs}{behind}: ${w.usd_per_hour:,.2f}/h, "
+                    f"{w.tokens_per_usd:,.0f} output tokens/$")
         return (f"cheapest within every SLO: {w.replicas} x {c.device} at tp {c.tp} ({w.gpus} GPU{'s' * (w.gpus > 1)}), "
                 f"{c.policy}{mode}, "
                 f"max_num_seqs {c.max_num_seqs}{behind}: ${w.usd_per_hour:,.2f}/h, "
@@ -117,19 +119,23 @@ NIXL = " --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\"
 
 def _split_launch(c, vllm: str, sglang: str) -> str:
     """A disaggregated winner's two kinds of replica: prefill ones without
-    speculation, decode ones with it (``vllm`` and ``sglang``: the decode
-    side's commands), for each engine the candidate runs on."""
-    plain_vllm = vllm.split(" --speculative-config")[0]
-    plain_sglang = sglang.split(" --speculative-algorithm")[0]
+    speculation at their own degree, decode ones with it (``vllm`` and
+    ``sglang``: the decode side's commands), for each engine the candidate
+    runs on; each kind on its own GPU."""
+    _, tp = c.prefill_side
+    plain_vllm = vllm.split(" --speculative-config")[0].replace(f"--tensor-parallel-size {c.tp}",
+                                                                 f"--tensor-parallel-size {tp}")
+    plain_sglang = sglang.split(" --speculative-algorithm")[0].replace(f"--tp {c.tp}", f"--tp {tp}")
     lines = []
     if c.engine in ("vllm", "simspec"):
-        lines += [f"vLLM prefill ({c.split[0]} a unit):   {plain_vllm}{NIXL}",
-                  f"vLLM decode ({c.split[1]} a unit):    {vllm}{NIXL}",
+        lines += [f"vLLM prefill ({c.split[0]} a unit, {c.prefill_side[0]}):   {plain_vllm}{NIXL}",
+                  f"vLLM decode ({c.split[1]} a unit, {c.device}):    {vllm}{NIXL}",
                   "  (behind a proxy that sends each request to a prefill replica, then to a decode one: vLLM's "
                   "toy_proxy_server.py)"]
     if c.engine in ("sglang", "simspec"):
-        lines += [f"SGLang prefill ({c.split[0]} a unit): {plain_sglang} --disaggregation-mode prefill",
-                  f"SGLang decode ({c.split[1]} a unit):  {sglang} --disaggregation-mode decode",
+        lines += [f"SGLang prefill ({c.split[0]} a unit, {c.prefill_side[0]}): {plain_sglang} "
+                  f"--disaggregation-mode prefill",
+                  f"SGLang decode ({c.split[1]} a unit, {c.device}):  {sglang} --disaggregation-mode decode",
                   "  (behind sglang_router with --pd-disaggregation)"]
     return "\n".join(lines)
 
@@ -156,9 +162,10 @@ def write(p: Plan, out: str | Path) -> list[Path]:
     front = pareto(p)
     write_text(out / "pareto.csv", pd.DataFrame(
         [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
-          "policy": r.candidate.policy, "replicas": r.replicas * r.candidate.unit, "usd_per_hour": round(r.usd_per_hour, 2),
+          "policy": r.candidate.policy, "replicas": r.replicas * r.candidate.unit,
+          "usd_per_hour": round(r.usd_per_hour, 2),
           "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine, "router": p.router_of(r.candidate),
-          "split": f"{r.candidate.split[0]}P{r.candidate.split[1]}D" if r.candidate.split else ""}
+          "split": r.candidate.split_label}
          for r in front]).to_csv(index=False))
     write_bytes(out / "pareto.png", pareto_plot(p, front))
     return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]

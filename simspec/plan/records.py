@@ -122,6 +122,9 @@ class PlanConfig:
     routers: tuple[str, ...] = ()  # routers a fleet is confirmed behind; () = the scenario's
     # prefill:decode replicas of a disaggregated unit, each a candidate beside the colocated replica; () = none
     splits: tuple[tuple[int, int], ...] = ()
+    # a disaggregated unit's prefill side: GPUs and degrees searched for it; () = the decode side's own
+    prefill_devices: tuple[str, ...] = ()
+    prefill_tps: tuple[int, ...] = ()
     kv_link: str = DEFAULT_LINK  # what a disaggregated fleet's KV cache moves over (simspec.fleet.groups.LINKS)
     slos: tuple[Slo, ...] = ()
     growth: float = 1.0
@@ -149,6 +152,14 @@ class PlanConfig:
         for split in self.splits:
             require(len(split) == 2 and all(isinstance(n, int) and 1 <= n <= MAX_SPLIT for n in split),
                     f"--splits: each is PREFILL:DECODE replicas, both in 1..{MAX_SPLIT} (got {split!r})")
+        require(self.splits or not (self.prefill_devices or self.prefill_tps),
+                "--prefill-devices and --prefill-tp set the prefill side of --splits' units: give --splits too")
+        for d in self.prefill_devices:
+            require(d in GPUS, f"--prefill-devices: {d!r} is not a GPU (one of {', '.join(GPUS)})")
+            require(d in self.prices, f"price table: no price for {d} (add it to the --prices file, or leave {d} out "
+                                      f"of --prefill-devices)")
+        for t in self.prefill_tps:
+            require(t in TP_DEGREES, f"--prefill-tp must be among {', '.join(map(str, TP_DEGREES))} (got {t})")
         parse_link(self.kv_link)
         require(0 < self.growth <= MAX_GROWTH, f"--growth must be in (0, {MAX_GROWTH:g}] (got {self.growth})")
         require(50 <= self.requests <= 100_000, f"--requests must be in 50..100000 (got {self.requests})")
@@ -184,6 +195,8 @@ class Candidate:
     router: str = ""  # what its fleet is served behind ("": the scenario's router)
     # (prefill, decode) replicas of a disaggregated unit, the fleet that many units; (): one colocated replica
     split: tuple[int, int] = ()
+    prefill_device: str = ""  # a unit's prefill replicas' GPU ("": the decode side's, ``device``)
+    prefill_tp: int = 0  # ... and degree (0: ``tp``)
 
     def config(self, base: SimConfig) -> SimConfig:
         """One replica of the candidate (its fleet's router set, for the fleets made of it)."""
@@ -203,10 +216,38 @@ class Candidate:
         return sum(self.split) if self.split else 1
 
     @property
+    def prefill_side(self) -> tuple[str, int]:
+        """(GPU, degree) of a disaggregated unit's prefill replicas."""
+        return self.prefill_device or self.device, self.prefill_tp or self.tp
+
+    @property
+    def gpus_per_unit(self) -> int:
+        """GPUs of one replica, or of a disaggregated unit's replicas on both sides."""
+        if not self.split:
+            return self.tp
+        return self.split[0] * self.prefill_side[1] + self.split[1] * self.tp
+
+    def unit_usd_per_hour(self, prices: dict) -> float:
+        """$/hour of one replica, or of a unit's replicas, each side at its own GPU's price."""
+        if not self.split:
+            return self.tp * prices[self.device]
+        device, tp = self.prefill_side
+        return self.split[0] * tp * prices[device] + self.split[1] * self.tp * prices[self.device]
+
+    @property
+    def split_label(self) -> str:
+        """``1P2D``, with the prefill side's GPU and degree where they are not the decode side's; "" colocated."""
+        if not self.split:
+            return ""
+        device, tp = self.prefill_side
+        other = f" (prefill {device} tp{tp})" if (device, tp) != (self.device, self.tp) else ""
+        return f"{self.split[0]}P{self.split[1]}D{other}"
+
+    @property
     def label(self) -> str:
         mode = f" on {self.engine}" if self.engine != "simspec" else ""
         behind = f" behind {self.router}" if self.router else ""
-        split = f" {self.split[0]}P{self.split[1]}D" if self.split else ""
+        split = f" {self.split_label}" if self.split else ""
         return f"{self.device} tp{self.tp} seqs{self.max_num_seqs} {self.policy}{mode}{split}{behind}"
 
 
@@ -214,8 +255,10 @@ class Candidate:
 class Row:
     candidate: Candidate
     status: str  # "unfit", "cannot meet", "estimated", "confirmed", "missed"
-    price_per_gpu_hour: float
-    capacity_per_s: float = math.nan  # one replica's (a disaggregated candidate: one unit's) highest rate within every SLO
+    # one replica's (a disaggregated candidate: one unit's) price (Candidate.unit_usd_per_hour) and highest rate
+    # within every SLO
+    unit_usd_per_hour: float
+    capacity_per_s: float = math.nan
     replicas: int = 0  # the fleet's replicas (a disaggregated candidate: its units)
     values: dict = field(default_factory=dict)  # SLO metric -> value (confirmed: mean over seeds)
     worst_ratio: float = math.nan  # the tightest SLO's value / bound
@@ -226,11 +269,11 @@ class Row:
 
     @property
     def gpus(self) -> int:
-        return self.replicas * self.candidate.unit * self.candidate.tp
+        return self.replicas * self.candidate.gpus_per_unit
 
     @property
     def usd_per_hour(self) -> float:
-        return self.gpus * self.price_per_gpu_hour
+        return self.replicas * self.unit_usd_per_hour
 
     @property
     def tokens_per_usd(self) -> float:

@@ -53,23 +53,28 @@ def at_rate(base: SimConfig, rate: float, native: float, *, requests: int | None
     return replace(base, workload=w, seed=seed)
 
 
-def split_fleet(config: SimConfig, split: tuple[int, int], units: int, kv_link: str) -> SimConfig:
-    """``config`` (one replica's setup) as ``units`` disaggregated units of
-    ``split`` = (prefill, decode) replicas each, the KV cache moving over
-    ``kv_link`` (simspec.fleet.disagg; the decode side serves the policy)."""
-    prefill, decode = split
-    groups = (Group(name="prefill", replicas=prefill * units, role="prefill"),
+def split_fleet(config: SimConfig, cand: Candidate, units: int, kv_link: str) -> SimConfig:
+    """``config`` (one replica's setup) as ``units`` of ``cand``'s
+    disaggregated units, the KV cache moving over ``kv_link``
+    (simspec.fleet.disagg; the decode side serves the policy). A prefill
+    side on another GPU or degree runs its engine's preset there (as a
+    fleet file's group does) at the candidate's batch limit."""
+    prefill, decode = cand.split
+    device, tp = cand.prefill_side
+    own = (device, tp) == (cand.device, cand.tp)
+    groups = (Group(name="prefill", replicas=prefill * units, role="prefill", device=None if own else device,
+                    tp=None if own else tp, engine=() if own else (("max_num_seqs", cand.max_num_seqs),)),
               Group(name="decode", replicas=decode * units, role="decode"))
     return replace(config, fleet=groups, replicas=1, kv_link=kv_link)
 
 
-def _summary(config: SimConfig, replicas: int, router: str, accepting=None, split: tuple[int, int] = (),
+def _summary(config: SimConfig, replicas: int, router: str, accepting=None, cand: Candidate | None = None,
              kv_link: str = "") -> dict:
-    """One fleet's run at ``config``: ``replicas`` of its replica, or as many
-    disaggregated units of ``split``; ``accepting``: an acceptance model in
-    place of the config's (the sensitivity check)."""
-    if split:
-        s = experiment.resolve(split_fleet(replace(config, router=router), split, replicas, kv_link))
+    """One fleet's run at ``config``: ``replicas`` of its replica, or, for a
+    disaggregated ``cand``, as many of its units; ``accepting``: an
+    acceptance model in place of the config's (the sensitivity check)."""
+    if cand is not None and cand.split:
+        s = experiment.resolve(split_fleet(replace(config, router=router), cand, replicas, kv_link))
         if accepting is not None:
             s = replace(s, acceptance=accepting)
         log = experiment.run_scenario(s, event_detail=False).logs[0]
@@ -110,6 +115,9 @@ def capacity(job) -> tuple[str, float, str, int]:
     config = cand.config(base)
     seed = int(seeding.stream(base.seed, SEARCH_SEED_TAG).generate_state(1)[0])
     unfit = _fits(config)
+    if unfit is None and cand.split and cand.prefill_side != (cand.device, cand.tp):
+        device, tp = cand.prefill_side
+        unfit = _fits(replace(config, device=device, tp=tp, engine=engine_at(base, cand.engine, device, tp)))
     if unfit is not None:
         return "unfit", math.nan, unfit, 0
     sample = experiment.resolve(at_rate(config, native, native, requests=requests, seed=seed))
@@ -122,7 +130,7 @@ def capacity(job) -> tuple[str, float, str, int]:
     def ratio(rate: float) -> tuple[float, str]:
         served[0] += requests
         return _worst(slos, _summary(at_rate(config, rate, native, requests=requests, seed=seed), 1, config.router,
-                                     split=cand.split, kv_link=kv_link))
+                                     cand=cand, kv_link=kv_link))
 
     # a disaggregated unit's replicas share its load: as many times one replica's saturation, twice over (a decode
     # replica that prefills nothing serves more than one that does), the bisection's top
@@ -157,7 +165,7 @@ def confirm(job) -> tuple[int, list[dict], int]:
     def run(count: int) -> list[dict]:
         size = None if base.workload.arrival == "trace" else per_replica * count * cand.unit
         summaries = [_summary(at_rate(config, target, native, requests=size, seed=seed), count, config.router,
-                              split=cand.split, kv_link=kv_link) for seed in seeds]
+                              cand=cand, kv_link=kv_link) for seed in seeds]
         served[0] += sum(int(x["completed"]) for x in summaries)
         return summaries
 
@@ -172,10 +180,17 @@ def confirm(job) -> tuple[int, list[dict], int]:
         return met(tried[count])
 
     if ok(n):  # a fleet pools its load: fewer than the estimate may do
-        count = n
-        while count > 1 and ok(count - 1):
-            count -= 1
-        return count, tried[count], served[0]
+        high, step = n, 1  # a count that meets; below it, 1, 2, 4... fewer until one misses, then bisect
+        while high > 1 and ok(max(high - step, 1)):
+            high, step = max(high - step, 1), 2 * step
+        low = max(high - step, 0)  # misses (0: none tried below a fleet of one)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if ok(mid):
+                high = mid
+            else:
+                low = mid
+        return high, tried[high], served[0]
     low, high = n, n + 1  # a count that misses, one being tried
     while not ok(high):  # grow by half until the fleet meets every SLO
         if high >= MAX_REPLICAS_OVER * n:
@@ -210,17 +225,19 @@ def winner_at(base: SimConfig, pc: PlanConfig, result: Plan, scale: float) -> tu
     moved = own.with_top1_logit(shifted_logit(own, scale)) if scale != 1.0 else own
     size = None if base.workload.arrival == "trace" else pc.requests * w.replicas * w.candidate.unit
     worst = [_worst(pc.slos, _summary(at_rate(config, result.target_per_s, native, requests=size, seed=seed),
-                                      w.replicas, config.router, moved, w.candidate.split, pc.kv_link))
+                                      w.replicas, config.router, moved, w.candidate, pc.kv_link))
              for seed in confirm_seeds(base, pc)]
     return max(worst)
 
 
 def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[str, ...]]:
     """Every engine x GPU x degree x batch limit x policy, each as one
-    colocated replica and as each of ``pc.splits``' disaggregated units (x
-    router, where ``pc.routers`` names them), and the engine / policy pairs
-    left out because the engine cannot run the policy. A candidate's batch
-    limit defaults to its engine's on its GPU."""
+    colocated replica and as each of ``pc.splits``' disaggregated units
+    (their prefill side on each of ``pc.prefill_devices`` x
+    ``pc.prefill_tps``, else the decode side's GPU and degree) (x router,
+    where ``pc.routers`` names them), and the engine / policy pairs left out
+    because the engine cannot run the policy. A candidate's batch limit
+    defaults to its engine's on its GPU."""
     engines = pc.engines or (base.engine.kind,)
     runs, left_out = [], []
     for kind in engines:
@@ -238,8 +255,11 @@ def candidates(base: SimConfig, pc: PlanConfig) -> tuple[list[Candidate], tuple[
         for d in pc.devices:
             for t in pc.tps:
                 limits = pc.batch_limits or (engine_at(base, kind, d, t).max_num_seqs,)
-                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind, router=r, split=split)
-                        for b in limits for split in ((), *pc.splits) for r in pc.routers or ("",)]
+                sides = [((), "", 0)] + [(split, pd if pd != d else "", pt if pt != t else 0) for split in pc.splits
+                                         for pd in pc.prefill_devices or (d,) for pt in pc.prefill_tps or (t,)]
+                out += [Candidate(device=d, tp=t, max_num_seqs=b, policy=p, engine=kind, router=r, split=split,
+                                  prefill_device=pd, prefill_tp=pt)
+                        for b in limits for split, pd, pt in sides for r in pc.routers or ("",)]
     return out, tuple(left_out)
 
 
@@ -299,7 +319,7 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
         for c in cands:
             status, cap, note, _ = measured[c.replica]
             row = Row(candidate=c, status=status if status != "ok" else "estimated",
-                      price_per_gpu_hour=pc.prices[c.device], capacity_per_s=cap, note=note)
+                      unit_usd_per_hour=c.unit_usd_per_hour(pc.prices), capacity_per_s=cap, note=note)
             if status == "ok":
                 row.replicas = max(1, math.ceil(target / cap - 1e-9))
             rows.append(row)
@@ -314,7 +334,8 @@ def plan(base: SimConfig, pc: PlanConfig, *, progress: bool = False) -> Plan:
             # behind one, so that its routers compare as fleets (up to 4 x --finalists in all).
             best = min((r.usd_per_hour for r in sized if r.status == "confirmed"), default=math.inf)
             served = {r.candidate.replica for r in sized if r.status in ("confirmed", "missed")}
-            left = [r for r in sized if r.status == "estimated" and (r.usd_per_hour < best or r.candidate.replica in served)]
+            left = [r for r in sized
+                    if r.status == "estimated" and (r.usd_per_hour < best or r.candidate.replica in served)]
             budget = 4 * pc.finalists - sum(r.status in ("confirmed", "missed") for r in sized)
             finalists = left[:min(pc.finalists, budget)]
         bar.close()
