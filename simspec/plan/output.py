@@ -87,15 +87,27 @@ def verdict(p: Plan) -> str:
 def launch(p: Plan, base: SimConfig) -> str:
     """The winner's serving command (one replica; run ``replicas`` of them
     behind the router): its engine's, or vLLM's and SGLang's for a
-    candidate of simspec's own engine mode."""
+    candidate of simspec's own engine mode; a disaggregated winner's, each
+    side's."""
     w = p.winner
     if w is None:
         return ""
     c = w.candidate
-    spec = policies.parse(c.policy)
+    vllm, sglang, note = _commands(base.model, c.tp, c.max_num_seqs, c.policy)
+    if c.split:
+        return _split_launch(base.model, c, vllm, sglang) + note
+    lines = [line for kind, line in (("vllm", f"vLLM:   {vllm}"), ("sglang", f"SGLang: {sglang}"))
+             if c.engine in (kind, "simspec")]
+    return "\n".join(lines) + note
+
+
+def _commands(model: str, tp: int, max_num_seqs: int, policy: str) -> tuple[str, str, str]:
+    """(vLLM's command, SGLang's, a note) serving ``policy`` (EAGLE chain
+    settings for ``linear:k``; a note for a policy no one flag sets)."""
+    spec = policies.parse(policy)
     k = getattr(spec, "k", None)
-    vllm = f"vllm serve {base.model} --tensor-parallel-size {c.tp} --max-num-seqs {c.max_num_seqs}"
-    sglang = f"python -m sglang.launch_server --model-path {base.model} --tp {c.tp} --max-running-requests {c.max_num_seqs}"
+    vllm = f"vllm serve {model} --tensor-parallel-size {tp} --max-num-seqs {max_num_seqs}"
+    sglang = f"python -m sglang.launch_server --model-path {model} --tp {tp} --max-running-requests {max_num_seqs}"
     note = ""
     if spec.name == "linear" and k:
         vllm += (" --speculative-config '{\"method\": \"eagle\", \"model\": \"<your EAGLE drafter>\", "
@@ -103,13 +115,9 @@ def launch(p: Plan, base: SimConfig) -> str:
         sglang += (f" --speculative-algorithm EAGLE --speculative-draft-model-path <your EAGLE drafter> "
                    f"--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k + 1}")
     elif spec.name != "ar":
-        note = (f"\n(note: {c.policy} has no one-flag engine setting; tune it and use `simspec export` for the "
+        note = (f"\n(note: {policy} has no one-flag engine setting; tune it and use `simspec export` for the "
                 f"engine's nearest settings)")
-    if c.split:
-        return _split_launch(c, vllm, sglang) + note
-    lines = [line for kind, line in (("vllm", f"vLLM:   {vllm}"), ("sglang", f"SGLang: {sglang}"))
-             if c.engine in (kind, "simspec")]
-    return "\n".join(lines) + note
+    return vllm, sglang, note
 
 
 # vLLM's NixlConnector (docs/features/nixl_connector_usage.md: both sides kv_both, the proxy assigns the roles)
@@ -117,24 +125,21 @@ def launch(p: Plan, base: SimConfig) -> str:
 NIXL = " --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
 
 
-def _split_launch(c, vllm: str, sglang: str) -> str:
-    """A disaggregated winner's two kinds of replica: prefill ones without
-    speculation at their own degree, decode ones with it (``vllm`` and
-    ``sglang``: the decode side's commands), for each engine the candidate
-    runs on; each kind on its own GPU."""
-    _, tp = c.prefill_side
-    plain_vllm = vllm.split(" --speculative-config")[0].replace(f"--tensor-parallel-size {c.tp}",
-                                                                 f"--tensor-parallel-size {tp}")
-    plain_sglang = sglang.split(" --speculative-algorithm")[0].replace(f"--tp {c.tp}", f"--tp {tp}")
+def _split_launch(model: str, c, vllm: str, sglang: str) -> str:
+    """A disaggregated winner's two kinds of replica, each on its own GPU:
+    prefill ones at their own degree without speculation, decode ones with
+    it (``vllm`` and ``sglang``: the decode side's commands), for each
+    engine the candidate runs on."""
+    device, tp = c.prefill_side
+    prefill_vllm, prefill_sglang, _ = _commands(model, tp, c.max_num_seqs, "ar")
     lines = []
     if c.engine in ("vllm", "simspec"):
-        lines += [f"vLLM prefill ({c.split[0]} a unit, {c.prefill_side[0]}):   {plain_vllm}{NIXL}",
+        lines += [f"vLLM prefill ({c.split[0]} a unit, {device}):   {prefill_vllm}{NIXL}",
                   f"vLLM decode ({c.split[1]} a unit, {c.device}):    {vllm}{NIXL}",
                   "  (behind a proxy that sends each request to a prefill replica, then to a decode one: vLLM's "
                   "toy_proxy_server.py)"]
     if c.engine in ("sglang", "simspec"):
-        lines += [f"SGLang prefill ({c.split[0]} a unit, {c.prefill_side[0]}): {plain_sglang} "
-                  f"--disaggregation-mode prefill",
+        lines += [f"SGLang prefill ({c.split[0]} a unit, {device}): {prefill_sglang} --disaggregation-mode prefill",
                   f"SGLang decode ({c.split[1]} a unit, {c.device}):  {sglang} --disaggregation-mode decode",
                   "  (behind sglang_router with --pd-disaggregation)"]
     return "\n".join(lines)
