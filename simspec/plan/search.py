@@ -180,22 +180,16 @@ def confirm(job) -> tuple[int, list[dict], int]:
         return met(tried[count])
 
     if ok(n):  # a fleet pools its load: fewer than the estimate may do
-        high, step = n, 1  # a count that meets; below it, 1, 2, 4... fewer until one misses, then bisect
+        high, step = n, 1  # a count that meets; below it, 1, 2, 4... fewer until one misses
         while high > 1 and ok(max(high - step, 1)):
             high, step = max(high - step, 1), 2 * step
-        low = max(high - step, 0)  # misses (0: none tried below a fleet of one)
-        while high - low > 1:
-            mid = (low + high) // 2
-            if ok(mid):
-                high = mid
-            else:
-                low = mid
-        return high, tried[high], served[0]
-    low, high = n, n + 1  # a count that misses, one being tried
-    while not ok(high):  # grow by half until the fleet meets every SLO
-        if high >= MAX_REPLICAS_OVER * n:
-            return 0, tried[high], served[0]
-        low, high = high, min(math.ceil(high * 1.5), MAX_REPLICAS_OVER * n)
+        low = max(high - step, 0)  # one that misses (0: none tried below a fleet of one)
+    else:
+        low, high = n, n + 1  # a count that misses, one being tried
+        while not ok(high):  # grow by half until the fleet meets every SLO
+            if high >= MAX_REPLICAS_OVER * n:
+                return 0, tried[high], served[0]
+            low, high = high, min(math.ceil(high * 1.5), MAX_REPLICAS_OVER * n)
     while high - low > 1:  # then bisect between the two
         mid = (low + high) // 2
         if ok(mid):
