@@ -8,10 +8,11 @@ left (``left``, the first ``count`` entries; 0: done in the model). The
 first ``limit`` unfinished run at once, one round a step, a step taking
 the replica's measured time at that batch size (``sizes`` ascending,
 ``step_s``; between them interpolated, beyond the nearest, as
-``numpy.interp``; read from :func:`step_table`, built once a replica). At every arrival the router steps each replica's model
-to it and asks when a request sent now would finish there: a handful of
-small array operations per replica and arrival, which in numpy would be
-most of a fleet's cost behind ``spec_aware``.
+``numpy.interp``; read from :func:`step_table`, built once a replica).
+At every arrival the router steps each replica's model to it and asks
+when a request sent now would finish there: a handful of small array
+operations per replica and arrival, which in numpy would be most of a
+fleet's cost behind ``spec_aware``.
 """
 
 from __future__ import annotations
