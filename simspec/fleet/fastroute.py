@@ -220,33 +220,34 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
     """_Live.hear: move what finished since the last look to the heard-of-soon
     list, then hear what finished ``staleness_s`` or more before ``now_s``;
     returns when the router will hear the next of the rest (inf: none)."""
-    nxt = book.next
+    # the book's arrays read once: a tuple's field read in a loop would count a reference each time
+    nxt, live, heard, outstanding = book.next, book.live, book.heard, book.outstanding
     if finished != book.seen_finished[k]:
         book.seen_finished[k] = finished
-        prev, i = -1, book.live[k]
+        prev, i = -1, live[k]
         while i >= 0:
             after = nxt[i]
             if not np.isnan(finish_s[i]):  # out of the live list, onto the heard one
                 if prev < 0:
-                    book.live[k] = after
+                    live[k] = after
                 else:
                     nxt[prev] = after
-                nxt[i] = book.heard[k]
-                book.heard[k] = i
+                nxt[i] = heard[k]
+                heard[k] = i
             else:
                 prev = i
             i = after
-    prev, i = -1, book.heard[k]
+    prev, i = -1, heard[k]
     soonest = np.inf
     while i >= 0:
         after = nxt[i]
         heard_s = finish_s[i] + staleness_s
         if heard_s <= now_s:
             if prev < 0:
-                book.heard[k] = after
+                heard[k] = after
             else:
                 nxt[prev] = after
-            book.outstanding[k] -= 1
+            outstanding[k] -= 1
             book.outstanding_tokens[k] -= tokens[i]
             book.heard_done[i] = True
         else:
@@ -266,6 +267,7 @@ def _finish_after(book: Book, k: int, now_s: float, finish_s: np.ndarray, emitte
     if floor <= 0.0:
         return now_s
     steps = -1
+    nxt = book.next  # read once: a tuple's field read in the loop would count a reference each time
     i = book.live[k]
     while i >= 0:
         if np.isnan(finish_s[i]):
@@ -274,7 +276,7 @@ def _finish_after(book: Book, k: int, now_s: float, finish_s: np.ndarray, emitte
                 steps = need
                 if steps <= 1:
                     break
-        i = book.next[i]
+        i = nxt[i]
     if steps < 1:
         steps = 1
     return now_s + steps * floor
@@ -394,7 +396,9 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     every replica and arrival."""
     n = len(heads)
     loads = book.outstanding_tokens if router == LEAST_TOKENS else book.outstanding
-    wake_s = book.wake_s
+    # the book's arrays read once: a tuple's field read in the loop would count a reference each time
+    wake_s, outstanding, stopped, last = book.wake_s, book.outstanding, book.stopped, book.last
+    counts, fluid_ids, fluid_left, heard_done = fluids.count, fluids.ids, fluids.left, book.heard_done
     for i in range(start, stop):
         t = arrival_s[i]
         if router == POWER_OF_TWO:
@@ -402,10 +406,10 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
             if chosen < 0:
                 return -1 - chosen
             arrivals, loop, pending, _, _, _ = parts[chosen]
-            book.stopped[0] = -1
+            stopped[0] = -1
             _place(book, arrivals, loop, pending, i, chosen, t, tokens)
             continue
-        first = book.stopped[1] if book.stopped[0] == i else 0  # the replicas before it are seen to
+        first = stopped[1] if stopped[0] == i else 0  # the replicas before it are seen to
         for k in range(first, n):
             if t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
                 continue
@@ -413,13 +417,13 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
             if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
                 why = _advance(heads[k], windows[k], buffers[k], t)
                 if why != OK:
-                    book.stopped[0], book.stopped[1], book.stopped[2] = i, k, k
+                    stopped[0], stopped[1], stopped[2] = i, k, k
                     wake_s[k] = -np.inf
                     return why
-            before = book.outstanding[k]
+            before = outstanding[k]
             heard_s = _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
-            if router == SPEC_AWARE and book.outstanding[k] != before:  # what it heard leaves its model
-                fluids.count[k] = fluid.drop(fluids.ids[k], fluids.left[k], fluids.count[k], book.heard_done)
+            if router == SPEC_AWARE and outstanding[k] != before:  # what it heard leaves its model
+                counts[k] = fluid.drop(fluid_ids[k], fluid_left[k], counts[k], heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
             wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)
@@ -429,14 +433,14 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
             if high - low > BALANCE_ABS and high > BALANCE_REL * low:  # out of balance: the least loaded
                 home = -1
         if router == SPEC_AWARE:
-            chosen = _fastest(fluids, i, t, book.last[0])
+            chosen = _fastest(fluids, i, t, last[0])
         else:
-            chosen = _least(loads, book.last[0]) if home < 0 else home
+            chosen = _least(loads, last[0]) if home < 0 else home
         wake_s[chosen] = -np.inf
         arrivals, loop, pending, _, _, _ = parts[chosen]
-        book.stopped[0] = -1
+        stopped[0] = -1
         if home < 0:  # a request sent home leaves the least-loaded rotation where it was
-            book.last[0] = chosen
+            last[0] = chosen
         _place(book, arrivals, loop, pending, i, chosen, t, tokens)
         if router == SPEC_AWARE:
             _sent(fluids, chosen, i)
