@@ -54,16 +54,6 @@ def _numbers(text: str, cast, label: str) -> tuple:
         raise Refused(f"{label} must be numbers separated by commas (got {text!r})") from None
 
 
-def _splits(text: str) -> tuple:
-    """``1:1,1:3`` -> ((1, 1), (1, 3)) (the ranges: PlanConfig's)."""
-    try:
-        parts = (x.split(":") for x in text.replace(";", ",").split(",") if x.strip())
-        return tuple((int(p), int(d)) for p, d in parts)
-    except ValueError:
-        raise Refused(f"splits must be PREFILL:DECODE replica counts separated by commas, e.g. 1:1,1:3 "
-                      f"(got {text!r})") from None
-
-
 def _traffic(sb) -> tuple[dict, float]:
     """The model, engine and workload widgets: simspec.config.from_flags' values, and the growth."""
     sb.header("Model and traffic")
@@ -122,7 +112,11 @@ def _candidates(sb) -> dict:
     engines = sb.multiselect("Engine modes (engines; none: the engine above)", list(modes.KINDS), default=[],
                              key="plan_engines")
     routers = sb.multiselect("Routers (routers; none: round_robin)", list(ROUTERS), default=[], key="plan_routers")
-    splits = _splits(sb.text_input("Disaggregated units, P:D,... (splits; empty: none)", value="", key="plan_splits"))
+    try:
+        splits = planning.parse_splits(sb.text_input("Disaggregated units, P:D,... (splits; empty: none)", value="",
+                                                     key="plan_splits"))
+    except InputError as err:
+        raise Refused(str(err)) from None
     prefill_devices = sb.multiselect("Prefill GPUs of those units (prefill_devices; none: the decode side's)",
                                      list(planning.PRICES), default=[], key="plan_prefill_devices")
     batch_limits = _numbers(sb.text_input("Batch limits (max_num_seqs; empty: the engine's)", value="",

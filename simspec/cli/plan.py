@@ -21,21 +21,6 @@ def _list(kind, flag: str):
     return convert
 
 
-def _splits(text: str) -> tuple:
-    """``1:1,1:3`` -> ((1, 1), (1, 3)); PlanConfig checks the ranges."""
-    out = []
-    for part in (x.strip() for x in text.split(",") if x.strip()):
-        prefill, sep, decode = part.partition(":")
-        try:
-            out.append((int(prefill), int(decode)))
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise argparse.ArgumentTypeError(f"--splits must be PREFILL:DECODE replica counts separated by commas, "
-                                             f"e.g. 1:1,1:3 (got {text!r})")
-    return tuple(out)
-
-
 def _bound(slo: planning.Slo) -> str:
     return f"{slo.metric} {'>=' if slo.metric == planning.GOODPUT else '<='} {slo.bound:g}"
 
@@ -51,7 +36,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              policies=tuple(args.policies.split(",")) if args.policies else d["policies"].default,
                              engines=tuple(e.strip() for e in args.engines.split(",") if e.strip()) if args.engines else (),
                              batch_limits=args.batch_limits or (), routers=args.routers or (),
-                             splits=args.splits or (), prefill_devices=args.prefill_devices or (),
+                             splits=planning.parse_splits(args.splits or ""),
+                             prefill_devices=args.prefill_devices or (),
                              prefill_tps=args.prefill_tps or (), kv_link=args.kv_link, slos=slos, growth=args.growth,
                              requests=args.requests, confirm_seeds=args.confirm_seeds, finalists=args.finalists,
                              jobs=args.jobs, ray=args.ray, prices=planning.load_prices(args.prices))
@@ -130,7 +116,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--routers", type=_list(str, "--routers"), metavar="ROUTER,...",
                    help="candidate routers, each fleet confirmed behind each (one replica's capacity is measured once "
                         "for all of them) (default: --router's)")
-    p.add_argument("--splits", type=_splits, metavar="P:D,...",
+    p.add_argument("--splits", metavar="P:D,...",
                    help="disaggregated candidates beside the colocated ones: units of P prefill and D decode replicas "
                         "of each setup (e.g. 1:1,1:3), the fleet as many units as the traffic needs (default: none)")
     p.add_argument("--prefill-devices", type=_list(str, "--prefill-devices"), metavar="GPU,...",

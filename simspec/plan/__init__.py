@@ -42,9 +42,9 @@ per-request SLOs (``goodput_share=0.9``: at least 90% of requests within
 
 from simspec.plan.output import COLUMNS, frame, launch, markdown, pareto, pareto_plot, table, verdict, write
 from simspec.plan.records import (GOODPUT, PRICES, PRICES_SOURCE, Candidate, Plan, PlanConfig, Row, Slo, load_prices,
-                                  parse_slo, slo_names)
+                                  parse_slo, parse_splits, slo_names)
 from simspec.plan.search import candidates, plan, winner_at
 
 __all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "PlanConfig", "Candidate", "Row", "Plan",
            "plan", "candidates", "COLUMNS", "table", "frame", "markdown", "verdict", "launch", "write", "pareto",
-           "pareto_plot", "slo_names", "GOODPUT", "winner_at"]
+           "pareto_plot", "slo_names", "GOODPUT", "winner_at", "parse_splits"]

@@ -145,33 +145,36 @@ def _split_launch(model: str, c, vllm: str, sglang: str) -> str:
     return "\n".join(lines)
 
 
-def frame(p: Plan):
-    """:func:`table` as a typed pandas DataFrame (numbers as numbers, an empty cell missing)."""
+def frame(p: Plan, rows: list[dict] | None = None):
+    """:func:`table` (or its ``rows``, already made) as a typed pandas
+    DataFrame (numbers as numbers, an empty cell missing)."""
     import pandas as pd
 
-    typed = pd.DataFrame(table(p)).replace("", None).infer_objects()
+    typed = pd.DataFrame(table(p) if rows is None else rows).replace("", None).infer_objects()
     return typed.astype({"rank": "Int64", "tightest_slo": "string", "note": "string", "router": "string",
                          "split": "string"})
 
 
+PARETO_COLUMNS = ("device", "tp", "max_num_seqs", "policy", "replicas", "usd_per_hour", "tightest_ratio", "engine",
+                  "router", "split")
+
+
 def write(p: Plan, out: str | Path) -> list[Path]:
-    """plan.csv, plan.parquet and pareto.png (and pareto.csv) under ``out``, each written whole or not at all."""
+    """plan.csv, plan.parquet and pareto.png (and pareto.csv: the front's
+    rows of the table) under ``out``, each written whole or not at all."""
     import pandas as pd
 
     from simspec.files import write_bytes, write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "plan.csv", pd.DataFrame(table(p)).to_csv(index=False))
-    write_bytes(out / "plan.parquet", frame(p).to_parquet(index=False))
+    rows = table(p)
+    write_text(out / "plan.csv", pd.DataFrame(rows).to_csv(index=False))
+    write_bytes(out / "plan.parquet", frame(p, rows).to_parquet(index=False))
     front = pareto(p)
-    write_text(out / "pareto.csv", pd.DataFrame(
-        [{"device": r.candidate.device, "tp": r.candidate.tp, "max_num_seqs": r.candidate.max_num_seqs,
-          "policy": r.candidate.policy, "replicas": r.replicas * r.candidate.unit,
-          "usd_per_hour": round(r.usd_per_hour, 2),
-          "tightest_ratio": round(r.worst_ratio, 4), "engine": r.candidate.engine, "router": p.router_of(r.candidate),
-          "split": r.candidate.split_label}
-         for r in front]).to_csv(index=False))
+    row_of = {id(r): row for r, row in zip(p.rows, rows)}
+    write_text(out / "pareto.csv", pd.DataFrame([{c: row_of[id(r)][c] for c in PARETO_COLUMNS} for r in front],
+                                                columns=PARETO_COLUMNS).to_csv(index=False))
     write_bytes(out / "pareto.png", pareto_plot(p, front))
     return [out / name for name in ("plan.csv", "plan.parquet", "pareto.csv", "pareto.png")]
 

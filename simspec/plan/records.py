@@ -93,6 +93,21 @@ def parse_slo(text: str) -> Slo:
     return Slo(name, bound)
 
 
+def parse_splits(text: str) -> tuple[tuple[int, int], ...]:
+    """``1:1,1:3`` -> ((1, 1), (1, 3)) (PlanConfig checks the counts' ranges);
+    a one-line error naming the form otherwise."""
+    out = []
+    for part in (x.strip() for x in text.replace(";", ",").split(",") if x.strip()):
+        prefill, sep, decode = part.partition(":")
+        try:
+            out.append((int(prefill), int(decode)))
+        except ValueError:
+            sep = ""
+        require(sep, f"--splits must be PREFILL:DECODE replica counts separated by commas, e.g. 1:1,1:3 "
+                     f"(got {text!r})")
+    return tuple(out)
+
+
 def load_prices(path: str | Path | None) -> dict[str, float]:
     """The shipped price table, or a TOML file's ``[prices]`` (``h100-sxm = 2.49``, $/GPU-hour) instead of it."""
     if path is None:
@@ -211,9 +226,15 @@ class Candidate:
         return replace(self, router="")
 
     @property
+    def sides(self) -> tuple[int, int]:
+        """(prefill, decode) replicas of a unit of the fleet: a colocated
+        candidate's unit is one replica, which does both (counted as decode)."""
+        return self.split or (0, 1)
+
+    @property
     def unit(self) -> int:
-        """Replicas a unit of the fleet: a disaggregated unit's prefill and decode ones, else 1."""
-        return sum(self.split) if self.split else 1
+        """Replicas a unit of the fleet."""
+        return sum(self.sides)
 
     @property
     def prefill_side(self) -> tuple[str, int]:
@@ -222,17 +243,14 @@ class Candidate:
 
     @property
     def gpus_per_unit(self) -> int:
-        """GPUs of one replica, or of a disaggregated unit's replicas on both sides."""
-        if not self.split:
-            return self.tp
-        return self.split[0] * self.prefill_side[1] + self.split[1] * self.tp
+        """GPUs of a unit's replicas, both sides."""
+        prefill, decode = self.sides
+        return prefill * self.prefill_side[1] + decode * self.tp
 
     def unit_usd_per_hour(self, prices: dict) -> float:
-        """$/hour of one replica, or of a unit's replicas, each side at its own GPU's price."""
-        if not self.split:
-            return self.tp * prices[self.device]
-        device, tp = self.prefill_side
-        return self.split[0] * tp * prices[device] + self.split[1] * self.tp * prices[self.device]
+        """$/hour of a unit's replicas, each side at its own GPU's price."""
+        (prefill, decode), (device, tp) = self.sides, self.prefill_side
+        return prefill * tp * prices[device] + decode * self.tp * prices[self.device]
 
     @property
     def split_label(self) -> str:
@@ -306,4 +324,4 @@ class Plan:
 
 __all__ = ["PRICES", "PRICES_SOURCE", "Slo", "parse_slo", "load_prices", "slo_names", "PlanConfig", "engine_at",
            "Candidate",
-           "Row", "Plan", "GOODPUT", "LATENCY_STATS", "MAX_GROWTH", "MAX_SPLIT"]
+           "Row", "Plan", "GOODPUT", "LATENCY_STATS", "MAX_GROWTH", "MAX_SPLIT", "parse_splits"]

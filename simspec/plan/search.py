@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from simspec import acceptance, experiment, metrics, policies, seeds as seeding
-from simspec.config import SimConfig
+from simspec.config import SimConfig, group_config
 from simspec.costs.gpus import gpu_spec
 from simspec.fleet.groups import Group
 from simspec.fleet.run import simulate_fleet
@@ -114,10 +114,11 @@ def capacity(job) -> tuple[str, float, str, int]:
     base, cand, slos, requests, native, kv_link = job
     config = cand.config(base)
     seed = int(seeding.stream(base.seed, SEARCH_SEED_TAG).generate_state(1)[0])
-    unfit = _fits(config)
-    if unfit is None and cand.split and cand.prefill_side != (cand.device, cand.tp):
-        device, tp = cand.prefill_side
-        unfit = _fits(replace(config, device=device, tp=tp, engine=engine_at(base, cand.engine, device, tp)))
+    sides = [config]  # a disaggregated unit fits where each side's replica does, as its fleet group runs it
+    if cand.split:
+        fleet = split_fleet(config, cand, 1, kv_link)
+        sides = [group_config(fleet, g) for g in fleet.fleet]
+    unfit = next((why for why in map(_fits, sides) if why is not None), None)
     if unfit is not None:
         return "unfit", math.nan, unfit, 0
     sample = experiment.resolve(at_rate(config, native, native, requests=requests, seed=seed))
