@@ -133,6 +133,34 @@ def no_fluids() -> Fluids:
                   scratch=np.zeros(0))
 
 
+class Rows(NamedTuple):
+    """The replicas' loop scalars the router reads at every arrival, one [R]
+    row each: each replica's Loop and Pending hold [1] views of them
+    (:func:`shared_rows`), so what its compiled loop writes lands here."""
+
+    now_s: np.ndarray  # [R] float Loop.now_s
+    finished: np.ndarray  # [R] int Loop.finished
+    arrived: np.ndarray  # [R] int Loop.arrived
+    routed: np.ndarray  # [R] int Loop.routed
+    until_s: np.ndarray  # [R] float Loop.until_s
+    routing: np.ndarray  # [R] int Loop.routing
+    decided: np.ndarray  # [R] int Pending.decided
+    resume: np.ndarray  # [R] int Pending.resume
+
+
+def shared_rows(loops: list[fastloop.Loop], pendings: list[fastloop.Pending]):
+    """(Rows, loops, pendings): the replicas' Rows fields gathered into rows,
+    and each replica's Loop and Pending with those fields as [1] views of
+    them (their values as they were)."""
+    rows = Rows(*(np.concatenate([getattr(t, name) for t in (loops if name in fastloop.Loop._fields else pendings)])
+                  for name in Rows._fields))
+
+    def viewed(t, k: int):
+        return t._replace(**{name: getattr(rows, name)[k:k + 1] for name in Rows._fields if name in t._fields})
+
+    return rows, [viewed(t, k) for k, t in enumerate(loops)], [viewed(t, k) for k, t in enumerate(pendings)]
+
+
 @jit
 def _fastest(fl: Fluids, i: int, t: float, last: int) -> int:
     """spec_aware at arrival ``i``: each replica's model run to ``t``, the
@@ -197,15 +225,9 @@ def step_floor_s(layers_s: np.ndarray, head_s: np.ndarray, cpu_s: float = 0.0, o
 
 
 @jit
-def _ready(loop, until_s: float) -> bool:
-    """Whether a replica is already where the router needs it (nothing it does before ``until_s`` unknown), or idle."""
-    return loop.routing[0] == fastloop.ROUTING_OPEN and (loop.now_s[0] >= until_s or loop.finished[0] >= loop.routed[0])
-
-
-@jit
-def _advance(head, window, buffers, until_s: float) -> int:
-    """simspec.fleet.live._Live.advance without its Python: OK, or the CALL_* Python must answer."""
-    head[3].until_s[0] = until_s
+def _advance(head, window, buffers) -> int:
+    """simspec.fleet.live._Live.advance without its Python (its ``until_s``
+    set in the rows): OK, or the CALL_* Python must answer."""
     while True:
         why = fastloop.run(*head, window, buffers)
         if why == fastloop.CALL_HORIZON or why == fastloop.CALL_DONE:
@@ -215,15 +237,16 @@ def _advance(head, window, buffers, until_s: float) -> int:
 
 
 @jit
-def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float, staleness_s: float,
-          tokens: np.ndarray) -> float:
+def _hear(nxt: np.ndarray, live: np.ndarray, heard: np.ndarray, seen_finished: np.ndarray, outstanding: np.ndarray,
+          outstanding_tokens: np.ndarray, heard_done: np.ndarray, k: int, finish_s: np.ndarray, finished: int,
+          now_s: float, staleness_s: float, tokens: np.ndarray) -> float:
     """_Live.hear: move what finished since the last look to the heard-of-soon
     list, then hear what finished ``staleness_s`` or more before ``now_s``;
-    returns when the router will hear the next of the rest (inf: none)."""
-    # the book's arrays read once: a tuple's field read in a loop would count a reference each time
-    nxt, live, heard, outstanding = book.next, book.live, book.heard, book.outstanding
-    if finished != book.seen_finished[k]:
-        book.seen_finished[k] = finished
+    returns when the router will hear the next of the rest (inf: none).
+    The book's arrays (Book's fields) come one by one: a Book would count
+    a reference for each of its arrays at each call."""
+    if finished != seen_finished[k]:
+        seen_finished[k] = finished
         prev, i = -1, live[k]
         while i >= 0:
             after = nxt[i]
@@ -248,8 +271,8 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
             else:
                 nxt[prev] = after
             outstanding[k] -= 1
-            book.outstanding_tokens[k] -= tokens[i]
-            book.heard_done[i] = True
+            outstanding_tokens[k] -= tokens[i]
+            heard_done[i] = True
         else:
             prev = i
             soonest = min(soonest, heard_s)
@@ -258,17 +281,16 @@ def _hear(book: Book, k: int, finish_s: np.ndarray, finished: int, now_s: float,
 
 
 @jit
-def _finish_after(book: Book, k: int, now_s: float, finish_s: np.ndarray, emitted: np.ndarray,
-                  output: np.ndarray) -> float:
-    """No request sent to replica ``k`` and unfinished can finish before
-    this: its next decision at ``now_s``, then as many steps of the step
-    floor as the closest to done needs (depth + 1 tokens a step at most)."""
-    floor, per = book.step_floor_s[k], book.depth[k] + 1
+def _finish_after(nxt: np.ndarray, first: int, floor: float, per: int, now_s: float, finish_s: np.ndarray,
+                  emitted: np.ndarray, output: np.ndarray) -> float:
+    """No request sent to a replica and unfinished can finish before this:
+    its next decision at ``now_s``, then as many steps of the step floor
+    (``floor``) as the closest to done needs (``per``: depth + 1 tokens a
+    step at most); ``first`` its first live request (Book.live)."""
     if floor <= 0.0:
         return now_s
     steps = -1
-    nxt = book.next  # read once: a tuple's field read in the loop would count a reference each time
-    i = book.live[k]
+    i = first
     while i >= 0:
         if np.isnan(finish_s[i]):
             need = (output[i] - emitted[i] + per - 1) // per
@@ -332,9 +354,10 @@ def _frontend_ready(frontend: np.ndarray, free: np.ndarray, k: int, arrival_s: f
 
 
 @jit
-def _add(arrivals, loop, i: int, ready: float) -> None:
-    """_Live.add: request ``i`` joins the replica's arrivals at ``ready``, in order among those not yet queued."""
-    first, end = loop.arrived[0], loop.routed[0]
+def _add(arrivals, arrived: np.ndarray, routed: np.ndarray, k: int, i: int, ready: float) -> None:
+    """_Live.add: request ``i`` joins replica ``k``'s arrivals at ``ready``, in
+    order among those not yet queued (``arrived``, ``routed``: Rows')."""
+    first, end = arrived[k], routed[k]
     at = first + np.searchsorted(arrivals.ready_s[first:end], ready, side="right")
     for j in range(end, at, -1):  # make room: the later ones move one place on
         arrivals.order[j] = arrivals.order[j - 1]
@@ -346,38 +369,18 @@ def _add(arrivals, loop, i: int, ready: float) -> None:
     arrivals.fresh[at] = ready > before
     if at + 1 <= end:
         arrivals.fresh[at + 1] = arrivals.ready_s[at + 1] > ready
-    loop.routed[0] = end + 1
+    routed[k] = end + 1
 
 
 @jit
-def _pair(heads, windows, buffers, parts, book: Book, pairs: np.ndarray, i: int, t: float, staleness_s: float,
-          tokens: np.ndarray) -> int:
-    """power_of_two at arrival ``i``: its two replicas run up to it (unless
-    none of their requests can finish by then) and heard, the less loaded
-    of them (the first on ties); or -1 - the CALL_* of the one that needs
-    Python first (``book.stopped``)."""
-    first = book.stopped[1] if book.stopped[0] == i else 0  # the pair's replicas before it are seen to
-    for e in range(first, 2):
-        k = pairs[i, e]
-        _, loop, _, finish_s, emitted, output = parts[k]
-        if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
-            why = _advance(heads[k], windows[k], buffers[k], t)
-            if why != OK:
-                book.stopped[0], book.stopped[1], book.stopped[2] = i, e, k
-                return -1 - why
-        _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
-    a, b = pairs[i, 0], pairs[i, 1]
-    return b if book.outstanding[b] < book.outstanding[a] else a
-
-
-@jit
-def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tokens: np.ndarray, start: int,
-          stop: int, router: int, staleness_s: float, pairs: np.ndarray, fluids: Fluids) -> int:
+def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arrival_s: np.ndarray, tokens: np.ndarray,
+          start: int, stop: int, router: int, staleness_s: float, pairs: np.ndarray, fluids: Fluids) -> int:
     """Route arrivals ``start`` .. ``stop`` - 1; OK, or the CALL_* of the
-    replica (``book.stopped``) that needs Python first. ``parts``: each
-    replica's (arrivals, loop, pending, finish_s, emitted, output), the few
-    of fastloop.run's arguments read at every arrival (a replica's whole
-    ``heads`` entry is copied out only when it runs). For least_requests
+    replica (``book.stopped``) that needs Python first. ``ends``: each
+    replica's (finish_s, emitted, output), read at every look at it;
+    ``arrivals``: each replica's Arrivals, read when a request joins it
+    (a replica's whole ``heads`` entry is taken out of its list only when
+    it runs); ``rows``: the loop scalars of them all. For least_requests
     and least_tokens a replica none of whose requests can finish by the
     arrival (_finish_after) is not run up to it, chosen or not: its load is
     known, so no decision moves, and a chosen one's steps stop at the
@@ -390,79 +393,86 @@ def route(heads, windows, buffers, parts, book: Book, arrival_s: np.ndarray, tok
     its prefix does not go home) unless the fleet is out of balance;
     spec_aware reads every replica as least_requests does, its model of
     each (``fluids``) hearing the finishes the router hears, and sends a
-    request where the models say it would finish first. The
-    look at a replica is written out in both loops: a call taking a
-    replica's tuples would count a reference for every array in them, at
-    every replica and arrival."""
+    request where the models say it would finish first. The look at a
+    replica and the placing of a request are written out here, over arrays
+    read once before the loop: a helper taking the book or a replica's
+    tuples would count a reference for every array in them, at every
+    replica and arrival."""
     n = len(heads)
     loads = book.outstanding_tokens if router == LEAST_TOKENS else book.outstanding
-    # the book's arrays read once: a tuple's field read in the loop would count a reference each time
-    wake_s, outstanding, stopped, last = book.wake_s, book.outstanding, book.stopped, book.last
-    counts, fluid_ids, fluid_left, heard_done = fluids.count, fluids.ids, fluids.left, book.heard_done
+    wake_s, outstanding, outstanding_tokens, stopped, last = (book.wake_s, book.outstanding, book.outstanding_tokens,
+                                                              book.stopped, book.last)
+    nxt, live, heard, seen_finished, heard_done = book.next, book.live, book.heard, book.seen_finished, book.heard_done
+    floor_s, depth, assignment = book.step_floor_s, book.depth, book.assignment
+    frontend, frontend_free, prompt_tokens, images = book.frontend, book.frontend_free, book.prompt_tokens, book.images
+    now_s, finished, arrived, routed = rows.now_s, rows.finished, rows.arrived, rows.routed
+    until_s, routing = rows.until_s, rows.routing
+    decided, resume = rows.decided, rows.resume
+    counts, fluid_ids, fluid_left = fluids.count, fluids.ids, fluids.left
+
+    looks = 2 if router == POWER_OF_TWO else n  # power_of_two reads the arrival's two replicas alone
     for i in range(start, stop):
         t = arrival_s[i]
-        if router == POWER_OF_TWO:
-            chosen = _pair(heads, windows, buffers, parts, book, pairs, i, t, staleness_s, tokens)
-            if chosen < 0:
-                return -1 - chosen
-            arrivals, loop, pending, _, _, _ = parts[chosen]
-            stopped[0] = -1
-            _place(book, arrivals, loop, pending, i, chosen, t, tokens)
-            continue
         first = stopped[1] if stopped[0] == i else 0  # the replicas before it are seen to
-        for k in range(first, n):
-            if t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
+        for e in range(first, looks):
+            k = pairs[i, e] if router == POWER_OF_TWO else e
+            if router != POWER_OF_TWO and t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
                 continue
-            _, loop, _, finish_s, emitted, output = parts[k]
-            if not _ready(loop, t) and _finish_after(book, k, loop.now_s[0], finish_s, emitted, output) <= t:
-                why = _advance(heads[k], windows[k], buffers[k], t)
+            # The look: the replica run up to the arrival unless it is there, idle, or none of its requests can
+            # finish by then, and heard.
+            finish_s, emitted, output = ends[k]
+            there = routing[k] == fastloop.ROUTING_OPEN and (now_s[k] >= t or finished[k] >= routed[k])
+            per = depth[k] + 1
+            if not there and _finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output) <= t:
+                until_s[k] = t
+                why = _advance(heads[k], windows[k], buffers[k])
                 if why != OK:
-                    stopped[0], stopped[1], stopped[2] = i, k, k
+                    stopped[0], stopped[1], stopped[2] = i, e, k
                     wake_s[k] = -np.inf
                     return why
             before = outstanding[k]
-            heard_s = _hear(book, k, finish_s, loop.finished[0], t, staleness_s, tokens)
+            heard_s = _hear(nxt, live, heard, seen_finished, outstanding, outstanding_tokens, heard_done, k, finish_s,
+                            finished[k], t, staleness_s, tokens)
             if router == SPEC_AWARE and outstanding[k] != before:  # what it heard leaves its model
                 counts[k] = fluid.drop(fluid_ids[k], fluid_left[k], counts[k], heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
-            wake_s[k] = min(_finish_after(book, k, loop.now_s[0], finish_s, emitted, output), heard_s)
+            if router != POWER_OF_TWO:
+                wake_s[k] = min(_finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output),
+                                heard_s)
         home = pairs[i, 0] if router == PREFIX_AFFINITY else -1
         if home >= 0:
             high, low = loads.max(), loads.min()
             if high - low > BALANCE_ABS and high > BALANCE_REL * low:  # out of balance: the least loaded
                 home = -1
-        if router == SPEC_AWARE:
+        if router == POWER_OF_TWO:  # the less loaded of the two, the first on ties
+            a, b = pairs[i, 0], pairs[i, 1]
+            chosen = b if outstanding[b] < outstanding[a] else a
+        elif router == SPEC_AWARE:
             chosen = _fastest(fluids, i, t, last[0])
         else:
             chosen = _least(loads, last[0]) if home < 0 else home
-        wake_s[chosen] = -np.inf
-        arrivals, loop, pending, _, _, _ = parts[chosen]
         stopped[0] = -1
-        if home < 0:  # a request sent home leaves the least-loaded rotation where it was
-            last[0] = chosen
-        _place(book, arrivals, loop, pending, i, chosen, t, tokens)
+        if router != POWER_OF_TWO:
+            wake_s[chosen] = -np.inf
+            if home < 0:  # a request sent home leaves the least-loaded rotation where it was
+                last[0] = chosen
+        # The request joins the chosen replica at its frontend's ready time, in its arrivals and the book.
+        ready = _frontend_ready(frontend, frontend_free, chosen, t, prompt_tokens[i], images[i])
+        _add(arrivals[chosen], arrived, routed, chosen, i, ready)
+        if now_s[chosen] >= ready:  # a run going on past the arrival is decided anew (one behind it stops there itself)
+            decided[chosen] *= 1 - resume[chosen]
+            resume[chosen] = 0
+        assignment[i] = chosen
+        nxt[i] = live[chosen]
+        live[chosen] = i
+        outstanding[chosen] += 1
+        outstanding_tokens[chosen] += tokens[i]
         if router == SPEC_AWARE:
             _sent(fluids, chosen, i)
     return OK
 
 
-@jit
-def _place(book: Book, arrivals, loop, pending, i: int, chosen: int, t: float, tokens: np.ndarray) -> None:
-    """Request ``i``, arriving at ``t``, joins replica ``chosen`` at its
-    frontend's ready time, in its arrivals and the router's book."""
-    ready = _frontend_ready(book.frontend, book.frontend_free, chosen, t, book.prompt_tokens[i], book.images[i])
-    _add(arrivals, loop, i, ready)
-    if loop.now_s[0] >= ready:  # a run going on past the arrival is decided anew (one behind it stops there itself)
-        pending.decided[0] *= 1 - pending.resume[0]
-        pending.resume[0] = 0
-    book.assignment[i] = chosen
-    book.next[i] = book.live[chosen]
-    book.live[chosen] = i
-    book.outstanding[chosen] += 1
-    book.outstanding_tokens[chosen] += tokens[i]
-
-
 __all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book",
-           "new_book", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put", "SPEC_AWARE", "Fluids",
+           "new_book", "Rows", "shared_rows", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put", "SPEC_AWARE", "Fluids",
            "new_fluids", "no_fluids"]

@@ -52,8 +52,7 @@ class _Live:
         self.frontend = Frontend(self.replica.engine)
         rep = self.replica
         self.loop = rep.loop
-        self.head = (rep.scheduler.state, rep.config, rep.arrival, rep.loop, rep.pending, rep.served, rep.state,
-                     rep.acceptance, rep.call, rep.tables, rep.terms, rep.costs.wake)  # fastloop.run's fixed arguments
+        self.head = self._head()
         self.run = None  # fastloop.run's compiled code for these arguments' types (compiled.entry), at the first call
         # One window of random numbers across calls, its cursor moving on, until the loop asks for more
         # (the numbers and the refill points of a window taken afresh each call: RandomBlocks).
@@ -68,6 +67,18 @@ class _Live:
         self.step_floor_s = fastroute.step_floor_s(tables.layers_s, tables.head_s,
                                                    tables.overhead_s + max(tables.overhead_per_request, 0.0),
                                                    rep.terms.overlap)
+
+    def _head(self) -> tuple:
+        """fastloop.run's fixed arguments."""
+        rep = self.replica
+        return (rep.scheduler.state, rep.config, rep.arrival, rep.loop, rep.pending, rep.served, rep.state,
+                rep.acceptance, rep.call, rep.tables, rep.terms, rep.costs.wake)
+
+    def share(self, loop: fastloop.Loop, pending: fastloop.Pending) -> None:
+        """Run with ``loop`` and ``pending`` (the same values, held in a fleet's rows: fastroute.shared_rows)."""
+        self.loop = self.replica.loop = loop
+        self.replica.pending = pending
+        self.head = self._head()
 
     def advance(self, until_s: float) -> None:
         """Run the replica up to its first decision at or after ``until_s``."""
@@ -227,12 +238,17 @@ def _route_compiled(requests: Sequence[Request], columns: RequestColumns, fleet:
     pairs = np.zeros((0, 2), np.int64)
     # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
     # tuple of replicas would compile anew for each size, and index them through a branch per replica).
+    # The scalars the router reads at every arrival in rows of the fleet's own, so it reads them without taking
+    # a replica's tuples out of their list (each array in them counts a reference).
+    rows, loops, pendings = fastroute.shared_rows([f.loop for f in fleet], [f.replica.pending for f in fleet])
+    for f, loop, pending in zip(fleet, loops, pendings):
+        f.share(loop, pending)
     heads = _alike([f.head for f in fleet])
     buffers = _alike([f.replica.logs.buffers for f in fleet])
     windows = _alike([f.window for f in fleet])
-    parts = _alike([(f.replica.arrival, f.loop, f.replica.pending, f.replica.finish_s, f.replica.state.emitted,
-                     f.replica.state.output) for f in fleet])
-    if heads is None or buffers is None or windows is None or parts is None:
+    ends = _alike([(f.replica.finish_s, f.replica.state.emitted, f.replica.state.output) for f in fleet])
+    arrivals = _alike([f.replica.arrival for f in fleet])
+    if heads is None or buffers is None or windows is None or ends is None or arrivals is None:
         return None
     staleness_s = float(staleness_s)
     if kind == fastroute.POWER_OF_TWO:  # the router's draws, in the order its reads() makes them at each arrival
@@ -242,14 +258,14 @@ def _route_compiled(requests: Sequence[Request], columns: RequestColumns, fleet:
     fluids = fastroute.new_fluids(router.kinds, router.kind_of, *router.estimates_of(requests)) \
         if kind == fastroute.SPEC_AWARE else fastroute.no_fluids()
     # numba's dispatch would type the replicas' lists anew at each call: call the compiled code itself
-    signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, parts, book, arrival, tokens,
-                                                               0, 0, kind, staleness_s, pairs, fluids))
+    signature = tuple(fastroute.route.typeof_pyval(a) for a in (heads, windows, buffers, ends, arrivals, rows, book,
+                                                               arrival, tokens, 0, 0, kind, staleness_s, pairs, fluids))
     route = fastroute.route.compile(signature)
     for start in range(0, len(requests), every):
         stop = min(start + every, len(requests))
         while True:
-            why = route(heads, windows, buffers, parts, book, arrival, tokens, start, stop, kind, staleness_s, pairs,
-                        fluids)
+            why = route(heads, windows, buffers, ends, arrivals, rows, book, arrival, tokens, start, stop, kind,
+                        staleness_s, pairs, fluids)
             if why == fastroute.OK:
                 break
             f = fleet[int(book.stopped[2])]
