@@ -267,3 +267,27 @@ def test_spec_aware_model_decode_time_matches_its_definition(limit):
         rounds = float(rng.choice([1.0, 7.0, 20.5, float(left.max()) if count and left.max() > 0 else 3.0]))
         got = fluid.decode_in(left, count, limit, steps, rounds, np.empty(max(count, 1)))
         assert got == pytest.approx(_decode_in_by_definition(left, limit, sizes, step_s, rounds), rel=1e-12), (count, rounds)
+
+
+def test_shared_rows_are_what_each_replica_loop_writes():
+    """A replica's Loop and Pending fields that the router reads in rows are
+    views of those rows: their values kept, a write through either seen by
+    the other, and every other field the replica's own array."""
+    from simspec.fleet import fastroute
+    from simspec.sim import fastloop
+    loops = [fastloop.new_loop() for _ in range(3)]
+    pendings = [fastloop.pending_for(4) for _ in range(3)]
+    for k, (loop, pending) in enumerate(zip(loops, pendings)):
+        loop.now_s[0], loop.finished[0], pending.resume[0] = 1.5 * k, 10 + k, k % 2
+    rows, shared_loops, shared_pendings = fastroute.shared_rows(loops, pendings)
+    np.testing.assert_array_equal(rows.now_s, [0.0, 1.5, 3.0])
+    np.testing.assert_array_equal(rows.finished, [10, 11, 12])
+    np.testing.assert_array_equal(rows.resume, [0, 1, 0])
+    shared_loops[2].now_s[0] = 7.25  # the compiled loop's write, as it makes it
+    shared_pendings[1].decided[0] = 1
+    rows.until_s[0] = 0.5  # the router's
+    assert rows.now_s[2] == 7.25 and rows.decided[1] == 1 and shared_loops[0].until_s[0] == 0.5
+    for name in fastloop.Loop._fields:
+        shared = getattr(shared_loops[1], name)
+        assert shared.dtype == getattr(loops[1], name).dtype and shared.shape == (1,)
+        assert any(np.shares_memory(shared, row) for row in rows) == (name in fastroute.Rows._fields), name
