@@ -416,7 +416,7 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
         first = stopped[1] if stopped[0] == i else 0  # the replicas before it are seen to
         for e in range(first, looks):
             k = pairs[i, e] if router == POWER_OF_TWO else e
-            if router != POWER_OF_TWO and t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
+            if t < wake_s[k]:  # nothing to run, nothing to hear: as looking would find
                 continue
             # The look: the replica run up to the arrival unless it is there, idle, or none of its requests can
             # finish by then, and heard.
@@ -437,9 +437,7 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
                 counts[k] = fluid.drop(fluid_ids[k], fluid_left[k], counts[k], heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
-            if router != POWER_OF_TWO:
-                wake_s[k] = min(_finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output),
-                                heard_s)
+            wake_s[k] = min(_finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output), heard_s)
         home = pairs[i, 0] if router == PREFIX_AFFINITY else -1
         if home >= 0:
             high, low = loads.max(), loads.min()
@@ -453,10 +451,9 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
         else:
             chosen = _least(loads, last[0]) if home < 0 else home
         stopped[0] = -1
-        if router != POWER_OF_TWO:
-            wake_s[chosen] = -np.inf
-            if home < 0:  # a request sent home leaves the least-loaded rotation where it was
-                last[0] = chosen
+        wake_s[chosen] = -np.inf
+        if home < 0:  # a request sent home leaves the least-loaded rotation where it was (power_of_two reads no turn)
+            last[0] = chosen
         # The request joins the chosen replica at its frontend's ready time, in its arrivals and the book.
         ready = _frontend_ready(frontend, frontend_free, chosen, t, prompt_tokens[i], images[i])
         _add(arrivals[chosen], arrived, routed, chosen, i, ready)

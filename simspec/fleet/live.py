@@ -236,13 +236,13 @@ def _route_compiled(requests: Sequence[Request], columns: RequestColumns, fleet:
                               columns.prompt_tokens, columns.image_count)
     arrival = columns.arrival_s
     pairs = np.zeros((0, 2), np.int64)
-    # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
-    # tuple of replicas would compile anew for each size, and index them through a branch per replica).
     # The scalars the router reads at every arrival in rows of the fleet's own, so it reads them without taking
     # a replica's tuples out of their list (each array in them counts a reference).
     rows, loops, pendings = fastroute.shared_rows([f.loop for f in fleet], [f.replica.pending for f in fleet])
     for f, loop, pending in zip(fleet, loops, pendings):
         f.share(loop, pending)
+    # One typed list a kind of argument, one item a replica: the compiled loop is one for every fleet size (a
+    # tuple of replicas would compile anew for each size, and index them through a branch per replica).
     heads = _alike([f.head for f in fleet])
     buffers = _alike([f.replica.logs.buffers for f in fleet])
     windows = _alike([f.window for f in fleet])
