@@ -391,6 +391,10 @@ CASES = [
          "config.json"),
     case("classes-per-class-1", "calibrate vllm-classes --model {in} --out cal --per-class 1", "--per-class",
          "16..10000", config__json="{}"),
+    case("classes-hold-out-every-1", "calibrate vllm-classes --model {in} --out cal --hold-out-every 1",
+         "--hold-out-every", "2..10", config__json="{}"),
+    case("classes-per-class-under-the-split", "calibrate vllm-classes --model {in} --out cal --per-class 20 "
+         "--hold-out-every 4", "--per-class", "32..10000", "--hold-out-every 4", config__json="{}"),
     case("classes-too-few-prompts", "calibrate vllm-classes --model {in} --out cal --prompts {in}/p.jsonl",
          "class chat", "at least 16", config__json="{}",
          p__jsonl="".join('{"task": "chat", "text": "hi %d"}\n' % i for i in range(5))),

@@ -106,6 +106,27 @@ def test_held_out_halves_predict_each_other_within_two_standard_errors():
         vc.fit_classes(few, K, "test")
 
 
+def test_every_nth_prompt_of_a_class_is_held_out_and_a_run_is_reanalysed_with_its_own_split(tmp_path):
+    import json
+
+    responses = _responses(120, seed=5)
+    fit, rows = vc.held_out(responses, K, "test", every=4)
+    for r in rows:
+        assert (r.fit_requests, r.held_requests) == (90, 30)
+        assert r.within, r
+    # the held-out ones are each class's 4th, 8th, ... prompts: the prediction is the fit on the rest
+    rest = [r for r in responses if (r.index // len(LEVELS)) % 4 != 3]
+    assert {t: fit.predicted_length(t) for t in LEVELS} == \
+        {t: vc.fit_classes(rest, K, "test").predicted_length(t) for t in LEVELS}
+    with pytest.raises(InputError, match="hold_out_every"):
+        vc.held_out(responses, K, "test", every=1)
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in responses))
+    (tmp_path / "run.json").write_text(json.dumps({"k": K, "settings": {"fitted_to": "m", "hold_out_every": 4}}))
+    assert vc.reanalyse(tmp_path).rows == tuple(rows)
+    assert "every 4th prompt" in (tmp_path / "report.txt").read_text()
+    assert vc.reanalyse(tmp_path, hold_out_every=2).rows == tuple(vc.held_out(responses, K, "test")[1])
+
+
 def test_no_match_steps_lower_the_length_a_step():
     plain, sparse = vc.fit_classes(_responses(100), K, "x"), vc.fit_classes(_responses(100, no_match=0.5), K, "x")
     for t in LEVELS:

@@ -107,7 +107,7 @@ def cmd_calibrate_vllm_classes(args: argparse.Namespace) -> int:
     run = vc.ClassRun.from_args(args)
     replacing = None if args.from_folder else check_target(args.out)  # a bad --out fails before any work
     if args.from_folder:
-        report = vc.reanalyse(args.from_folder, fitted_to=args.fitted_to)
+        report = vc.reanalyse(args.from_folder, fitted_to=args.fitted_to, hold_out_every=args.hold_out_every)
     else:
         report = vc.collect(run, args.out)
     print(report.text)
@@ -127,8 +127,8 @@ def _add_classes(cal_sub) -> None:
                            description="Serve prompts of known classes (built from the machine's own text, or "
                                        "--prompts) to vLLM with --per-request-spec-decode-metrics detailed, fit the "
                                        "acceptance model's shape to every request and each class's level to its own "
-                                       "requests, check the fit on held-out prompts (each class's odd prompts "
-                                       "against a fit on its even ones), and write OUT/acceptance.json with the "
+                                       "requests, check the fit on held-out prompts (each class's every "
+                                       "--hold-out-every-th prompt against a fit on the rest), and write OUT/acceptance.json with the "
                                        "class levels. Exit 1 when a class's held-out acceptance misses by more than "
                                        "2 standard errors.")
     p.add_argument("--model", metavar="DIR", help="the model folder to serve (e.g. scripts/smollm2-checkpoint's "
@@ -146,7 +146,10 @@ def _add_classes(cal_sub) -> None:
     p.add_argument("--classes", default=",".join(d.tasks), metavar="LIST",
                    help=f"classes of the built prompts (default: all of {','.join(LIVE_CLASSES)})")
     p.add_argument("--per-class", type=number(int, "--per-class"), default=d.per_class, metavar="N",
-                   help=f"prompts of each class (default: {d.per_class}; half fit, half held out)")
+                   help=f"prompts of each class (default: {d.per_class}; see --hold-out-every)")
+    p.add_argument("--hold-out-every", type=number(int, "--hold-out-every"), default=None, metavar="N",
+                   help=f"hold each class's every N-th prompt out of the fit and predict it, 2..10 (default: "
+                        f"{d.hold_out_every}, half held out; with --from, the run's own)")
     p.add_argument("--prompts", metavar="FILE.jsonl", help="your own prompts: one JSON object a line with task "
                                                            "(a class) and text (the user message)")
     p.add_argument("--max-tokens", type=number(int, "--max-tokens"), default=d.max_tokens,

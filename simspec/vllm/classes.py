@@ -28,9 +28,10 @@ rates and its requests' standard deviation of tokens a step (the chain
 mapping of simspec.vllm.acceptance, with token and confidence noise off).
 The model's own level is the one that matches all requests together; the
 classes' are its ``class_logit`` offsets and their spreads ``class_sigma``.
-The check (:func:`held_out`): prompts alternate between fitting and held out
-(even and odd within each class); the model fitted on the even prompts
-predicts each class's acceptance length on the odd ones, compared with the
+The check (:func:`held_out`): within each class, every ``hold_out_every``-th
+prompt is held out (2, the default: the odd ones) and the rest fitted; the
+model fitted on them predicts each class's acceptance length on the held-out
+ones, compared with the
 live one (a ratio estimator over the held-out requests) within 2 of its
 standard errors, and within 2 standard errors of the difference (the fit
 half is a sample of the class's prompts too). ``acceptance.json`` is then
@@ -299,14 +300,15 @@ class HeldOut:
         return self.se / self.live
 
 
-def held_out(responses: list[Response], k: int, name: str) -> tuple[ClassFit, list[HeldOut]]:
-    """Fit on each class's even prompts, predict its odd ones (module docstring)."""
+def held_out(responses: list[Response], k: int, name: str, every: int = 2) -> tuple[ClassFit, list[HeldOut]]:
+    """Fit on each class's prompts but every ``every``-th, predict those (module docstring)."""
+    require(every >= 2, f"hold_out_every must be >= 2 (got {every})")
     order: dict[str, int] = {}
     fit_half, held_half = [], []
     for r in sorted(responses, key=lambda r: r.index):
         i = order.get(r.task, 0)
         order[r.task] = i + 1
-        (fit_half if i % 2 == 0 else held_half).append(r)
+        (held_half if i % every == every - 1 else fit_half).append(r)
     fit = fit_classes(fit_half, k, name)
     rows = []
     for t in sorted(fit.requests):
@@ -349,6 +351,7 @@ class ClassRun:
     speculative_config: str = DEFAULT_SPECULATION
     tasks: tuple[str, ...] = LIVE_CLASSES
     per_class: int = 40
+    hold_out_every: int = 2  # every n-th prompt of a class held out, the rest fitted
     prompts: str | None = None
     max_tokens: int = 128
     concurrency: int = 8
@@ -361,6 +364,8 @@ class ClassRun:
     def from_args(cls, args) -> ClassRun:
         from simspec.acceptance.classes import CLASSES
 
+        require(args.hold_out_every is None or 2 <= args.hold_out_every <= 10,
+                f"--hold-out-every must be in 2..10 (got {args.hold_out_every})")
         if args.from_folder:
             require(args.out is None, f"--from {args.from_folder} re-analyses that folder in place: leave --out out")
             require(Path(args.from_folder, "responses.jsonl").is_file(),
@@ -380,9 +385,11 @@ class ClassRun:
         require(isinstance(spec, dict) and isinstance(spec.get("num_speculative_tokens"), int)
                 and 1 <= spec["num_speculative_tokens"] <= 16,
                 "--speculative-config needs num_speculative_tokens, an integer in 1..16")
-        low = 2 * MIN_CLASS_REQUESTS
-        require(low <= args.per_class <= 10_000, f"--per-class must be in {low}..10000 (half of each class fits, "
-                                                 f"and a class's fit needs {MIN_CLASS_REQUESTS}; got {args.per_class})")
+        every = args.hold_out_every or 2
+        low = min_per_class(every)
+        require(low <= args.per_class <= 10_000, f"--per-class must be in {low}..10000 with --hold-out-every {every} "
+                                                 f"(each class's held-out and fitted prompts need "
+                                                 f"{MIN_CLASS_REQUESTS} each; got {args.per_class})")
         require(1 <= args.max_tokens <= 8192, f"--max-tokens must be in 1..8192 (got {args.max_tokens})")
         require(1 <= args.concurrency <= 256, f"--concurrency must be in 1..256 (got {args.concurrency})")
         require(1024 <= args.port <= 65535, f"--port must be in 1024..65535 (got {args.port})")
@@ -393,13 +400,18 @@ class ClassRun:
                 f"--model {args.model}: no config.json there (a Hugging Face model folder to serve)")
         return cls(command=args.vllm_command, model=args.model, server=args.server,
                    speculative_config=json.dumps(spec, sort_keys=True), tasks=tasks, per_class=args.per_class,
-                   prompts=args.prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, port=args.port,
+                   hold_out_every=every, prompts=args.prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, port=args.port,
                    kv_cache_gib=args.kv_cache_gib, seed=args.seed,
                    fitted_to=args.fitted_to or _served_name(args.model))
 
     @property
     def k(self) -> int:
         return int(json.loads(self.speculative_config)["num_speculative_tokens"])
+
+
+def min_per_class(every: int) -> int:
+    """Prompts a class needs for ``MIN_CLASS_REQUESTS`` held out (every ``every``-th) and as many fitted."""
+    return every * MIN_CLASS_REQUESTS
 
 
 def _served_name(model: str) -> str:
@@ -424,8 +436,9 @@ def _prompts(run: ClassRun) -> list[Prompt]:
                                    f"(allowed: {', '.join(CLASSES)})")
     for task in sorted({p.task for p in prompts}):
         n = sum(p.task == task for p in prompts)
-        require(n >= 2 * MIN_CLASS_REQUESTS, f"--prompts {run.prompts}: {n} prompts of class {task}; a class needs "
-                                             f"at least {2 * MIN_CLASS_REQUESTS} (half fit, half held out)")
+        low = min_per_class(run.hold_out_every)
+        require(n >= low, f"--prompts {run.prompts}: {n} prompts of class {task}; a class needs at least {low} "
+                          f"(every {run.hold_out_every}th held out, the rest fitted)")
     return prompts
 
 
@@ -478,7 +491,8 @@ def collect(run: ClassRun, out: str | Path) -> Report:
                   "date": time.strftime("%Y-%m-%d", time.gmtime()), "python": sys.version.split()[0],
                   "cpus": os.cpu_count()}
         write_json(tmp / "run.json", record)
-        report = analyse(responses, run.k, run.fitted_to, f"calibrate vllm-classes ({len(responses)} requests)")
+        report = analyse(responses, run.k, run.fitted_to, f"calibrate vllm-classes ({len(responses)} requests)",
+                         run.hold_out_every)
         write_text(tmp / "report.txt", report.text + "\n")
         write_json(tmp / "acceptance.json", report.record)
         write_json(tmp / MARKER, {"command": "calibrate vllm-classes"})
@@ -492,13 +506,16 @@ def read_responses(folder: str | Path) -> tuple[list[Response], dict]:
     return [Response.from_json(json.loads(line)) for line in lines if line.strip()], record
 
 
-def reanalyse(folder: str | Path, fitted_to: str | None = None) -> Report:
-    """Fit and check again on a run's kept responses (``--from``), its report and acceptance.json rewritten."""
+def reanalyse(folder: str | Path, fitted_to: str | None = None, hold_out_every: int | None = None) -> Report:
+    """Fit and check again on a run's kept responses (``--from``), its report and acceptance.json rewritten;
+    the held-out split the run was made with (its run.json; 2 for a run that predates the setting) unless
+    ``hold_out_every`` is given."""
     from simspec.files import write_json, write_text
 
     responses, record = read_responses(folder)
     name = fitted_to or record["settings"]["fitted_to"]
-    report = analyse(responses, int(record["k"]), name, f"calibrate vllm-classes ({len(responses)} requests)")
+    every = hold_out_every or int(record["settings"].get("hold_out_every", 2))
+    report = analyse(responses, int(record["k"]), name, f"calibrate vllm-classes ({len(responses)} requests)", every)
     write_text(Path(folder) / "report.txt", report.text + "\n")
     write_json(Path(folder) / "acceptance.json", report.record)
     return report
@@ -513,15 +530,18 @@ class Report:
     rows: tuple[HeldOut, ...]
 
 
-def analyse(responses: list[Response], k: int, name: str, source: str) -> Report:
-    """The held-out check and the fit on every request, as text and acceptance.json."""
-    fit_half, rows = held_out(responses, k, name)
+def analyse(responses: list[Response], k: int, name: str, source: str, every: int = 2) -> Report:
+    """The held-out check (every ``every``-th prompt of a class) and the fit on every request, as text and
+    acceptance.json."""
+    fit_half, rows = held_out(responses, k, name, every)
+    which = "each class's odd prompts; the fit on its even ones" if every == 2 else \
+        f"each class's every {every}th prompt; the fit on the rest"
     full = fit_classes(responses, k, name)
     m = full.model
     lines = [f"{len(responses)} requests, K={k}; fitted to every request: top-1 logit {m.top1_logit:.3f} "
              f"(each class's offset below), decay {m.depth_decay_logit:.3f} a depth and round term "
              f"{m.round_sigma:.3f} shared, each class its own request spread",
-             "", "held out (each class's odd prompts; the fit on its even ones): acceptance length",
+             "", f"held out ({which}): acceptance length",
              f"{'class':10s} {'fit':>4s} {'held':>4s} {'live':>7s} {'s.e.':>6s} {'rel':>6s} {'model':>7s} "
              f"{'diff/se':>7s} {'diff/sd':>7s}  (se: the held-out live's; sd: the difference's, the fit half's "
              f"sampling counted too)"]
