@@ -395,6 +395,11 @@ CASES = [
          "--hold-out-every", "2..10", config__json="{}"),
     case("classes-per-class-under-the-split", "calibrate vllm-classes --model {in} --out cal --per-class 20 "
          "--hold-out-every 4", "--per-class", "32..10000", "--hold-out-every 4", config__json="{}"),
+    case("classes-fit-on-without-from", "calibrate vllm-classes --fit-on {in} --model {in} --out cal",
+         "--fit-on", "--from", config__json="{}"),
+    case("classes-fit-on-not-a-run", "calibrate vllm-classes --from {in} --fit-on {in}/nothing", "--fit-on",
+         "responses.jsonl", responses__jsonl=CLASS_RESPONSES, prompts__jsonl="",
+         run__json=json.dumps({"k": 3, "settings": {"fitted_to": "m"}})),
     case("classes-too-few-prompts", "calibrate vllm-classes --model {in} --out cal --prompts {in}/p.jsonl",
          "class chat", "at least 16", config__json="{}",
          p__jsonl="".join('{"task": "chat", "text": "hi %d"}\n' % i for i in range(5))),

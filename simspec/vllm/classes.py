@@ -320,6 +320,32 @@ def held_out(responses: list[Response], k: int, name: str, every: int = 2) -> tu
     return fit, rows
 
 
+def across_runs(fit_folder: str | Path, folder: str | Path) -> tuple[ClassFit, list[HeldOut]]:
+    """Fit on every request of one run (``fit_folder``), predict another's: each request of ``folder`` whose
+    prompt ``fit_folder`` never served (by its text), class by class. The two runs are served apart (another
+    server, another day), so this holds out the prompts, the server and the day together."""
+    from simspec.vllm import texts
+
+    fitted, record = read_responses(fit_folder)
+    served = {p.text for p in texts.read(Path(fit_folder, "prompts.jsonl"))}
+    prompts = {p.index: p.text for p in texts.read(Path(folder, "prompts.jsonl"))}
+    responses, _ = read_responses(folder)
+    fresh = [r for r in responses if prompts[r.index] not in served]
+    fit = fit_classes(fitted, int(record["k"]), record["settings"]["fitted_to"])
+    rows = []
+    for t in sorted(fit.requests):
+        held = [r for r in fresh if r.task == t]
+        if len(held) < MIN_CLASS_REQUESTS:
+            continue
+        live, se = live_length(held)
+        rows.append(HeldOut(task=t, fit_requests=fit.requests[t], held_requests=len(held),
+                            predicted=fit.predicted_length(t), live=live, se=se,
+                            fit_se=live_length([r for r in fitted if r.task == t])[1]))
+    require(rows, f"--fit-on {fit_folder}: no class has {MIN_CLASS_REQUESTS} requests in {folder} on prompts "
+                  f"it did not serve")
+    return fit, rows
+
+
 def acceptance_record(fit: ClassFit, fitted_to: str, source: str) -> dict:
     """``acceptance.json`` with the class levels, as simspec.acceptance.load_acceptance reads it."""
     from dataclasses import asdict
@@ -366,6 +392,12 @@ class ClassRun:
 
         require(args.hold_out_every is None or 2 <= args.hold_out_every <= 10,
                 f"--hold-out-every must be in 2..10 (got {args.hold_out_every})")
+        require(args.fit_on is None or args.from_folder, "--fit-on needs --from (the run whose requests it predicts)")
+        if args.fit_on:
+            for folder in (args.fit_on, args.from_folder):
+                for name in ("responses.jsonl", "prompts.jsonl", "run.json"):
+                    require(Path(folder, name).is_file(), f"--fit-on/--from {folder}: no {name} (not a calibrate "
+                                                          f"vllm-classes folder)")
         if args.from_folder:
             require(args.out is None, f"--from {args.from_folder} re-analyses that folder in place: leave --out out")
             require(Path(args.from_folder, "responses.jsonl").is_file(),
@@ -530,18 +562,9 @@ class Report:
     rows: tuple[HeldOut, ...]
 
 
-def analyse(responses: list[Response], k: int, name: str, source: str, every: int = 2) -> Report:
-    """The held-out check (every ``every``-th prompt of a class) and the fit on every request, as text and
-    acceptance.json."""
-    fit_half, rows = held_out(responses, k, name, every)
-    which = "each class's odd prompts; the fit on its even ones" if every == 2 else \
-        f"each class's every {every}th prompt; the fit on the rest"
-    full = fit_classes(responses, k, name)
-    m = full.model
-    lines = [f"{len(responses)} requests, K={k}; fitted to every request: top-1 logit {m.top1_logit:.3f} "
-             f"(each class's offset below), decay {m.depth_decay_logit:.3f} a depth and round term "
-             f"{m.round_sigma:.3f} shared, each class its own request spread",
-             "", f"held out ({which}): acceptance length",
+def held_out_table(rows: list[HeldOut], which: str) -> list[str]:
+    """The held-out check as lines of text: each class's live and predicted acceptance length and the miss."""
+    lines = [f"held out ({which}): acceptance length",
              f"{'class':10s} {'fit':>4s} {'held':>4s} {'live':>7s} {'s.e.':>6s} {'rel':>6s} {'model':>7s} "
              f"{'diff/se':>7s} {'diff/sd':>7s}  (se: the held-out live's; sd: the difference's, the fit half's "
              f"sampling counted too)"]
@@ -553,6 +576,21 @@ def analyse(responses: list[Response], k: int, name: str, source: str, every: in
     lines.append(f"within 2 s.e. of the held-out live: {sum(r.within_live for r in rows)}/{len(rows)} classes; "
                  f"within 2 s.e. of the difference: {sum(r.within for r in rows)}/{len(rows)}; every held-out s.e. "
                  f"{'<=' if sized else 'NOT <='} {100 * SE_TARGET:.0f}%")
+    return lines
+
+
+def analyse(responses: list[Response], k: int, name: str, source: str, every: int = 2) -> Report:
+    """The held-out check (every ``every``-th prompt of a class) and the fit on every request, as text and
+    acceptance.json."""
+    fit_half, rows = held_out(responses, k, name, every)
+    which = "each class's odd prompts; the fit on its even ones" if every == 2 else \
+        f"each class's every {every}th prompt; the fit on the rest"
+    full = fit_classes(responses, k, name)
+    m = full.model
+    lines = [f"{len(responses)} requests, K={k}; fitted to every request: top-1 logit {m.top1_logit:.3f} "
+             f"(each class's offset below), decay {m.depth_decay_logit:.3f} a depth and round term "
+             f"{m.round_sigma:.3f} shared, each class its own request spread",
+             "", *held_out_table(rows, which)]
     lines += ["", "every request: per-position acceptance, live / model; requests' s.d. of tokens a step, live / "
                   "model; class level (logit offset), request spread"]
     for t in sorted(full.requests):
