@@ -193,31 +193,43 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
             top[d] = _first_max(head_value, d, topk)
         _order_front(code, value_of, index_of, d, topk, best_first[d, topk - 1])
 
-    # The budget-th largest log value: merge the levels, each best first
-    # (its frontier as picked, then the rest of its merge). ahead[0, d] is
-    # level d's next value, -inf once the level is spent.
+    # The budget-th largest log value. Levels 0..depth-2 know their best
+    # topk values (best_first, descending); the rest of each level (all of
+    # the last one) comes from its merge, whose next value is ahead[0, d].
+    # Walk down the merges' values in order: before taking each, count
+    # the known values at or above it; the budget-th falls either among
+    # those (then it is picked from them) or on a merge's value.
+    known = max(depth - 1, 1)  # levels with a known frontier
     for d in range(depth):
-        if 0 < d == depth - 1:  # the last level (past 0) has no frontier: it starts in its merge
-            taken[d] = topk
-            ahead[0, d] = head_value[d, top[d]]
-        else:
-            taken[d] = 0
-            ahead[0, d] = best_first[d, 0]
+        taken[d] = 0
+        ahead[0, d] = head_value[d, top[d]] if d > 0 else -np.inf
+    scratch = picked.scratch
+    count = 0
     kth_log = 0.0
-    for _ in range(keep):
+    while True:
         level = _first_max(ahead, 0, depth)
-        kth_log = ahead[0, level]
-        if taken[level] >= topk:  # the value came from the level's merge: its list moves on, as above
-            f = top[level]
-            r = heads[level, f] + 1
-            heads[level, f] = r
-            head_value[level, f] = value_of[level - 1, f] + logc[level, r] if r < topk else -np.inf
-            top[level] = _first_max(head_value, level, topk)
-        taken[level] += 1
-        if taken[level] < topk:
-            ahead[0, level] = best_first[level, taken[level]]
-        else:
-            ahead[0, level] = head_value[level, top[level]] if level > 0 else -np.inf
+        u = ahead[0, level]  # the largest value not counted yet among the merges (-inf: none left)
+        fresh = 0
+        for d in range(known):
+            t = taken[d]
+            while t < topk and best_first[d, t] >= u:
+                scratch[fresh] = best_first[d, t]
+                fresh += 1
+                t += 1
+            taken[d] = t
+        if count + fresh >= keep:  # among the known values just counted
+            kth_log = kth_largest(scratch[:fresh], keep - count, scratch[fresh:])
+            break
+        count += fresh + 1
+        if count == keep:
+            kth_log = u
+            break
+        f = top[level]  # the merge moves on, as the frontier's did
+        r = heads[level, f] + 1
+        heads[level, f] = r
+        head_value[level, f] = value_of[level - 1, f] + logc[level, r] if r < topk else -np.inf
+        top[level] = _first_max(head_value, level, topk)
+        ahead[0, level] = head_value[level, top[level]]
     n = _above_floor(logc, depth, topk, code, value_of, _floor(kth_log, depth), picked.key, picked.code)
     if n == keep:  # no node near the budget-th: all of them, in expansion order, as top_into gives k >= n
         for j in range(keep):
