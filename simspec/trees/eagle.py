@@ -48,7 +48,7 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
     fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty(depth, dtype=np.int64),
-                     np.empty(depth, dtype=np.int64), np.empty((1, depth)))
+                     np.empty(depth, dtype=np.int64), np.empty((1, depth)), np.empty((3, topk), dtype=np.int64))
     picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(2 * m))
     row_codes = np.empty(m, dtype=np.int64)
     row_logs = np.empty(m)
@@ -72,8 +72,9 @@ class _Fronts(NamedTuple):
     heads: np.ndarray  # [depth, topk] int each sibling list's next rank - 1 in the level's merge
     head_value: np.ndarray  # [depth, topk] float that node's log value, -inf once the list is spent
     top: np.ndarray  # [depth] int the list holding the level's next node (the first of the best)
-    taken: np.ndarray  # [depth] int nodes of the level the budget's search has taken
-    ahead: np.ndarray  # [1, depth] float the level's next value in that search
+    taken: np.ndarray  # [depth] int frontier nodes of the level the budget's search has counted
+    ahead: np.ndarray  # [1, depth] float the level's next value past its frontier, in its merge
+    picks: np.ndarray  # [3, topk] int a level's picks' lists and ranks, in pick order, and each list's first slot
 
 
 class _Picked(NamedTuple):
@@ -163,11 +164,12 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     each sorted (value_of[d - 1, f] + logc[d, r] falls with r), so merging
     the lists yields the level best first: the frontier is the merge's
     first ``topk`` nodes, and the budget-th largest log value overall is
-    found by merging the levels' streams."""
+    found by walking down the merges past the frontiers, counting the
+    frontiers' values as it passes them."""
     # the buffers as locals: a tuple field read in a loop costs numba a reference count each time
     code, value_of, index_of = fronts.code, fronts.value, fronts.index
     best_first, heads, head_value = fronts.best_first, fronts.heads, fronts.head_value
-    top, taken, ahead = fronts.top, fronts.taken, fronts.ahead
+    top, taken, ahead, picks = fronts.top, fronts.taken, fronts.ahead, fronts.picks
     # Frontiers: level 0 is every rank; level d the topk best of the previous
     # frontier's children by (value, lowest index), in top_into's order.
     for r in range(topk):
@@ -185,13 +187,35 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
         for t in range(topk):
             f = top[d]
             r = heads[d, f]
-            index_of[d, t] = f * topk + r
-            value_of[d, t] = best_first[d, t] = head_value[d, f]
-            code[d, t] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
+            picks[0, t] = f
+            picks[1, t] = r
+            best_first[d, t] = head_value[d, f]
             heads[d, f] = r + 1  # the list's next node (written out: a call's arrays cost more than this)
             head_value[d, f] = value_of[d - 1, f] + logc[d, r + 1] if r + 1 < topk else -np.inf
             top[d] = _first_max(head_value, d, topk)
-        _order_front(code, value_of, index_of, d, topk, best_first[d, topk - 1])
+        # The frontier in top_into's order: the picks above the topk-th value
+        # by index (list, then rank: a list's picks are its first ranks, so
+        # its slots start after the earlier lists' and a pick's rank places
+        # it), then the ties of the topk-th, picked in index order already.
+        kth = best_first[d, topk - 1]
+        above = 0
+        while above < topk and best_first[d, above] > kth:
+            above += 1
+        for f in range(topk):
+            picks[2, f] = 0
+        for t in range(above):
+            picks[2, picks[0, t]] += 1
+        start = 0
+        for f in range(topk):
+            n = picks[2, f]
+            picks[2, f] = start
+            start += n
+        for t in range(topk):
+            f, r = picks[0, t], picks[1, t]
+            slot = picks[2, f] + r if t < above else t
+            index_of[d, slot] = f * topk + r
+            value_of[d, slot] = best_first[d, t]
+            code[d, slot] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
 
     # The budget-th largest log value. Levels 0..depth-2 know their best
     # topk values (best_first, descending); the rest of each level (all of
@@ -301,24 +325,6 @@ def _near_budget(n: int, keep: int, kth_log: float, depth: int, picked: _Picked,
                 out[m] = picked_code[j]
                 m += 1
             b += 1
-
-
-@jit(inline=True)
-def _order_front(code: np.ndarray, value: np.ndarray, index: np.ndarray, d: int, topk: int, kth: float) -> None:
-    """Put level ``d``'s frontier (row d of each [depth, topk] array), picked
-    best first, in top_into's order: the values above the k-th by index,
-    then its ties by index (picked so already). Given the row, not views of
-    it: a view costs a reference count."""
-    above = 0
-    while above < topk and value[d, above] > kth:
-        above += 1
-    for t in range(1, above):  # insertion sort by index
-        moved_index, moved_value, moved_code = index[d, t], value[d, t], code[d, t]
-        u = t
-        while u > 0 and index[d, u - 1] > moved_index:
-            index[d, u], value[d, u], code[d, u] = index[d, u - 1], value[d, u - 1], code[d, u - 1]
-            u -= 1
-        index[d, u], value[d, u], code[d, u] = moved_index, moved_value, moved_code
 
 
 __all__ = ["eagle_tree"]
