@@ -48,7 +48,7 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
     fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty(depth, dtype=np.int64),
-                     np.empty(depth, dtype=np.int64), np.empty((1, depth)), np.empty((3, topk), dtype=np.int64))
+                     np.empty((1, depth)), np.empty((3, topk), dtype=np.int64))
     picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(2 * m))
     row_codes = np.empty(m, dtype=np.int64)
     row_logs = np.empty(m)
@@ -72,7 +72,6 @@ class _Fronts(NamedTuple):
     heads: np.ndarray  # [depth, topk] int each sibling list's next rank - 1 in the level's merge
     head_value: np.ndarray  # [depth, topk] float that node's log value, -inf once the list is spent
     top: np.ndarray  # [depth] int the list holding the level's next node (the first of the best)
-    taken: np.ndarray  # [depth] int frontier nodes of the level the budget's search has counted
     ahead: np.ndarray  # [1, depth] float the level's next value past its frontier, in its merge
     picks: np.ndarray  # [3, topk] int a level's picks' lists and ranks, in pick order, and each list's first slot
 
@@ -169,7 +168,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     # the buffers as locals: a tuple field read in a loop costs numba a reference count each time
     code, value_of, index_of = fronts.code, fronts.value, fronts.index
     best_first, heads, head_value = fronts.best_first, fronts.heads, fronts.head_value
-    top, taken, ahead, picks = fronts.top, fronts.taken, fronts.ahead, fronts.picks
+    top, ahead, picks = fronts.top, fronts.ahead, fronts.picks
     # Frontiers: level 0 is every rank; level d the topk best of the previous
     # frontier's children by (value, lowest index), in top_into's order.
     for r in range(topk):
@@ -221,33 +220,40 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     # topk values (best_first, descending); the rest of each level (all of
     # the last one) comes from its merge, whose next value is ahead[0, d].
     # Walk down the merges' values in order: before taking each, count
-    # the known values at or above it; the budget-th falls either among
-    # those (then it is picked from them) or on a merge's value.
+    # the known values at or above it (all of them compared: no branch to
+    # mispredict); the budget-th falls either among the known values
+    # between it and the merge value before (then it is picked from them)
+    # or on a merge's value.
     known = max(depth - 1, 1)  # levels with a known frontier
     for d in range(depth):
-        taken[d] = 0
         ahead[0, d] = head_value[d, top[d]] if d > 0 else -np.inf
     scratch = picked.scratch
-    count = 0
+    count, popped = 0, 0  # values at or above the last merge value taken; merge values taken
+    last = np.inf
     kth_log = 0.0
     while True:
         level = _first_max(ahead, 0, depth)
         u = ahead[0, level]  # the largest value not counted yet among the merges (-inf: none left)
-        fresh = 0
+        at_or_above = 0
         for d in range(known):
-            t = taken[d]
-            while t < topk and best_first[d, t] >= u:
-                scratch[fresh] = best_first[d, t]
-                fresh += 1
-                t += 1
-            taken[d] = t
-        if count + fresh >= keep:  # among the known values just counted
+            for t in range(topk):
+                at_or_above += best_first[d, t] >= u
+        if at_or_above + popped >= keep:  # among the known values in [u, last)
+            fresh = 0
+            for d in range(known):
+                for t in range(topk):
+                    v = best_first[d, t]
+                    if u <= v < last:
+                        scratch[fresh] = v
+                        fresh += 1
             kth_log = kth_largest(scratch[:fresh], keep - count, scratch[fresh:])
             break
-        count += fresh + 1
+        popped += 1
+        count = at_or_above + popped
         if count == keep:
             kth_log = u
             break
+        last = u
         f = top[level]  # the merge moves on, as the frontier's did
         r = heads[level, f] + 1
         heads[level, f] = r
