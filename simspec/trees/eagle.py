@@ -192,29 +192,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
             heads[d, f] = r + 1  # the list's next node (written out: a call's arrays cost more than this)
             head_value[d, f] = value_of[d - 1, f] + logc[d, r + 1] if r + 1 < topk else -np.inf
             top[d] = _first_max(head_value, d, topk)
-        # The frontier in top_into's order: the picks above the topk-th value
-        # by index (list, then rank: a list's picks are its first ranks, so
-        # its slots start after the earlier lists' and a pick's rank places
-        # it), then the ties of the topk-th, picked in index order already.
-        kth = best_first[d, topk - 1]
-        above = 0
-        while above < topk and best_first[d, above] > kth:
-            above += 1
-        for f in range(topk):
-            picks[2, f] = 0
-        for t in range(above):
-            picks[2, picks[0, t]] += 1
-        start = 0
-        for f in range(topk):
-            n = picks[2, f]
-            picks[2, f] = start
-            start += n
-        for t in range(topk):
-            f, r = picks[0, t], picks[1, t]
-            slot = picks[2, f] + r if t < above else t
-            index_of[d, slot] = f * topk + r
-            value_of[d, slot] = best_first[d, t]
-            code[d, slot] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
+        _order_front(picks, best_first, index_of, value_of, code, d, topk)
 
     # The budget-th largest log value. Levels 0..depth-2 know their best
     # topk values (best_first, descending); the rest of each level (all of
@@ -331,6 +309,36 @@ def _near_budget(n: int, keep: int, kth_log: float, depth: int, picked: _Picked,
                 out[m] = picked_code[j]
                 m += 1
             b += 1
+
+
+@jit(inline=True)
+def _order_front(picks: np.ndarray, best_first: np.ndarray, index: np.ndarray, value: np.ndarray, code: np.ndarray,
+                 d: int, topk: int) -> None:
+    """Level ``d``'s frontier, picked best first (``picks``' lists and
+    ranks, ``best_first`` their values), into ``index``, ``value`` and
+    ``code`` in top_into's order: the picks above the topk-th value by
+    index (list, then rank: a list's picks are its first ranks, so its
+    slots start after the earlier lists' and a pick's rank places it),
+    then the ties of the topk-th, picked in index order already."""
+    kth = best_first[d, topk - 1]
+    above = 0
+    while above < topk and best_first[d, above] > kth:
+        above += 1
+    for f in range(topk):
+        picks[2, f] = 0
+    for t in range(above):
+        picks[2, picks[0, t]] += 1
+    start = 0
+    for f in range(topk):
+        n = picks[2, f]
+        picks[2, f] = start
+        start += n
+    for t in range(topk):
+        f, r = picks[0, t], picks[1, t]
+        slot = picks[2, f] + r if t < above else t
+        index[d, slot] = f * topk + r
+        value[d, slot] = best_first[d, t]
+        code[d, slot] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
 
 
 __all__ = ["eagle_tree"]
