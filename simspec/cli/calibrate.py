@@ -134,9 +134,11 @@ def _add_classes(cal_sub) -> None:
                                        "--prompts) to vLLM with --per-request-spec-decode-metrics detailed, fit the "
                                        "acceptance model's shape to every request and each class's level to its own "
                                        "requests, check the fit on held-out prompts (each class's every "
-                                       "--hold-out-every-th prompt against a fit on the rest), and write OUT/acceptance.json with the "
-                                       "class levels. Exit 1 when a class's held-out acceptance misses by more than "
-                                       "2 standard errors.")
+                                       "--hold-out-every-th prompt against a fit on the rest), and write "
+                                       "OUT/acceptance.json with the class levels. Exit 1 when a class's held-out "
+                                       "acceptance misses by more than 2 standard errors of the difference. With "
+                                       "--from DIR --fit-on OTHER, predict DIR's requests on new prompts from a fit "
+                                       "on all of OTHER instead (nothing written).")
     p.add_argument("--model", metavar="DIR", help="the model folder to serve (e.g. scripts/smollm2-checkpoint's "
                                                   "DIR/target); with --server, the model name it serves")
     p.add_argument("--out", metavar="DIR", help="folder to write (new, empty, or one simspec wrote)")

@@ -310,14 +310,15 @@ def held_out(responses: list[Response], k: int, name: str, every: int = 2) -> tu
         order[r.task] = i + 1
         (held_half if i % every == every - 1 else fit_half).append(r)
     fit = fit_classes(fit_half, k, name)
-    rows = []
-    for t in sorted(fit.requests):
-        held = [r for r in held_half if r.task == t]
-        live, se = live_length(held)
-        rows.append(HeldOut(task=t, fit_requests=fit.requests[t], held_requests=len(held),
-                            predicted=fit.predicted_length(t), live=live, se=se,
-                            fit_se=live_length([r for r in fit_half if r.task == t])[1]))
-    return fit, rows
+    return fit, [_held_out_row(fit, t, fit_half, [r for r in held_half if r.task == t]) for t in sorted(fit.requests)]
+
+
+def _held_out_row(fit: ClassFit, task: str, fitted: list[Response], held: list[Response]) -> HeldOut:
+    """Class ``task``'s check: ``fit`` (on ``fitted``) against its ``held`` requests' live acceptance."""
+    live, se = live_length(held)
+    return HeldOut(task=task, fit_requests=fit.requests[task], held_requests=len(held),
+                   predicted=fit.predicted_length(task), live=live, se=se,
+                   fit_se=live_length([r for r in fitted if r.task == task])[1])
 
 
 def across_runs(fit_folder: str | Path, folder: str | Path) -> tuple[ClassFit, list[HeldOut]]:
@@ -332,15 +333,8 @@ def across_runs(fit_folder: str | Path, folder: str | Path) -> tuple[ClassFit, l
     responses, _ = read_responses(folder)
     fresh = [r for r in responses if prompts[r.index] not in served]
     fit = fit_classes(fitted, int(record["k"]), record["settings"]["fitted_to"])
-    rows = []
-    for t in sorted(fit.requests):
-        held = [r for r in fresh if r.task == t]
-        if len(held) < MIN_CLASS_REQUESTS:
-            continue
-        live, se = live_length(held)
-        rows.append(HeldOut(task=t, fit_requests=fit.requests[t], held_requests=len(held),
-                            predicted=fit.predicted_length(t), live=live, se=se,
-                            fit_se=live_length([r for r in fitted if r.task == t])[1]))
+    held = {t: [r for r in fresh if r.task == t] for t in sorted(fit.requests)}
+    rows = [_held_out_row(fit, t, fitted, h) for t, h in held.items() if len(h) >= MIN_CLASS_REQUESTS]
     require(rows, f"--fit-on {fit_folder}: no class has {MIN_CLASS_REQUESTS} requests in {folder} on prompts "
                   f"it did not serve")
     return fit, rows
@@ -432,8 +426,8 @@ class ClassRun:
                 f"--model {args.model}: no config.json there (a Hugging Face model folder to serve)")
         return cls(command=args.vllm_command, model=args.model, server=args.server,
                    speculative_config=json.dumps(spec, sort_keys=True), tasks=tasks, per_class=args.per_class,
-                   hold_out_every=every, prompts=args.prompts, max_tokens=args.max_tokens, concurrency=args.concurrency, port=args.port,
-                   kv_cache_gib=args.kv_cache_gib, seed=args.seed,
+                   hold_out_every=every, prompts=args.prompts, max_tokens=args.max_tokens,
+                   concurrency=args.concurrency, port=args.port, kv_cache_gib=args.kv_cache_gib, seed=args.seed,
                    fitted_to=args.fitted_to or _served_name(args.model))
 
     @property
