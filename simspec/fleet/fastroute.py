@@ -423,13 +423,17 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
             finish_s, emitted, output = ends[k]
             there = routing[k] == fastloop.ROUTING_OPEN and (now_s[k] >= t or finished[k] >= routed[k])
             per = depth[k] + 1
-            if not there and _finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output) <= t:
-                until_s[k] = t
-                why = _advance(heads[k], windows[k], buffers[k])
-                if why != OK:
-                    stopped[0], stopped[1], stopped[2] = i, e, k
-                    wake_s[k] = -np.inf
-                    return why
+            bound = np.nan  # _finish_after: what hearing leaves as it was, unless the replica runs
+            if not there:
+                bound = _finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output)
+                if bound <= t:
+                    until_s[k] = t
+                    why = _advance(heads[k], windows[k], buffers[k])
+                    if why != OK:
+                        stopped[0], stopped[1], stopped[2] = i, e, k
+                        wake_s[k] = -np.inf
+                        return why
+                    bound = np.nan
             before = outstanding[k]
             heard_s = _hear(nxt, live, heard, seen_finished, outstanding, outstanding_tokens, heard_done, k, finish_s,
                             finished[k], t, staleness_s, tokens)
@@ -437,7 +441,9 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
                 counts[k] = fluid.drop(fluid_ids[k], fluid_left[k], counts[k], heard_done)
             # Until a request of it can finish (its course is fixed until then, the router's stops aside) or the
             # router hears of one, a later arrival would find the replica as it is; it is looked at anew once chosen.
-            wake_s[k] = min(_finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output), heard_s)
+            if np.isnan(bound):  # hearing takes only finished requests off the live list, which it skips
+                bound = _finish_after(nxt, live[k], floor_s[k], per, now_s[k], finish_s, emitted, output)
+            wake_s[k] = min(bound, heard_s)
         home = pairs[i, 0] if router == PREFIX_AFFINITY else -1
         if home >= 0:
             high, low = loads.max(), loads.min()
@@ -471,5 +477,5 @@ def route(heads, windows, buffers, ends, arrivals, rows: Rows, book: Book, arriv
 
 
 __all__ = ["ROUTERS", "LEAST_REQUESTS", "LEAST_TOKENS", "POWER_OF_TWO", "PREFIX_AFFINITY", "LAZY", "OK", "Book",
-           "new_book", "Rows", "shared_rows", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put", "SPEC_AWARE", "Fluids",
-           "new_fluids", "no_fluids"]
+           "new_book", "Rows", "shared_rows", "step_floor_s", "route", "finish_bound", "typed_list", "push", "put",
+           "SPEC_AWARE", "Fluids", "new_fluids", "no_fluids"]
