@@ -59,6 +59,7 @@ from simspec.vllm.logs import SpecDecodeCounters, server_version
 from simspec.vllm.texts import LIVE_CLASSES, Prompt
 
 MIN_CLASS_REQUESTS = 8  # requests with decode steps a class needs to fit its level
+HOLD_OUT_EVERY = 2  # each class's every n-th prompt held out, the rest fitted (2: the odd against the even)
 SE_TARGET = 0.03  # the held-out acceptance's relative standard error a sized run reaches
 
 
@@ -300,7 +301,8 @@ class HeldOut:
         return self.se / self.live
 
 
-def held_out(responses: list[Response], k: int, name: str, every: int = 2) -> tuple[ClassFit, list[HeldOut]]:
+def held_out(responses: list[Response], k: int, name: str,
+             every: int = HOLD_OUT_EVERY) -> tuple[ClassFit, list[HeldOut]]:
     """Fit on each class's prompts but every ``every``-th, predict those (module docstring)."""
     require(every >= 2, f"hold_out_every must be >= 2 (got {every})")
     order: dict[str, int] = {}
@@ -371,7 +373,7 @@ class ClassRun:
     speculative_config: str = DEFAULT_SPECULATION
     tasks: tuple[str, ...] = LIVE_CLASSES
     per_class: int = 40
-    hold_out_every: int = 2  # every n-th prompt of a class held out, the rest fitted
+    hold_out_every: int = HOLD_OUT_EVERY
     prompts: str | None = None
     max_tokens: int = 128
     concurrency: int = 8
@@ -411,7 +413,7 @@ class ClassRun:
         require(isinstance(spec, dict) and isinstance(spec.get("num_speculative_tokens"), int)
                 and 1 <= spec["num_speculative_tokens"] <= 16,
                 "--speculative-config needs num_speculative_tokens, an integer in 1..16")
-        every = args.hold_out_every or 2
+        every = args.hold_out_every or HOLD_OUT_EVERY
         low = min_per_class(every)
         require(low <= args.per_class <= 10_000, f"--per-class must be in {low}..10000 with --hold-out-every {every} "
                                                  f"(each class's held-out and fitted prompts need "
@@ -540,7 +542,7 @@ def reanalyse(folder: str | Path, fitted_to: str | None = None, hold_out_every: 
 
     responses, record = read_responses(folder)
     name = fitted_to or record["settings"]["fitted_to"]
-    every = hold_out_every or int(record["settings"].get("hold_out_every", 2))
+    every = hold_out_every or int(record["settings"].get("hold_out_every", HOLD_OUT_EVERY))  # a run before the setting
     report = analyse(responses, int(record["k"]), name, f"calibrate vllm-classes ({len(responses)} requests)", every)
     write_text(Path(folder) / "report.txt", report.text + "\n")
     write_json(Path(folder) / "acceptance.json", report.record)
@@ -573,7 +575,7 @@ def held_out_table(rows: list[HeldOut], which: str) -> list[str]:
     return lines
 
 
-def analyse(responses: list[Response], k: int, name: str, source: str, every: int = 2) -> Report:
+def analyse(responses: list[Response], k: int, name: str, source: str, every: int = HOLD_OUT_EVERY) -> Report:
     """The held-out check (every ``every``-th prompt of a class) and the fit on every request, as text and
     acceptance.json."""
     fit_half, rows = held_out(responses, k, name, every)
