@@ -45,8 +45,7 @@ def eagle_tree(conf: np.ndarray, depth: int, topk: int, budget: int) -> np.ndarr
     logc = log_confidences(conf, depth, topk)  # [B, depth, topk]
     expand = ExpandBuffers(np.empty(topk, dtype=np.int64), np.empty(topk), np.empty(topk * topk, dtype=np.int64),
                             np.empty(topk * topk), np.empty(topk, dtype=np.int64), np.empty(topk * topk))
-    fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
-                     np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)),
+    fronts = _Fronts(np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty((depth, topk)),
                      np.empty((depth, topk), dtype=np.int64), np.empty((depth, topk)), np.empty(depth, dtype=np.int64),
                      np.empty((1, depth)), np.empty((3, topk), dtype=np.int64))
     picked = _Picked(np.empty(m), np.empty(m, dtype=np.int64), np.empty(keep, dtype=np.int64), np.empty(2 * m))
@@ -67,7 +66,6 @@ class _Fronts(NamedTuple):
 
     code: np.ndarray  # [depth, topk] int the frontier's codes at each level (0-based)
     value: np.ndarray  # [depth, topk] float their log path confidences, in top_into's order
-    index: np.ndarray  # [depth, topk] int their index among the level's children (parent position * topk + rank - 1)
     best_first: np.ndarray  # [depth, topk] float the frontier's log values as picked: the level's best, in order
     heads: np.ndarray  # [depth, topk] int each sibling list's next rank - 1 in the level's merge
     head_value: np.ndarray  # [depth, topk] float that node's log value, -inf once the list is spent
@@ -166,7 +164,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
     found by walking down the merges past the frontiers, counting the
     frontiers' values as it passes them."""
     # the buffers as locals: a tuple field read in a loop costs numba a reference count each time
-    code, value_of, index_of = fronts.code, fronts.value, fronts.index
+    code, value_of = fronts.code, fronts.value
     best_first, heads, head_value = fronts.best_first, fronts.heads, fronts.head_value
     top, ahead, picks = fronts.top, fronts.ahead, fronts.picks
     # Frontiers: level 0 is every rank; level d the topk best of the previous
@@ -175,7 +173,6 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
         code[0, r] = r + 1
         value_of[0, r] = logc[0, r]
         best_first[0, r] = logc[0, r]
-        index_of[0, r] = r
     for d in range(1, depth):
         for f in range(topk):
             heads[d, f] = 0
@@ -192,7 +189,7 @@ def _merged_row(logc: np.ndarray, depth: int, topk: int, keep: int, fronts: _Fro
             heads[d, f] = r + 1  # the list's next node (written out: a call's arrays cost more than this)
             head_value[d, f] = value_of[d - 1, f] + logc[d, r + 1] if r + 1 < topk else -np.inf
             top[d] = _first_max(head_value, d, topk)
-        _order_front(picks, best_first, index_of, value_of, code, d, topk)
+        _order_front(picks, best_first, value_of, code, d, topk)
 
     # The budget-th largest log value. Levels 0..depth-2 know their best
     # topk values (best_first, descending); the rest of each level (all of
@@ -312,14 +309,15 @@ def _near_budget(n: int, keep: int, kth_log: float, depth: int, picked: _Picked,
 
 
 @jit(inline=True)
-def _order_front(picks: np.ndarray, best_first: np.ndarray, index: np.ndarray, value: np.ndarray, code: np.ndarray,
-                 d: int, topk: int) -> None:
+def _order_front(picks: np.ndarray, best_first: np.ndarray, value: np.ndarray, code: np.ndarray, d: int,
+                 topk: int) -> None:
     """Level ``d``'s frontier, picked best first (``picks``' lists and
-    ranks, ``best_first`` their values), into ``index``, ``value`` and
-    ``code`` in top_into's order: the picks above the topk-th value by
-    index (list, then rank: a list's picks are its first ranks, so its
-    slots start after the earlier lists' and a pick's rank places it),
-    then the ties of the topk-th, picked in index order already."""
+    ranks, ``best_first`` their values), into ``value`` and ``code`` in
+    top_into's order: the picks above the topk-th value by their index
+    among the level's children (list, then rank: a list's picks are its
+    first ranks, so its slots start after the earlier lists' and a pick's
+    rank places it), then the ties of the topk-th, picked in that order
+    already."""
     kth = best_first[d, topk - 1]
     above = 0
     while above < topk and best_first[d, above] > kth:
@@ -336,7 +334,6 @@ def _order_front(picks: np.ndarray, best_first: np.ndarray, index: np.ndarray, v
     for t in range(topk):
         f, r = picks[0, t], picks[1, t]
         slot = picks[2, f] + r if t < above else t
-        index[d, slot] = f * topk + r
         value[d, slot] = best_first[d, t]
         code[d, slot] = code[d - 1, f] + (np.int64(r + 1) << (RANK_BITS * d))
 
